@@ -1,0 +1,50 @@
+// One line per model request at its end, with three timelines: the caller's (ttfb, caller_left,
+// duration), the gateway's (queue wait, attempts) and the upstream work's (work_ended).
+// Never a prompt, a completion, a key or an Authorization value: the record has no field for them.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/policy/outcome.hpp"
+
+namespace tether {
+
+struct attempt_record {
+  std::string upstream;
+  std::string model;  // the upstream model
+  std::optional<int> status;
+  outcome result = outcome::ok;
+  double start_ms = 0;
+  std::optional<double> end_ms;
+};
+
+struct access_record {
+  std::string request_id;
+  std::string model;
+  std::string path;
+  bool stream = false;
+  outcome result = outcome::ok;
+  int status = 0;
+  std::optional<double> deadline_ms;
+  double queue_wait_ms = 0;
+  std::optional<double> ttfb_ms;
+  double duration_ms = 0;
+  std::optional<double> caller_left_ms;
+  std::optional<double> work_ended_ms;
+  std::optional<double> cancel_latency_ms;
+  std::vector<attempt_record> attempts;
+};
+
+// Configures the process logger once: "json" (one JSON object per line) or "text".
+void setup_logging(const std::string& format, const std::string& level);
+
+void write_access_log(const access_record& r);
+
+// Operational messages (start, stop, config, errors) in the configured format.
+void log_info(const std::string& message);
+void log_warn(const std::string& message);
+void log_error(const std::string& message);
+
+}  // namespace tether

@@ -1,0 +1,139 @@
+#include "actors/attempt_actor.hpp"
+
+#include "actors/messages.hpp"
+#include "actors/policy/retry_policy.hpp"
+#include "net/sse_framer.hpp"
+
+namespace tether {
+namespace {
+
+// Largest SSE event accepted from an upstream before the stream counts as malformed.
+constexpr std::size_t max_sse_event_bytes = 1 << 20;
+
+struct attempt_state {
+  int status = 0;
+  net::header_list headers;
+  bool have_head = false;
+  bool streaming = false;  // a 2xx answer to a streaming request: relayed event by event
+  bool committed = false;
+  bool done = false;
+  std::string body;
+  net::sse_framer framer{max_sse_event_bytes};
+  std::uint64_t idle_generation = 0;
+};
+
+attempt_end failure_kind(std::int32_t net_kind) {
+  switch (net_kind) {
+    case -1:
+      return attempt_end::overloaded;
+    case static_cast<std::int32_t>(net::upstream_failure::connect_failed):
+    case static_cast<std::int32_t>(net::upstream_failure::tls_failed):
+      return attempt_end::connect_failed;
+    case static_cast<std::int32_t>(net::upstream_failure::reset):
+      return attempt_end::reset;
+    default:
+      return attempt_end::malformed;
+  }
+}
+
+}  // namespace
+
+caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor request,
+                            attempt_spec spec) {
+  auto st = std::make_shared<attempt_state>();
+
+  auto fail = [self, st, request](attempt_end kind, std::string message) {
+    if (st->done) return;
+    st->done = true;
+    self->send(request, att_fail_atom::value, static_cast<std::int32_t>(kind), std::move(message),
+               st->committed);
+    // Not a normal exit: the linked connection actor takes it as "stop the work".
+    self->quit(caf::exit_reason::user_shutdown);
+  };
+
+  auto arm_idle = [self, st, idle = spec.idle_timeout] {
+    if (idle.count() <= 0) return;
+    self->delayed_send(self, idle, idle_timeout_atom::value, ++st->idle_generation);
+  };
+
+  auto relay_events = [self, st, request, arm_idle, fail](std::vector<std::string> events) {
+    if (events.empty()) return;
+    if (!st->committed) {
+      st->committed = true;
+      self->send(request, att_head_atom::value, st->status, st->headers);
+    }
+    for (auto& e : events) self->send(request, att_event_atom::value, std::move(e));
+    arm_idle();
+  };
+
+  auto conn = self->spawn<caf::linked>(connection_actor, rt, caf::actor_cast<caf::actor>(self),
+                                       request, spec.connection);
+  self->send(request, conn_spawned_atom::value, conn);
+
+  return {
+      [self, st, request, timeout = spec.timeout](queued_atom, std::int64_t wait_ns) {
+        self->send(request, queued_atom::value, wait_ns);
+        // The per-try clock starts once the attempt may use the upstream; queue wait is bounded
+        // by the queue limit and the request deadline instead.
+        if (timeout.count() > 0) self->delayed_send(self, timeout, attempt_timeout_atom::value);
+      },
+      [](up_connected_atom, bool) {},
+      [st, stream = spec.stream](up_head_atom, int status, net::header_list& headers) {
+        st->status = status;
+        st->headers = std::move(headers);
+        st->have_head = true;
+        st->streaming = stream && status >= 200 && status < 300;
+      },
+      [st, relay_events, fail, max = spec.max_response_bytes](up_body_atom, std::string& bytes) {
+        if (st->done) return;
+        if (st->streaming) {
+          auto events = st->framer.feed(bytes);
+          if (st->framer.overflowed()) {
+            fail(attempt_end::malformed, "upstream sent an SSE event larger than 1 MiB");
+            return;
+          }
+          relay_events(std::move(events));
+          return;
+        }
+        if (max > 0 && st->body.size() + bytes.size() > max) {
+          fail(attempt_end::too_large, "upstream response is larger than request.max_response_bytes");
+          return;
+        }
+        st->body += bytes;
+      },
+      [self, st, request, relay_events](up_end_atom) {
+        if (st->done) return;
+        if (st->streaming) {
+          // An unterminated tail is not a whole event; it is dropped rather than cut into.
+          relay_events(st->framer.finish());
+          if (!st->committed) {
+            // A 2xx stream with an empty body: nothing was relayed, so it is an ordinary answer.
+            st->done = true;
+            self->send(request, att_result_atom::value, st->status, st->headers, std::string{});
+            self->quit();
+            return;
+          }
+          st->done = true;
+          self->send(request, att_end_atom::value);
+          self->quit();
+          return;
+        }
+        st->done = true;
+        self->send(request, att_result_atom::value, st->status, st->headers, std::move(st->body));
+        self->quit();
+      },
+      [fail](up_fail_atom, std::int32_t kind, std::string& message) {
+        fail(failure_kind(kind), std::move(message));
+      },
+      [st, fail](attempt_timeout_atom) {
+        if (st->committed) return;
+        fail(attempt_end::timeout, "attempt timed out");
+      },
+      [st, fail](idle_timeout_atom, std::uint64_t generation) {
+        if (generation != st->idle_generation || !st->committed) return;
+        fail(attempt_end::timeout, "stream idle timeout");
+      },
+  };
+}
+
+}  // namespace tether

@@ -1,0 +1,34 @@
+// One try at one deployment. Owns the attempt timeout (until the response is committed: the whole
+// body, or the first whole SSE event of a stream) and the stream idle timeout; reports facts up
+// to the request actor and never decides a retry (Envoy's router split).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+
+#include "actors/connection_actor.hpp"
+#include "actors/runtime.hpp"
+
+namespace tether {
+
+struct attempt_spec {
+  connection_spec connection;
+  bool stream = false;
+  std::chrono::milliseconds timeout{0};  // 0 = none (the request deadline still bounds it)
+  std::chrono::milliseconds idle_timeout{0};
+  std::uint64_t max_response_bytes = 0;
+};
+
+// Messages to `request`:
+//   (conn_spawned_atom, actor)                     the connection to monitor
+//   (queued_atom, int64 wait_ns)                   time spent waiting for a budget slot
+//   (att_result_atom, int status, header_list, string body)  a complete response
+//   (att_head_atom, int status, header_list)       a stream is committed; events follow
+//   (att_event_atom, string)                       one whole SSE event
+//   (att_end_atom)                                 the stream ended cleanly
+//   (att_fail_atom, int32 attempt_end, string message, bool committed)
+caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor request,
+                            attempt_spec spec);
+
+}  // namespace tether

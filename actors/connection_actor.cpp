@@ -1,0 +1,116 @@
+#include "actors/connection_actor.hpp"
+
+#include "actors/messages.hpp"
+
+namespace tether {
+namespace {
+
+// net/ calls these on an io thread; each becomes a message to the connection actor. The strong
+// handle keeps the actor alive until the socket is closed: on_closed is net's last call.
+class relay_events final : public net::upstream_events {
+ public:
+  explicit relay_events(caf::actor owner) : owner_(std::move(owner)) {}
+
+  void on_connected(bool reused) override { caf::anon_send(owner_, up_connected_atom::value, reused); }
+  void on_head(int status, net::header_list headers) override {
+    caf::anon_send(owner_, up_head_atom::value, status, std::move(headers));
+  }
+  void on_body(std::string bytes) override {
+    caf::anon_send(owner_, up_body_atom::value, std::move(bytes));
+  }
+  void on_end() override { caf::anon_send(owner_, up_end_atom::value); }
+  void on_failure(net::upstream_failure kind, std::string message) override {
+    caf::anon_send(owner_, up_fail_atom::value, static_cast<std::int32_t>(kind), std::move(message));
+  }
+  void on_closed() override {
+    auto owner = std::move(owner_);
+    caf::anon_send(owner, up_closed_atom::value, now_ns());
+  }
+
+ private:
+  caf::actor owner_;
+};
+
+struct connection_state {
+  std::shared_ptr<net::upstream_exchange> exchange;
+  bool granted = false;
+  bool closing = false;
+  bool closed = false;
+  std::int64_t asked_ns = 0;
+};
+
+}  // namespace
+
+caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor attempt,
+                               caf::actor request, connection_spec spec) {
+  auto st = std::make_shared<connection_state>();
+  auto upstream = spec.upstream;
+
+  // The socket's end is this actor's end: report it, then exit, which frees the budget slot.
+  auto finish = [self, st, request, upstream](std::int64_t closed_ns) {
+    if (st->closed) return;
+    st->closed = true;
+    self->send(request, work_ended_atom::value, static_cast<std::uint64_t>(upstream), closed_ns,
+               st->granted);
+    self->quit();
+  };
+
+  auto cancel = [st, finish] {
+    if (st->closing || st->closed) return;
+    st->closing = true;
+    if (st->exchange) {
+      st->exchange->cancel();  // net answers with on_closed once the socket is closed
+    } else {
+      finish(now_ns());  // still queued or never started: nothing to close
+    }
+  };
+
+  // Whatever the parent's reason, the work stops; the close is awaited, not assumed.
+  self->set_exit_handler([cancel](caf::exit_msg& msg) {
+    if (msg.reason == caf::exit_reason::normal) return;
+    cancel();
+  });
+
+  // Backstop: however this actor ends (an exception, an unexpected kill), the socket closes.
+  self->attach_functor([st](const caf::error&) {
+    if (st->exchange && !st->closed) st->exchange->cancel();
+  });
+
+  st->asked_ns = now_ns();
+  self->send(rt->budget, acquire_atom::value, static_cast<std::uint64_t>(spec.upstream), spec.key,
+             spec.priority);
+
+  auto request_to_send = std::make_shared<net::upstream_request>(std::move(spec.request));
+
+  return {
+      [self, rt, st, attempt, request_to_send, upstream, finish](grant_atom, bool granted,
+                                                                  const std::string& reason) {
+        if (st->closing || st->closed) return;
+        self->send(attempt, queued_atom::value, now_ns() - st->asked_ns);
+        if (!granted) {
+          self->send(attempt, up_fail_atom::value, std::int32_t{-1}, reason);
+          finish(now_ns());
+          return;
+        }
+        st->granted = true;
+        auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self));
+        st->exchange = rt->upstreams[upstream]->start(std::move(*request_to_send), events);
+      },
+      [self, attempt](up_connected_atom, bool reused) {
+        self->send(attempt, up_connected_atom::value, reused);
+      },
+      [self, attempt](up_head_atom, int status, net::header_list& headers) {
+        self->send(attempt, up_head_atom::value, status, std::move(headers));
+      },
+      [self, attempt](up_body_atom, std::string& bytes) {
+        self->send(attempt, up_body_atom::value, std::move(bytes));
+      },
+      [self, attempt](up_end_atom) { self->send(attempt, up_end_atom::value); },
+      [self, attempt](up_fail_atom, std::int32_t kind, std::string& message) {
+        self->send(attempt, up_fail_atom::value, kind, std::move(message));
+      },
+      [finish](up_closed_atom, std::int64_t closed_ns) { finish(closed_ns); },
+  };
+}
+
+}  // namespace tether

@@ -1,0 +1,26 @@
+// One upstream connection: asks the budget for a slot, runs one net::upstream_exchange, and exits
+// only after net/ reports the socket closed (or parked idle). Its exit is what frees the slot.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+
+#include "actors/runtime.hpp"
+#include "net/upstream.hpp"
+
+namespace tether {
+
+struct connection_spec {
+  std::size_t upstream = 0;
+  std::int64_t key = -1;        // gateway key index, -1 = none
+  std::int64_t priority = 0;    // request arrival (ns): queue order
+  net::upstream_request request;
+};
+
+// `attempt` receives up_* messages and (queued_atom, wait_ns); `request` receives
+// (work_ended_atom, upstream, closed_ns, started) when the socket is gone.
+caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor attempt,
+                               caf::actor request, connection_spec spec);
+
+}  // namespace tether

@@ -1,0 +1,234 @@
+#include "actors/gateway.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <boost/json.hpp>
+
+#include "actors/access_log.hpp"
+#include "actors/messages.hpp"
+#include "actors/policy/deadline.hpp"
+#include "actors/policy/model_request.hpp"
+#include "actors/policy/request_id.hpp"
+#include "actors/request_actor.hpp"
+
+namespace tether {
+namespace {
+
+class request_observer final : public net::exchange_observer {
+ public:
+  explicit request_observer(caf::actor req) : req_(std::move(req)) {}
+  void on_client_gone() override { caf::anon_send(req_, client_gone_atom::value); }
+
+ private:
+  caf::actor req_;
+};
+
+bool is_model_path(const std::string& target) {
+  return target == "/v1/chat/completions" || target == "/v1/completions" ||
+         target == "/v1/embeddings";
+}
+
+std::string path_of(const std::string& target) {
+  auto q = target.find('?');
+  return q == std::string::npos ? target : target.substr(0, q);
+}
+
+net::header_list json_headers(const std::string& request_id) {
+  return {{"content-type", "application/json"}, {"x-request-id", request_id}};
+}
+
+bool token_equal(const std::string& a_hex, const std::string& b_hex) {
+  // Digests of equal length; CRYPTO_memcmp does not stop at the first difference.
+  return a_hex.size() == b_hex.size() &&
+         CRYPTO_memcmp(a_hex.data(), b_hex.data(), a_hex.size()) == 0;
+}
+
+}  // namespace
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(len * 2);
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(hex[digest[i] >> 4]);
+    out.push_back(hex[digest[i] & 0xf]);
+  }
+  return out;
+}
+
+gateway::gateway(caf::actor_system& system, runtime_ptr rt) : system_(system), rt_(std::move(rt)) {}
+
+std::int64_t gateway::match_key(const net::incoming_request& req) const {
+  const auto* auth = net::find_header(req.headers, "authorization");
+  if (auth == nullptr) return -1;
+  std::string_view v = *auth;
+  constexpr std::string_view bearer = "Bearer ";
+  if (v.size() <= bearer.size() || v.substr(0, bearer.size()) != bearer) return -1;
+  auto digest = sha256_hex(v.substr(bearer.size()));
+  std::int64_t found = -1;
+  // Every key is compared, so the time taken does not depend on which one matched.
+  for (std::size_t i = 0; i < rt_->cfg.keys.size(); ++i) {
+    if (token_equal(digest, rt_->cfg.keys[i].sha256_hex)) found = static_cast<std::int64_t>(i);
+  }
+  return found;
+}
+
+void gateway::answer_model_refusal(const net::incoming_request& req, const std::string& request_id,
+                                   const std::string& model, outcome o, const std::string& message,
+                                   net::response_channel& channel) {
+  int status = status_of(o);
+  auto headers = json_headers(request_id);
+  if (o == outcome::overloaded || o == outcome::shutting_down) headers.push_back({"retry-after", "1"});
+  channel.send_full(status, std::move(headers), error_body(o, message, request_id));
+  auto elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                           req.arrival)
+                     .count();
+  access_record r;
+  r.request_id = request_id;
+  r.model = model;
+  r.path = path_of(req.target);
+  r.result = o;
+  r.status = status;
+  r.duration_ms = elapsed;
+  r.ttfb_ms = elapsed;
+  write_access_log(r);
+  rt_->stats->request_done(model, o, elapsed / 1000.0);
+}
+
+std::shared_ptr<net::exchange_observer> gateway::handle(
+    net::incoming_request req, std::shared_ptr<net::response_channel> channel) {
+  auto request_id = accept_or_generate_request_id(net::find_header(req.headers, "x-request-id"));
+  auto path = path_of(req.target);
+
+  if (req.error != net::protocol_error::none) {
+    // Counted as a model request only when it was one; others are just answered.
+    outcome o = req.error == net::protocol_error::body_too_large      ? outcome::payload_too_large
+                : req.error == net::protocol_error::headers_too_large ? outcome::headers_too_large
+                                                                      : outcome::bad_request;
+    std::string message =
+        o == outcome::payload_too_large
+            ? "request body is larger than server.max_request_bytes"
+        : o == outcome::headers_too_large ? "request headers exceed the gateway's limits"
+                                          : "malformed HTTP request: " + req.error_detail;
+    if (req.method == "POST" && is_model_path(path)) {
+      answer_model_refusal(req, request_id, "", o, message, *channel);
+    } else {
+      channel->send_full(status_of(o), json_headers(request_id), error_body(o, message, request_id));
+    }
+    return nullptr;
+  }
+
+  if (req.method == "GET" || req.method == "HEAD") {
+    if (path == "/healthz") {
+      channel->send_full(200, {{"content-type", "text/plain"}}, "ok\n");
+      return nullptr;
+    }
+    if (path == "/readyz") {
+      bool ready = !draining();
+      channel->send_full(ready ? 200 : 503, {{"content-type", "text/plain"}},
+                         ready ? "ready\n" : "draining\n");
+      return nullptr;
+    }
+    if (path == "/metrics") {
+      channel->send_full(200, {{"content-type", "text/plain; version=0.0.4; charset=utf-8"}},
+                         rt_->stats->render());
+      return nullptr;
+    }
+    if (path == "/v1/models") {
+      if (!rt_->cfg.keys.empty() && match_key(req) < 0) {
+        channel->send_full(401, json_headers(request_id),
+                           error_body(outcome::unauthorized, "missing or invalid gateway key",
+                                      request_id));
+        return nullptr;
+      }
+      boost::json::array data;
+      for (const auto& name : rt_->routes->public_models()) {
+        data.push_back(boost::json::object{
+            {"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "tether"}});
+      }
+      boost::json::object body{{"object", "list"}, {"data", std::move(data)}};
+      channel->send_full(200, json_headers(request_id), boost::json::serialize(body));
+      return nullptr;
+    }
+  }
+
+  if (!is_model_path(path)) {
+    channel->send_full(404, json_headers(request_id),
+                       error_body(outcome::bad_request, "no such endpoint: " + path, request_id));
+    return nullptr;
+  }
+  if (req.method != "POST") {
+    auto headers = json_headers(request_id);
+    headers.push_back({"allow", "POST"});
+    channel->send_full(405, std::move(headers),
+                       error_body(outcome::bad_request, path + " accepts POST only", request_id));
+    return nullptr;
+  }
+
+  // ---- a model request --------------------------------------------------------------------
+  if (draining()) {
+    answer_model_refusal(req, request_id, "", outcome::shutting_down,
+                         "the gateway is shutting down", *channel);
+    return nullptr;
+  }
+  std::int64_t key = -1;
+  if (!rt_->cfg.keys.empty()) {
+    key = match_key(req);
+    if (key < 0) {
+      answer_model_refusal(req, request_id, "", outcome::unauthorized,
+                           "missing or invalid gateway key", *channel);
+      return nullptr;
+    }
+  }
+  auto inspected = inspect_model_request(req.body, rt_->cfg.server.max_json_depth);
+  if (auto* err = std::get_if<body_error>(&inspected)) {
+    answer_model_refusal(req, request_id, "", outcome::bad_request, err->message, *channel);
+    return nullptr;
+  }
+  auto info = std::get<model_request_info>(std::move(inspected));
+  if (!rt_->routes->knows(info.model)) {
+    // The label stays bounded: an unknown name is never a label value.
+    answer_model_refusal(req, request_id, "", outcome::unknown_model,
+                         "the model does not exist on this gateway", *channel);
+    return nullptr;
+  }
+  if (key >= 0) {
+    const auto& allowed = rt_->cfg.keys[key].models;
+    bool ok = std::find(allowed.begin(), allowed.end(), "*") != allowed.end() ||
+              std::find(allowed.begin(), allowed.end(), info.model) != allowed.end();
+    if (!ok) {
+      answer_model_refusal(req, request_id, info.model, outcome::forbidden,
+                           "this key may not use that model", *channel);
+      return nullptr;
+    }
+  }
+  const std::string* caller_header = net::find_header(req.headers, "x-request-deadline-ms");
+  if (caller_header == nullptr) caller_header = net::find_header(req.headers, "x-request-timeout-ms");
+  auto caller = parse_caller_budget(caller_header);
+  if (caller.what == caller_budget::kind::invalid) {
+    answer_model_refusal(req, request_id, info.model, outcome::bad_request,
+                         "X-Request-Deadline-Ms must be a non-negative integer", *channel);
+    return nullptr;
+  }
+
+  request_spec spec;
+  spec.request_id = request_id;
+  spec.path = path;
+  spec.model = info.model;
+  spec.stream = info.stream && path != "/v1/embeddings";
+  spec.body = std::move(req.body);
+  spec.key = key;
+  spec.deadline = effective_deadline(rt_->cfg.effective_request(info.model).deadline, caller);
+  spec.arrival = req.arrival;
+  if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
+
+  auto actor = system_.spawn(request_actor, rt_, std::move(channel), std::move(spec));
+  caf::anon_send(rt_->supervisor, adopt_atom::value, actor);
+  return std::make_shared<request_observer>(std::move(actor));
+}
+
+}  // namespace tether

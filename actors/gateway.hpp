@@ -1,0 +1,41 @@
+// The HTTP-facing front of the actor tree: answers the small endpoints itself, refuses what the
+// taxonomy says to refuse before any actor exists, and spawns one request actor per model request.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <atomic>
+#include <memory>
+
+#include "actors/runtime.hpp"
+#include "net/downstream.hpp"
+
+namespace tether {
+
+class gateway {
+ public:
+  gateway(caf::actor_system& system, runtime_ptr rt);
+
+  std::shared_ptr<net::exchange_observer> handle(net::incoming_request request,
+                                                 std::shared_ptr<net::response_channel> channel);
+
+  // After this, /readyz answers 503 and new model requests get 503 shutting_down.
+  void start_draining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
+ private:
+  void answer_model_refusal(const net::incoming_request& req, const std::string& request_id,
+                            const std::string& model, outcome o, const std::string& message,
+                            net::response_channel& channel);
+  // Index of the gateway key the bearer token matches, -1 for none.
+  std::int64_t match_key(const net::incoming_request& req) const;
+
+  caf::actor_system& system_;
+  runtime_ptr rt_;
+  std::atomic<bool> draining_{false};
+};
+
+// Lower-case hex SHA-256 of a token (for [[keys]] and `tether check`).
+std::string sha256_hex(std::string_view data);
+
+}  // namespace tether

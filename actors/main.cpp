@@ -1,0 +1,157 @@
+// tether: `tether --config FILE` serves, `tether check --config FILE` validates and prints the
+// effective config, `tether --version`. The process owns its CLI: argv never reaches CAF.
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <pthread.h>
+#include <thread>
+
+#include "actors/access_log.hpp"
+#include "actors/budget_actor.hpp"
+#include "actors/gateway.hpp"
+#include "actors/messages.hpp"
+#include "actors/runtime.hpp"
+#include "actors/supervisor_actor.hpp"
+#include "config/loader.hpp"
+#include "net/downstream.hpp"
+#include "net/io_runtime.hpp"
+#include "net/upstream.hpp"
+
+namespace {
+
+int usage(int code) {
+  std::fprintf(code == 0 ? stdout : stderr,
+               "usage: tether --config FILE        serve\n"
+               "       tether check --config FILE  validate and print the effective config\n"
+               "       tether --version\n");
+  return code;
+}
+
+std::optional<tether::config::gateway_config> load_or_report(const std::string& path) {
+  auto result = tether::config::load_file(path);
+  if (!result.errors.empty()) {
+    for (const auto& e : result.errors) std::fprintf(stderr, "config error: %s\n", e.c_str());
+    return std::nullopt;
+  }
+  return std::move(result.config);
+}
+
+int serve(tether::config::gateway_config cfg) {
+  using namespace tether;
+  setup_logging(cfg.telemetry.log_format, cfg.telemetry.log_level);
+
+  // Signals are taken synchronously by this thread alone (sigwait below); every thread started
+  // from here on inherits the blocked mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  unsigned cores = std::max(2u, std::thread::hardware_concurrency());
+  // The io threads outlive the actor system: no actor may outlive the sockets it owns.
+  net::io_runtime io{1};
+
+  auto rt = std::make_shared<gateway_runtime>();
+  rt->cfg = std::move(cfg);
+  rt->routes = std::make_unique<router>(rt->cfg);
+  std::vector<std::string> upstream_names;
+  for (const auto& u : rt->cfg.upstreams) {
+    upstream_names.push_back(u.name);
+    net::upstream_endpoint ep;
+    ep.tls = u.url.tls;
+    ep.host = u.url.host;
+    ep.port = u.url.port;
+    ep.connect_timeout = u.connect_timeout;
+    ep.max_idle_connections = u.max_in_flight;
+    rt->upstreams.push_back(std::make_unique<net::upstream_client>(io, ep));
+  }
+  rt->stats = std::make_unique<metrics>(upstream_names);
+
+  caf::actor_system_config sys_cfg;
+  sys_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cores));
+  sys_cfg.set("logger.verbosity", caf::atom("quiet"));
+  auto system = std::make_unique<caf::actor_system>(sys_cfg);
+
+  rt->budget = system->spawn(budget_actor, budget_limits_from(rt->cfg), rt->stats.get());
+  rt->supervisor = system->spawn(supervisor_actor, rt->cfg.server.drain_timeout);
+
+  gateway gw{*system, rt};
+  net::server_limits limits;
+  limits.max_request_bytes = rt->cfg.server.max_request_bytes;
+  limits.max_header_bytes = rt->cfg.server.max_header_bytes;
+  limits.max_header_fields = rt->cfg.server.max_header_fields;
+  limits.max_connections = rt->cfg.server.max_connections;
+  limits.header_timeout = rt->cfg.server.header_timeout;
+  limits.keepalive_timeout = rt->cfg.server.keepalive_timeout;
+  net::http_server server{io, limits, [&gw](net::incoming_request req, auto channel) {
+                            return gw.handle(std::move(req), std::move(channel));
+                          }};
+  std::uint16_t port = 0;
+  try {
+    port = server.listen(rt->cfg.server.listen_host, rt->cfg.server.listen_port);
+  } catch (const std::exception& e) {
+    log_error(std::string{"cannot listen on "} + rt->cfg.server.listen_host + ":" +
+              std::to_string(rt->cfg.server.listen_port) + ": " + e.what());
+    return 1;
+  }
+  log_info("tether " TETHER_VERSION " listening on " + rt->cfg.server.listen_host + ":" +
+           std::to_string(port));
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  log_info(std::string{"received "} + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", draining");
+  gw.start_draining();
+
+  // The listener stays open while draining: /readyz says 503, new model requests get 503.
+  std::uint64_t cancelled = 0;
+  {
+    caf::scoped_actor self{*system};
+    self->request(rt->supervisor, caf::infinite, drain_atom::value)
+        .receive([&](drained_atom, std::uint64_t n) { cancelled = n; },
+                 [&](caf::error& err) { log_error("drain failed: " + system->render(err)); });
+    std::uint64_t leftover = 0;
+    self->request(rt->budget, std::chrono::seconds(5), slots_atom::value)
+        .receive([&](std::uint64_t n) { leftover = n; }, [&](caf::error&) {});
+    log_info("drained: " + std::to_string(cancelled) + " request(s) cancelled at the drain timeout, " +
+             std::to_string(leftover) + " budget slot(s) left");
+  }
+  server.stop_accepting();
+  server.close_all();
+  caf::anon_send_exit(rt->budget, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(rt->supervisor, caf::exit_reason::user_shutdown);
+  rt->budget = nullptr;
+  rt->supervisor = nullptr;
+  system.reset();
+  io.stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return usage(2);
+  if (args[0] == "--version") {
+    std::printf("tether %s\n", TETHER_VERSION);
+    return 0;
+  }
+  if (args[0] == "--help" || args[0] == "-h") return usage(0);
+  bool check = false;
+  if (args[0] == "check") {
+    check = true;
+    args.erase(args.begin());
+  }
+  if (args.size() != 2 || args[0] != "--config") return usage(2);
+  auto cfg = load_or_report(args[1]);
+  if (!cfg) return 1;
+  if (check) {
+    std::fputs(tether::config::render_effective(*cfg).c_str(), stdout);
+    return 0;
+  }
+  return serve(std::move(*cfg));
+}

@@ -1,0 +1,141 @@
+#include "actors/metrics.hpp"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+namespace tether {
+
+namespace {
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+}  // namespace
+
+void histogram::observe(double seconds) {
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    if (seconds <= bounds[i]) ++counts_[i];
+  }
+  ++count_;
+  sum_ += seconds;
+}
+
+void histogram::render(std::string& out, const std::string& name,
+                       const std::string& labels) const {
+  auto sep = labels.empty() ? "" : ",";
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    out += fmt::format("{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep, bounds[i], counts_[i]);
+  }
+  out += fmt::format("{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep, count_);
+  auto braces = labels.empty() ? std::string{} : "{" + labels + "}";
+  out += fmt::format("{}_sum{} {}\n{}_count{} {}\n", name, braces, sum_, name, braces, count_);
+}
+
+metrics::metrics(std::vector<std::string> upstream_names)
+    : upstreams_(std::move(upstream_names)), late_work_(upstreams_.size(), 0.0) {
+  upstream_work_ = std::make_unique<std::atomic<std::int64_t>[]>(upstreams_.size());
+  for (std::size_t i = 0; i < upstreams_.size(); ++i) upstream_work_[i].store(0);
+}
+
+void metrics::request_done(const std::string& model, outcome o, double seconds) {
+  std::lock_guard lock{mutex_};
+  ++requests_[{model, o}];
+  durations_[{model, o}].observe(seconds);
+}
+
+void metrics::queue_wait(double seconds) {
+  std::lock_guard lock{mutex_};
+  queue_wait_.observe(seconds);
+}
+
+void metrics::attempt_done(std::size_t upstream, outcome o) {
+  std::lock_guard lock{mutex_};
+  ++attempts_[{upstream, o}];
+}
+
+void metrics::late_work(std::size_t upstream, double seconds) {
+  std::lock_guard lock{mutex_};
+  if (upstream < late_work_.size()) late_work_[upstream] += seconds;
+}
+
+void metrics::cancel_latency(double seconds) {
+  std::lock_guard lock{mutex_};
+  cancel_latency_.observe(seconds);
+}
+
+void metrics::upstream_work_add(std::size_t upstream, int delta) {
+  if (upstream < upstreams_.size()) upstream_work_[upstream].fetch_add(delta);
+}
+
+std::int64_t metrics::upstream_work(std::size_t upstream) const {
+  return upstream < upstreams_.size() ? upstream_work_[upstream].load() : 0;
+}
+
+std::uint64_t metrics::requests_total(const std::string& model, outcome o) const {
+  std::lock_guard lock{mutex_};
+  auto it = requests_.find({model, o});
+  return it == requests_.end() ? 0 : it->second;
+}
+
+std::string metrics::render() const {
+  std::string out;
+  out.reserve(8192);
+  std::lock_guard lock{mutex_};
+  header(out, "tether_requests_total", "counter", "Model requests by final outcome.");
+  for (const auto& [k, v] : requests_) {
+    out += fmt::format("tether_requests_total{{model=\"{}\",outcome=\"{}\"}} {}\n",
+                       escape_label(k.first), to_string(k.second), v);
+  }
+  header(out, "tether_request_duration_seconds", "histogram",
+         "Time from arrival to the end of the response, by final outcome.");
+  for (const auto& [k, h] : durations_) {
+    h.render(out, "tether_request_duration_seconds",
+             fmt::format("model=\"{}\",outcome=\"{}\"", escape_label(k.first), to_string(k.second)));
+  }
+  header(out, "tether_queue_wait_seconds", "histogram", "Time an attempt waited for a budget slot.");
+  queue_wait_.render(out, "tether_queue_wait_seconds", "");
+  header(out, "tether_upstream_attempts_total", "counter", "Upstream attempts by how they ended.");
+  for (const auto& [k, v] : attempts_) {
+    out += fmt::format("tether_upstream_attempts_total{{upstream=\"{}\",outcome=\"{}\"}} {}\n",
+                       escape_label(upstreams_[k.first]), to_string(k.second), v);
+  }
+  header(out, "tether_requests_in_flight", "gauge", "Callers being served, queued ones included.");
+  out += fmt::format("tether_requests_in_flight {}\n", requests_in_flight_.load());
+  header(out, "tether_upstream_work_in_flight", "gauge",
+         "Live upstream connections holding a budget slot.");
+  for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+    out += fmt::format("tether_upstream_work_in_flight{{upstream=\"{}\"}} {}\n",
+                       escape_label(upstreams_[i]), upstream_work_[i].load());
+  }
+  header(out, "tether_queue_depth", "gauge", "Attempts waiting for a budget slot.");
+  out += fmt::format("tether_queue_depth {}\n", queue_depth_.load());
+  header(out, "tether_late_work_seconds_total", "counter",
+         "Upstream work that ran on after its caller left or its deadline passed.");
+  for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+    out += fmt::format("tether_late_work_seconds_total{{upstream=\"{}\"}} {}\n",
+                       escape_label(upstreams_[i]), late_work_[i]);
+  }
+  header(out, "tether_cancel_latency_seconds", "histogram",
+         "From the decision to cancel to the upstream socket closed.");
+  cancel_latency_.render(out, "tether_cancel_latency_seconds", "");
+  if (auto c = cluster_connected_.load(); c >= 0) {
+    header(out, "tether_cluster_connected", "gauge", "1 while joined to the budget host.");
+    out += fmt::format("tether_cluster_connected {}\n", c);
+  }
+  return out;
+}
+
+}  // namespace tether

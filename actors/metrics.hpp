@@ -1,0 +1,69 @@
+// The gateway's Prometheus metrics (names and labels fixed by the contract). Thread-safe plain
+// object shared by the actors and the HTTP side; label values come from configuration only.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/policy/outcome.hpp"
+
+namespace tether {
+
+class histogram {
+ public:
+  // Buckets in seconds, 1 ms … 10 min: LLM latencies span both ends.
+  static constexpr std::array<double, 18> bounds{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                  0.1,   0.25,   0.5,   1,    2.5,   5,
+                                                  10,    30,     60,    120,  300,   600};
+  void observe(double seconds);
+  void render(std::string& out, const std::string& name, const std::string& labels) const;
+
+ private:
+  std::array<std::uint64_t, bounds.size()> counts_{};
+  std::uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+class metrics {
+ public:
+  explicit metrics(std::vector<std::string> upstream_names);
+
+  void request_done(const std::string& model, outcome o, double seconds);
+  void queue_wait(double seconds);
+  void attempt_done(std::size_t upstream, outcome o);
+  void late_work(std::size_t upstream, double seconds);
+  void cancel_latency(double seconds);
+
+  void requests_in_flight_add(int delta) { requests_in_flight_.fetch_add(delta); }
+  void upstream_work_add(std::size_t upstream, int delta);
+  void queue_depth_set(std::int64_t depth) { queue_depth_.store(depth); }
+  void cluster_connected_set(int v) { cluster_connected_.store(v); }
+
+  std::int64_t requests_in_flight() const { return requests_in_flight_.load(); }
+  std::int64_t upstream_work(std::size_t upstream) const;
+  std::int64_t queue_depth() const { return queue_depth_.load(); }
+  std::uint64_t requests_total(const std::string& model, outcome o) const;
+
+  std::string render() const;
+
+ private:
+  std::vector<std::string> upstreams_;
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, outcome>, std::uint64_t> requests_;
+  std::map<std::pair<std::string, outcome>, histogram> durations_;
+  histogram queue_wait_;
+  std::map<std::pair<std::size_t, outcome>, std::uint64_t> attempts_;
+  std::vector<double> late_work_;
+  histogram cancel_latency_;
+  std::atomic<std::int64_t> requests_in_flight_{0};
+  std::unique_ptr<std::atomic<std::int64_t>[]> upstream_work_;
+  std::atomic<std::int64_t> queue_depth_{0};
+  std::atomic<int> cluster_connected_{-1};  // -1: standalone, the gauge is not exported
+};
+
+}  // namespace tether

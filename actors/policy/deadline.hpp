@@ -1,0 +1,44 @@
+// Deadline arithmetic for one request: the configured ceiling, the caller's own budget from
+// X-Request-Deadline-Ms, and what is left at a given moment. Pure: tests drive it with any clock.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string_view>
+
+namespace tether {
+
+using millis = std::chrono::milliseconds;
+using steady_time = std::chrono::steady_clock::time_point;
+
+// The caller's budget header, parsed. Saturates instead of wrapping: a value too large to
+// represent is simply longer than any ceiling (contract, request headers).
+struct caller_budget {
+  enum class kind { absent, valid, invalid } what = kind::absent;
+  millis value{0};
+};
+caller_budget parse_caller_budget(const std::string* header_value);
+
+// The effective whole-request deadline: the configured one (0 = off) shortened, never lengthened,
+// by the caller's. nullopt = unbounded.
+std::optional<millis> effective_deadline(millis configured, const caller_budget& caller);
+
+class request_deadline {
+ public:
+  request_deadline(steady_time arrival, std::optional<millis> budget)
+      : arrival_(arrival), budget_(budget) {}
+
+  bool bounded() const { return budget_.has_value(); }
+  std::optional<millis> budget() const { return budget_; }
+  // Time left at `now`, floored at 0; nullopt when unbounded.
+  std::optional<millis> remaining(steady_time now) const;
+  bool expired(steady_time now) const;
+  // An attempt's timeout never outlives the request: min(attempt_timeout, remaining).
+  millis attempt_budget(millis attempt_timeout, steady_time now) const;
+
+ private:
+  steady_time arrival_;
+  std::optional<millis> budget_;
+};
+
+}  // namespace tether

@@ -1,0 +1,61 @@
+#include "actors/policy/outcome.hpp"
+
+#include <array>
+#include <boost/json.hpp>
+
+namespace tether {
+namespace {
+
+struct outcome_info {
+  std::string_view name;
+  int status;
+  std::string_view type;
+};
+
+constexpr std::array<outcome_info, outcome_count> infos{{
+    {"ok", 200, ""},
+    {"upstream_rejected", 400, "invalid_request_error"},
+    {"upstream_rate_limited", 429, "rate_limit_error"},
+    {"upstream_failed", 502, "upstream_error"},
+    {"upstream_timeout", 504, "timeout_error"},
+    {"deadline_exceeded", 504, "timeout_error"},
+    {"stream_interrupted", 200, "upstream_error"},
+    {"client_disconnected", 499, "client_error"},
+    {"overloaded", 503, "overloaded_error"},
+    {"headers_too_large", 431, "invalid_request_error"},
+    {"bad_request", 400, "invalid_request_error"},
+    {"unknown_model", 404, "invalid_request_error"},
+    {"unauthorized", 401, "authentication_error"},
+    {"forbidden", 403, "permission_error"},
+    {"payload_too_large", 413, "invalid_request_error"},
+    {"shutting_down", 503, "overloaded_error"},
+    {"internal_error", 500, "internal_error"},
+}};
+
+}  // namespace
+
+std::string_view to_string(outcome o) { return infos[static_cast<std::size_t>(o)].name; }
+
+std::optional<outcome> outcome_from_string(std::string_view name) {
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    if (infos[i].name == name) return static_cast<outcome>(i);
+  }
+  return std::nullopt;
+}
+
+int status_of(outcome o) { return infos[static_cast<std::size_t>(o)].status; }
+
+std::string_view error_type_of(outcome o) { return infos[static_cast<std::size_t>(o)].type; }
+
+std::string error_body(outcome o, std::string_view message, std::string_view request_id) {
+  boost::json::object err;
+  err["message"] = message;
+  err["type"] = error_type_of(o);
+  err["code"] = to_string(o);
+  err["request_id"] = request_id;
+  boost::json::object root;
+  root["error"] = std::move(err);
+  return boost::json::serialize(root);
+}
+
+}  // namespace tether

@@ -1,0 +1,457 @@
+// The request actor owns the whole-request deadline, the retry/fallback chain and the question
+// "has the caller got a byte yet?". It never touches a socket.
+//
+//   start ──▶ attempting ◀──────────── backing_off
+//     │         │   │  └─ retryable failure ──▶ ┘   (policy: retry_policy)
+//     │         │   └─ committed stream ──▶ streaming ──▶ answered
+//     │         └─ response / final failure ───────────▶ answered
+//     └─ budget already spent (0) ─────────────────────▶ answered
+//   any state: deadline | client gone | drain ──▶ cancel the attempt tree ──▶ answered
+//   answered ──(every upstream connection actor down)──▶ access log, quit
+//
+// It lives until its last connection actor has exited, so the log can say when the upstream
+// work really ended (work_ended_ms) and how long a cancel took to reach the socket.
+#include "actors/request_actor.hpp"
+
+#include <set>
+
+#include "actors/access_log.hpp"
+#include "actors/attempt_actor.hpp"
+#include "actors/messages.hpp"
+#include "actors/policy/deadline.hpp"
+#include "actors/policy/model_request.hpp"
+#include "actors/policy/retry_policy.hpp"
+#include "net/sse_framer.hpp"
+
+namespace tether {
+namespace {
+
+using std::chrono::milliseconds;
+
+enum class phase { attempting, backing_off, streaming, answered };
+
+struct request_state {
+  runtime_ptr rt;
+  std::shared_ptr<net::response_channel> channel;
+  request_spec spec;
+  request_deadline deadline{std::chrono::steady_clock::time_point{}, std::nullopt};
+  std::int64_t arrival_ns = 0;
+
+  std::vector<std::string> chain;  // requested model, then its fallbacks
+  std::size_t chain_pos = 0;
+  std::uint32_t model_attempts = 0;
+  std::vector<std::size_t> tried;
+  retry_policy::history history;
+
+  phase now = phase::attempting;
+  caf::actor attempt;
+  std::size_t attempt_deployment = 0;
+  std::uint64_t backoff_generation = 0;
+
+  std::set<caf::actor_addr> live_attempts;
+  std::set<caf::actor_addr> live_connections;
+  std::optional<std::int64_t> cancel_decided_ns;
+  std::optional<std::int64_t> answered_ns;
+  std::optional<std::int64_t> caller_left_ns;
+  std::optional<std::int64_t> first_byte_ns;
+  std::optional<std::int64_t> last_work_end_ns;
+  std::optional<double> cancel_latency_ms;
+  std::int64_t queue_wait_ns = 0;
+
+  outcome result = outcome::internal_error;
+  int status = 0;
+  std::vector<attempt_record> attempts;
+
+  double ms_since_arrival(std::int64_t ns) const {
+    return static_cast<double>(ns - arrival_ns) / 1e6;
+  }
+};
+
+std::vector<std::string> fallback_chain(const router& routes, const std::string& model) {
+  // Depth-first through each model's fallbacks, each model once (config rejects cycles).
+  std::vector<std::string> chain;
+  std::vector<std::string> stack{model};
+  while (!stack.empty()) {
+    auto m = stack.back();
+    stack.pop_back();
+    if (std::find(chain.begin(), chain.end(), m) != chain.end()) continue;
+    chain.push_back(m);
+    const auto& fb = routes.fallbacks_of(m);
+    for (auto it = fb.rbegin(); it != fb.rend(); ++it) stack.push_back(*it);
+  }
+  return chain;
+}
+
+// Upstream response headers worth passing to the caller.
+net::header_list pass_headers(const net::header_list& upstream, const std::string& request_id) {
+  net::header_list out;
+  for (const auto& h : upstream) {
+    if (h.name == "content-type" || h.name == "retry-after" || h.name.rfind("x-ratelimit-", 0) == 0 ||
+        h.name.rfind("openai-", 0) == 0) {
+      out.push_back(h);
+    }
+  }
+  out.push_back({"x-request-id", request_id});
+  return out;
+}
+
+}  // namespace
+
+caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
+                            std::shared_ptr<net::response_channel> channel, request_spec spec) {
+  auto st = std::make_shared<request_state>();
+  st->rt = rt;
+  st->channel = std::move(channel);
+  st->spec = std::move(spec);
+  st->deadline = request_deadline{st->spec.arrival, st->spec.deadline};
+  st->arrival_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       st->spec.arrival.time_since_epoch())
+                       .count();
+  st->chain = fallback_chain(*rt->routes, st->spec.model);
+  rt->stats->requests_in_flight_add(1);
+
+  // ---- ending -------------------------------------------------------------------------------
+
+  auto maybe_quit = [self, st] {
+    if (st->now != phase::answered || !st->live_attempts.empty() || !st->live_connections.empty())
+      return;
+    access_record r;
+    r.request_id = st->spec.request_id;
+    r.model = st->spec.model;
+    r.path = st->spec.path;
+    r.stream = st->spec.stream;
+    r.result = st->result;
+    r.status = st->status;
+    if (st->spec.deadline) r.deadline_ms = static_cast<double>(st->spec.deadline->count());
+    r.queue_wait_ms = static_cast<double>(st->queue_wait_ns) / 1e6;
+    if (st->first_byte_ns) r.ttfb_ms = st->ms_since_arrival(*st->first_byte_ns);
+    r.duration_ms = st->ms_since_arrival(st->answered_ns.value_or(now_ns()));
+    if (st->caller_left_ns) r.caller_left_ms = st->ms_since_arrival(*st->caller_left_ns);
+    if (st->last_work_end_ns) r.work_ended_ms = st->ms_since_arrival(*st->last_work_end_ns);
+    r.cancel_latency_ms = st->cancel_latency_ms;
+    r.attempts = st->attempts;
+    write_access_log(r);
+    st->rt->stats->request_done(st->spec.model, st->result, r.duration_ms / 1000.0);
+    self->quit();
+  };
+
+  // The caller's side is over (answered, or gone): from here on, upstream work is late work.
+  auto mark_answered = [st](outcome o, int status) {
+    st->result = o;
+    st->status = status;
+    st->now = phase::answered;
+    st->answered_ns = now_ns();
+    st->rt->stats->requests_in_flight_add(-1);
+  };
+
+  auto answer_error = [st, mark_answered](outcome o, const std::string& message,
+                                          std::optional<milliseconds> retry_after = std::nullopt) {
+    int status = status_of(o);
+    net::header_list headers{{"content-type", "application/json"},
+                             {"x-request-id", st->spec.request_id}};
+    if (retry_after) {
+      headers.push_back({"retry-after", std::to_string((retry_after->count() + 999) / 1000)});
+    } else if (o == outcome::overloaded) {
+      headers.push_back({"retry-after", "1"});
+    }
+    st->channel->send_full(status, std::move(headers),
+                           error_body(o, message, st->spec.request_id));
+    if (!st->first_byte_ns) st->first_byte_ns = now_ns();
+    mark_answered(o, status);
+  };
+
+  // Mid-stream: cut between whole events, then one error event and the end of the stream.
+  auto interrupt_stream = [st, mark_answered](const std::string& cause) {
+    auto err = error_body(outcome::stream_interrupted, cause, st->spec.request_id);
+    st->channel->send_chunk(net::make_error_event(err));
+    st->channel->end_stream();
+    mark_answered(outcome::stream_interrupted, 200);
+  };
+
+  auto record_attempt_end = [st](outcome o, std::optional<int> status) {
+    if (st->attempts.empty() || st->attempts.back().end_ms) return;
+    auto& a = st->attempts.back();
+    a.result = o;
+    a.status = status;
+    a.end_ms = st->ms_since_arrival(now_ns());
+    st->rt->stats->attempt_done(st->rt->routes->at(st->attempt_deployment).upstream, o);
+  };
+
+  // The current attempt has said its last word: its deployment is free for the router's count,
+  // and a next attempt may start while this one's actor is still on its way out.
+  auto release_attempt = [st] {
+    if (!st->attempt) return;
+    st->rt->routes->attempt_ended(st->attempt_deployment);
+    st->attempt = nullptr;
+  };
+
+  // Stops the in-flight attempt's tree; its connection actor closes the socket and exits.
+  auto cancel_attempt = [self, st, release_attempt] {
+    if (!st->cancel_decided_ns) st->cancel_decided_ns = now_ns();
+    if (st->attempt) self->send_exit(st->attempt, caf::exit_reason::user_shutdown);
+    release_attempt();
+    ++st->backoff_generation;  // a pending backoff timer is void
+  };
+
+  // ---- starting attempts --------------------------------------------------------------------
+
+  auto start_attempt = std::make_shared<std::function<void()>>();
+  *start_attempt = [self, st, rt, answer_error] {
+    auto now = std::chrono::steady_clock::now();
+    if (st->deadline.expired(now)) {
+      answer_error(outcome::deadline_exceeded, "the request deadline passed before an attempt");
+      return;
+    }
+    const auto& model = st->chain[st->chain_pos];
+    auto dep_index = rt->routes->choose(model, st->tried);
+    if (!dep_index) {
+      answer_error(outcome::internal_error, "no deployment for a configured model");
+      return;
+    }
+    const auto& dep = rt->routes->at(*dep_index);
+    const auto& up = rt->cfg.upstreams[dep.upstream];
+    auto settings = rt->cfg.effective_request(model);
+
+    attempt_spec a;
+    a.stream = st->spec.stream;
+    a.timeout = st->deadline.attempt_budget(settings.attempt_timeout, now);
+    a.idle_timeout = settings.stream_idle_timeout;
+    a.max_response_bytes = settings.max_response_bytes;
+    a.connection.upstream = dep.upstream;
+    a.connection.key = st->spec.key;
+    a.connection.priority = st->arrival_ns;
+    auto& req = a.connection.request;
+    req.method = "POST";
+    req.target = up.url.path_prefix + st->spec.path;
+    req.body = rewrite_model(st->spec.body, dep.upstream_model);
+    req.headers.push_back({"content-type", "application/json"});
+    if (st->spec.stream) req.headers.push_back({"accept", "text/event-stream"});
+    if (!up.api_key.empty()) req.headers.push_back({"authorization", "Bearer " + up.api_key});
+    req.headers.push_back({"x-request-id", st->spec.request_id});
+    if (auto left = st->deadline.remaining(now)) {
+      // A chained gateway inherits what is left of this request's budget.
+      req.headers.push_back({"x-request-deadline-ms", std::to_string(left->count())});
+    }
+    if (!st->spec.traceparent.empty()) req.headers.push_back({"traceparent", st->spec.traceparent});
+
+    st->tried.push_back(*dep_index);
+    st->attempt_deployment = *dep_index;
+    rt->routes->attempt_started(*dep_index);
+    st->attempt = self->spawn<caf::linked>(attempt_actor, rt, caf::actor_cast<caf::actor>(self),
+                                           std::move(a));
+    self->monitor(st->attempt);
+    st->live_attempts.insert(st->attempt.address());
+    st->now = phase::attempting;
+    attempt_record rec;
+    rec.upstream = up.name;
+    rec.model = dep.upstream_model;
+    rec.start_ms = st->ms_since_arrival(now_ns());
+    st->attempts.push_back(std::move(rec));
+  };
+
+  // After an attempt failed before committing: ask the policy.
+  auto after_failure = [self, st, rt, answer_error, start_attempt](const attempt_report& report,
+                                                                   const std::string& message) {
+    st->history.record(report);
+    auto settings = rt->cfg.effective_request(st->chain[st->chain_pos]);
+    retry_policy policy{settings.max_retries, settings.retry_backoff};
+    bool has_fallback = st->chain_pos + 1 < st->chain.size();
+    auto d = policy.decide(report, st->model_attempts,
+                           st->deadline.remaining(std::chrono::steady_clock::now()), has_fallback);
+    ++st->model_attempts;
+    using act = retry_decision::action;
+    switch (d.what) {
+      case act::retry:
+        st->now = phase::backing_off;
+        if (d.delay.count() <= 0) {
+          (*start_attempt)();
+        } else {
+          self->delayed_send(self, d.delay, backoff_atom::value, ++st->backoff_generation);
+        }
+        return;
+      case act::fallback:
+        ++st->chain_pos;
+        st->model_attempts = 0;
+        st->tried.clear();
+        (*start_attempt)();
+        return;
+      case act::fail:
+      case act::pass_through: {
+        auto o = d.result;
+        if (o == outcome::upstream_failed) o = st->history.exhausted_outcome();
+        std::string why = o == outcome::upstream_timeout ? "every upstream attempt timed out"
+                          : o == outcome::upstream_rate_limited
+                              ? "the upstream is rate limiting (429)"
+                          : o == outcome::overloaded ? "gateway overloaded: " + message
+                                                     : "upstream failed: " + message;
+        answer_error(o, why, d.retry_after);
+        return;
+      }
+    }
+  };
+
+  // ---- events -------------------------------------------------------------------------------
+
+  // Links carry cancellation down the tree; ends are learnt from monitors (one down_msg each).
+  self->set_exit_handler([](caf::exit_msg&) {});
+
+  self->set_down_handler(
+      [st, after_failure, record_attempt_end, release_attempt, maybe_quit](caf::down_msg& msg) {
+        if (st->live_attempts.erase(msg.source) > 0) {
+          // An attempt that is still current never reported: it crashed. A failed attempt.
+          bool unreported = st->attempt && msg.source == st->attempt.address();
+          release_attempt();
+          if (unreported && st->now == phase::attempting) {
+            record_attempt_end(outcome::internal_error, std::nullopt);
+            attempt_report r;
+            r.end = attempt_end::reset;
+            after_failure(r, "attempt ended unexpectedly");
+          }
+        } else {
+          st->live_connections.erase(msg.source);
+        }
+        maybe_quit();
+      });
+
+  // Before anything: a spent budget reaches no upstream.
+  if (st->spec.deadline && st->spec.deadline->count() == 0) {
+    answer_error(outcome::deadline_exceeded, "the caller's deadline budget is already spent");
+  } else {
+    if (st->spec.deadline) {
+      self->delayed_send(self, *st->deadline.remaining(std::chrono::steady_clock::now()),
+                         deadline_atom::value);
+    }
+    (*start_attempt)();
+  }
+  // Cannot quit from inside the constructor-like init; do it on the first message instead.
+  if (st->now == phase::answered) self->send(self, safety_atom::value);
+
+  return {
+      [self, st](conn_spawned_atom, caf::actor conn) {
+        st->live_connections.insert(conn.address());
+        self->monitor(conn);
+      },
+      [st](queued_atom, std::int64_t wait_ns) { st->queue_wait_ns += wait_ns; },
+      [st, rt, record_attempt_end, after_failure, mark_answered, release_attempt, maybe_quit](
+          att_result_atom, int status, net::header_list& headers, std::string& body) {
+        if (st->now == phase::answered) return;
+        release_attempt();
+        attempt_report report;
+        report.end = attempt_end::response;
+        report.status = status;
+        report.retry_after = parse_retry_after(net::find_header(headers, "retry-after"));
+        bool success = status >= 200 && status < 300;
+        bool rejected = status >= 400 && status < 500 && status != 429;
+        if (success || rejected) {
+          auto o = success ? outcome::ok : outcome::upstream_rejected;
+          record_attempt_end(o, status);
+          st->channel->send_full(status, pass_headers(headers, st->spec.request_id),
+                                 std::move(body));
+          st->first_byte_ns = now_ns();
+          mark_answered(o, status);
+          maybe_quit();
+          return;
+        }
+        record_attempt_end(status == 429 ? outcome::upstream_rate_limited : outcome::upstream_failed,
+                           status);
+        after_failure(report, "status " + std::to_string(status));
+        maybe_quit();
+      },
+      [st, record_attempt_end](att_head_atom, int status, net::header_list& headers) {
+        if (st->now == phase::answered) return;
+        auto out = pass_headers(headers, st->spec.request_id);
+        out.push_back({"cache-control", "no-cache"});
+        st->channel->start_stream(status, std::move(out));
+        st->first_byte_ns = now_ns();
+        st->now = phase::streaming;
+        st->status = status;
+      },
+      [st](att_event_atom, std::string& event) {
+        if (st->now != phase::streaming) return;
+        st->channel->send_chunk(std::move(event));
+      },
+      [st, record_attempt_end, mark_answered, release_attempt, maybe_quit](att_end_atom) {
+        if (st->now != phase::streaming) return;
+        release_attempt();
+        st->channel->end_stream();
+        record_attempt_end(outcome::ok, st->status);
+        mark_answered(outcome::ok, st->status);
+        maybe_quit();
+      },
+      [st, record_attempt_end, after_failure, interrupt_stream, release_attempt, maybe_quit](
+          att_fail_atom, std::int32_t kind, std::string& message, bool committed) {
+        if (st->now == phase::answered) return;
+        release_attempt();
+        auto end = static_cast<attempt_end>(kind);
+        if (committed || st->now == phase::streaming) {
+          record_attempt_end(outcome::stream_interrupted, st->status);
+          interrupt_stream(end == attempt_end::timeout ? "stream interrupted: " + message
+                                                       : "stream interrupted: upstream ended (" +
+                                                             message + ")");
+          maybe_quit();
+          return;
+        }
+        outcome o = end == attempt_end::timeout      ? outcome::upstream_timeout
+                    : end == attempt_end::overloaded ? outcome::overloaded
+                                                     : outcome::upstream_failed;
+        record_attempt_end(o, std::nullopt);
+        attempt_report report;
+        report.end = end;
+        after_failure(report, message);
+        maybe_quit();
+      },
+      [st, start_attempt, maybe_quit](backoff_atom, std::uint64_t generation) {
+        if (generation != st->backoff_generation || st->now != phase::backing_off) return;
+        (*start_attempt)();
+        maybe_quit();
+      },
+      [st, cancel_attempt, answer_error, interrupt_stream, record_attempt_end,
+       maybe_quit](deadline_atom) {
+        if (st->now == phase::answered) return;
+        cancel_attempt();
+        record_attempt_end(outcome::deadline_exceeded, std::nullopt);
+        if (st->now == phase::streaming) {
+          interrupt_stream("stream interrupted: the request deadline passed");
+        } else {
+          answer_error(outcome::deadline_exceeded, "the request deadline passed");
+        }
+        maybe_quit();
+      },
+      [st, cancel_attempt, mark_answered, record_attempt_end, maybe_quit](client_gone_atom) {
+        if (st->now == phase::answered) return;
+        st->caller_left_ns = now_ns();
+        cancel_attempt();
+        record_attempt_end(outcome::client_disconnected, std::nullopt);
+        mark_answered(outcome::client_disconnected, 499);
+        maybe_quit();
+      },
+      [st, cancel_attempt, answer_error, interrupt_stream, record_attempt_end,
+       maybe_quit](drain_cancel_atom) {
+        if (st->now == phase::answered) return;
+        cancel_attempt();
+        record_attempt_end(outcome::shutting_down, std::nullopt);
+        if (st->now == phase::streaming) {
+          interrupt_stream("stream interrupted: the gateway is shutting down");
+        } else {
+          answer_error(outcome::shutting_down, "the gateway is shutting down");
+        }
+        maybe_quit();
+      },
+      [st, rt, maybe_quit](work_ended_atom, std::uint64_t upstream, std::int64_t closed_ns,
+                           bool held_slot) {
+        st->last_work_end_ns = std::max(st->last_work_end_ns.value_or(0), closed_ns);
+        if (held_slot && st->cancel_decided_ns && closed_ns >= *st->cancel_decided_ns) {
+          double latency = static_cast<double>(closed_ns - *st->cancel_decided_ns) / 1e9;
+          rt->stats->cancel_latency(latency);
+          st->cancel_latency_ms = std::max(st->cancel_latency_ms.value_or(0), latency * 1e3);
+        }
+        if (held_slot && st->answered_ns && closed_ns > *st->answered_ns) {
+          rt->stats->late_work(upstream, static_cast<double>(closed_ns - *st->answered_ns) / 1e9);
+        }
+        maybe_quit();
+      },
+      [maybe_quit](safety_atom) { maybe_quit(); },
+  };
+}
+
+}  // namespace tether

@@ -1,0 +1,30 @@
+// One caller's request from arrival to the end of its last upstream socket.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "actors/runtime.hpp"
+#include "net/downstream.hpp"
+
+namespace tether {
+
+struct request_spec {
+  std::string request_id;
+  std::string path;   // "/v1/chat/completions", ...
+  std::string model;  // public name
+  bool stream = false;
+  std::string body;  // as received
+  std::int64_t key = -1;
+  std::optional<std::chrono::milliseconds> deadline;  // effective; nullopt = unbounded
+  std::chrono::steady_clock::time_point arrival;
+  std::string traceparent;
+};
+
+caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
+                            std::shared_ptr<net::response_channel> channel, request_spec spec);
+
+}  // namespace tether

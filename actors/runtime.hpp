@@ -1,0 +1,28 @@
+// What every actor of the gateway shares, built once at start and read-only afterwards
+// (the router's counters and the metrics are internally synchronised).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "actors/metrics.hpp"
+#include "actors/policy/router.hpp"
+#include "config/config.hpp"
+#include "net/upstream.hpp"
+
+namespace tether {
+
+struct gateway_runtime {
+  config::gateway_config cfg;
+  std::unique_ptr<router> routes;
+  std::unique_ptr<metrics> stats;
+  std::vector<std::unique_ptr<net::upstream_client>> upstreams;  // by upstream index
+  caf::actor budget;
+  caf::actor supervisor;
+};
+
+using runtime_ptr = std::shared_ptr<gateway_runtime>;
+
+}  // namespace tether

@@ -1,0 +1,139 @@
+#include "bench/mock/openai_bodies.hpp"
+
+#include <chrono>
+
+#include <boost/json.hpp>
+
+namespace tether::mock {
+namespace {
+
+namespace json = boost::json;
+
+constexpr std::size_t embedding_dimensions = 8;
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string id_for(const completion_context& ctx) {
+  const char* prefix = ctx.api == api_kind::chat ? "chatcmpl-mock-" : "cmpl-mock-";
+  return prefix + std::to_string(ctx.request_id);
+}
+
+std::string full_text(const completion_context& ctx) {
+  return "This is mock response #" + std::to_string(ctx.request_id) + ".";
+}
+
+std::string piece_text(const completion_context& ctx, std::uint32_t index, std::uint32_t count) {
+  return "#" + std::to_string(ctx.request_id) + " piece " + std::to_string(index + 1) + "/" +
+         std::to_string(count) + " ";
+}
+
+std::int64_t prompt_tokens(const completion_context& ctx) {
+  return static_cast<std::int64_t>(ctx.prompt_bytes / 4 + 1);
+}
+
+json::object usage(std::int64_t prompt, std::int64_t completion) {
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion}};
+}
+
+json::object envelope(const completion_context& ctx, std::string_view object) {
+  return {{"id", id_for(ctx)},
+          {"object", object},
+          {"created", unix_seconds()},
+          {"model", ctx.model},
+          {"system_fingerprint", "fp_tether_mock"}};
+}
+
+}  // namespace
+
+std::string error_body(std::string_view message, std::string_view type, std::string_view code) {
+  json::object error{{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}};
+  return json::serialize(json::object{{"error", std::move(error)}});
+}
+
+std::string completion_body(const completion_context& ctx) {
+  auto text = full_text(ctx);
+  json::object choice;
+  choice["index"] = 0;
+  if (ctx.api == api_kind::chat) {
+    choice["message"] =
+        json::object{{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = "stop";
+  auto body = envelope(ctx, ctx.api == api_kind::chat ? "chat.completion" : "text_completion");
+  body["choices"] = json::array{std::move(choice)};
+  body["usage"] = usage(prompt_tokens(ctx), 5);
+  return json::serialize(body);
+}
+
+std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index,
+                              std::uint32_t count) {
+  const bool last = index + 1 == count;
+  auto text = piece_text(ctx, index, count);
+  json::object choice;
+  choice["index"] = 0;
+  if (ctx.api == api_kind::chat) {
+    json::object delta;
+    if (index == 0) delta["role"] = "assistant";
+    delta["content"] = text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = last ? json::value("stop") : json::value(nullptr);
+  auto body =
+      envelope(ctx, ctx.api == api_kind::chat ? "chat.completion.chunk" : "text_completion");
+  body["choices"] = json::array{std::move(choice)};
+  return json::serialize(body);
+}
+
+std::string embeddings_body(const completion_context& ctx, std::size_t inputs) {
+  json::array data;
+  data.reserve(inputs);
+  for (std::size_t i = 0; i < inputs; ++i) {
+    json::array vector;
+    vector.reserve(embedding_dimensions);
+    // Deterministic and distinct per input, which is all a test can want from a mock vector.
+    for (std::size_t d = 0; d < embedding_dimensions; ++d) {
+      vector.emplace_back(static_cast<double>((i + 1) * (d + 1) % 17) / 16.0 - 0.5);
+    }
+    data.push_back(
+        json::object{{"object", "embedding"}, {"index", i}, {"embedding", std::move(vector)}});
+  }
+  auto tokens = prompt_tokens(ctx);
+  return json::serialize(
+      json::object{{"object", "list"},
+                   {"data", std::move(data)},
+                   {"model", ctx.model},
+                   {"usage", json::object{{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
+}
+
+std::size_t embedding_input_count(const json::value& input) {
+  const auto* array = input.if_array();
+  if (array == nullptr) return 1;
+  if (array->empty()) return 0;
+  // A flat array of token ids is one input; an array of strings or of token arrays is many.
+  if (array->front().is_number()) return 1;
+  return array->size();
+}
+
+std::string models_body() {
+  json::array data;
+  for (const char* id : {"mock", "mock-delay-100", "mock-stream-5x50", "mock-fail-503",
+                         "mock-ratelimit-1", "mock-hang", "mock-flaky-50"}) {
+    data.push_back(
+        json::object{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "tether-mock"}});
+  }
+  return json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}});
+}
+
+}  // namespace tether::mock

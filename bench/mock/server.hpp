@@ -1,0 +1,20 @@
+// The mock's listener and process lifetime: accept (plain or TLS) until SIGTERM/SIGINT.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tether::mock {
+
+struct server_options {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  std::optional<std::string> tls_cert;  // PEM chain; with tls_key, the port serves HTTPS only
+  std::optional<std::string> tls_key;
+};
+
+// Prints "tether-mock listening on HOST:PORT[ (tls)]" once listening; returns the exit code.
+int run_server(const server_options& options);
+
+}  // namespace tether::mock

@@ -1,0 +1,520 @@
+// A connection's life:
+//
+//   read loop (always pending, except while > buffered_limit of pipelined bytes wait)
+//        │ bytes
+//        ▼
+//   idle ──request parsed──▶ working ──last byte written──▶ idle (keep-alive) / closed
+//                              │
+//                              └─ read sees EOF/RST ─▶ closed_by_client recorded, timer
+//                                                      cancelled, socket closed
+//
+// Responses are formatted by hand (status line, headers, chunk framing): the mock must control
+// exactly when each SSE event leaves, one event per chunk, one write per event.
+#include "bench/mock/session.hpp"
+
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/json.hpp>
+
+#include "bench/mock/behaviour.hpp"
+#include "bench/mock/openai_bodies.hpp"
+#include "bench/mock/stats.hpp"
+
+namespace tether::mock {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+using steady = std::chrono::steady_clock;
+
+using tls_stream = asio::ssl::stream<tcp::socket>;
+
+constexpr std::uint64_t max_body_bytes = 64ULL * 1024 * 1024;
+constexpr std::uint32_t max_header_bytes = 64 * 1024;
+constexpr std::size_t read_chunk_bytes = 64 * 1024;
+// Pipelined bytes buffered while a request is worked on; beyond this the read pauses (and with
+// it close detection, which only a misbehaving client can cause).
+constexpr std::size_t buffered_limit = 1024 * 1024;
+
+tcp::socket& socket_of(tcp::socket& s) {
+  return s;
+}
+tcp::socket& socket_of(tls_stream& s) {
+  return s.next_layer();
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+std::string chunk_frame(std::string_view payload) {
+  char size[16];
+  auto [end, ec] = std::to_chars(size, size + sizeof size, payload.size(), 16);
+  (void)ec;
+  std::string out(size, end);
+  out.append("\r\n").append(payload).append("\r\n");
+  return out;
+}
+
+std::string sse_event(std::string_view data) {
+  std::string event("data: ");
+  event.append(data).append("\n\n");
+  return chunk_frame(event);
+}
+
+const std::string& done_and_last_chunk() {
+  static const std::string bytes = sse_event("[DONE]") + "0\r\n\r\n";
+  return bytes;
+}
+
+std::optional<std::uint64_t> query_number(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    auto eq = pair.find('=');
+    if (eq == std::string_view::npos || pair.substr(0, eq) != key) continue;
+    auto value = pair.substr(eq + 1);
+    std::uint64_t n = 0;
+    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec == std::errc{} && ptr == value.data() + value.size()) return n;
+  }
+  return std::nullopt;
+}
+
+struct outgoing {
+  std::string bytes;
+  bool is_chunk = false;  // an SSE data event of the simulated work (counted in chunks_sent)
+  bool last = false;      // the response's final write
+};
+
+struct head_fields {
+  unsigned status = 200;
+  std::string_view content_type = "application/json";
+  std::optional<std::size_t> content_length;  // nullopt: chunked
+  std::vector<std::pair<std::string, std::string>> extra;
+};
+
+template <class Stream>
+class session : public std::enable_shared_from_this<session<Stream>> {
+ public:
+  session(Stream stream, stats_registry& stats)
+      : stream_(std::move(stream)),
+        stats_(stats),
+        timer_(socket_of(stream_).get_executor()),
+        ticket_(stats.connection_opened()) {
+    new_parser();
+  }
+
+  ~session() { stats_.connection_closed(ticket_); }
+
+  void start() {
+    if constexpr (std::is_same_v<Stream, tls_stream>) {
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = this->shared_from_this()](error_code ec) {
+                                if (ec) return self->close();
+                                self->do_read();
+                              });
+    } else {
+      do_read();
+    }
+  }
+
+ private:
+  // ---- reading ---------------------------------------------------------------------------
+
+  void new_parser() {
+    parser_.emplace();
+    parser_->header_limit(max_header_bytes);
+    parser_->body_limit(max_body_bytes);
+    parser_->eager(true);
+    continue_sent_ = false;
+  }
+
+  void do_read() {
+    if (reading_ || closed_) return;
+    if (working_ && buffer_.size() >= buffered_limit) return;
+    reading_ = true;
+    stream_.async_read_some(
+        buffer_.prepare(read_chunk_bytes),
+        [self = this->shared_from_this()](error_code ec, std::size_t n) { self->on_read(ec, n); });
+  }
+
+  void on_read(error_code ec, std::size_t n) {
+    reading_ = false;
+    if (closed_) return;
+    if (ec) return client_gone();
+    buffer_.commit(n);
+    if (!working_) parse_buffered();
+    do_read();
+  }
+
+  void parse_buffered() {
+    while (!working_ && !closed_ && buffer_.size() > 0) {
+      error_code ec;
+      auto used = parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == http::error::need_more) {
+        maybe_send_continue();
+        return;
+      }
+      if (ec) return refuse(ec);
+      if (parser_->is_done()) {
+        auto request = parser_->release();
+        new_parser();
+        handle(std::move(request));
+      } else if (used == 0) {
+        return;
+      }
+    }
+  }
+
+  // curl and some SDKs wait for "100 Continue" before sending a large body.
+  void maybe_send_continue() {
+    if (continue_sent_ || !parser_->is_header_done()) return;
+    auto& head = parser_->get();
+    auto expect = head[http::field::expect];
+    if (lower(expect) != "100-continue") return;
+    continue_sent_ = true;
+    enqueue({"HTTP/1.1 100 Continue\r\n\r\n", false, false});
+  }
+
+  // The request cannot be parsed: answer once, then close (the stream position is lost).
+  void refuse(error_code ec) {
+    unsigned status = 400;
+    if (ec == http::error::body_limit) status = 413;
+    if (ec == http::error::header_limit) status = 431;
+    working_ = true;
+    keep_alive_ = false;
+    send_whole(status, error_body("mock could not parse the request", "invalid_request_error",
+                                  "bad_request"));
+  }
+
+  void client_gone() {
+    if (working_ && record_) {
+      std::optional<double> owed;
+      if (planned_end_) {
+        auto left = std::chrono::duration<double, std::milli>(*planned_end_ - steady::now());
+        owed = std::max(0.0, left.count());
+      }
+      record_->chunks_sent = chunks_sent_;
+      stats_.request_closed_by_client(*record_, owed);
+    }
+    close();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    timer_.cancel();
+    error_code ec;
+    socket_of(stream_).shutdown(tcp::socket::shutdown_both, ec);
+    socket_of(stream_).close(ec);
+    stats_.connection_closed(ticket_);
+  }
+
+  // ---- routing ---------------------------------------------------------------------------
+
+  void handle(http::request<http::string_body> request) {
+    working_ = true;
+    ++requests_on_connection_;
+    keep_alive_ = request.keep_alive();
+    planned_end_ = steady::now();
+    chunks_sent_ = 0;
+    streaming_ = false;
+
+    std::string_view target = request.target();
+    auto q = target.find('?');
+    auto path = std::string(target.substr(0, q));
+    auto query = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+    const auto method = request.method();
+
+    if (path == "/_stats" || path == "/_reset") {
+      if (requests_on_connection_ == 1) stats_.connection_is_control(ticket_);
+      if (path == "/_stats" && method == http::verb::get) {
+        return send_whole(200, stats_.to_json(query_number(query, "since")));
+      }
+      if (path == "/_reset" && method == http::verb::post) {
+        stats_.reset();
+        return send_whole(200, R"({"ok":true})");
+      }
+      return send_whole(
+          405, error_body("method not allowed", "invalid_request_error", "method_not_allowed"));
+    }
+    if (path.rfind("/v1/", 0) != 0) {
+      return send_whole(404, error_body("no such path", "invalid_request_error", "unknown_url"));
+    }
+
+    std::vector<std::pair<std::string, std::string>> headers;
+    for (const auto& field : request.base()) {
+      headers.emplace_back(lower(field.name_string()), std::string(field.value()));
+    }
+    record_ = stats_.request_started(ticket_, path, "", false, std::move(headers));
+    ctx_ = completion_context{};
+    ctx_.request_id = record_->id;
+
+    if (path == "/v1/models" && method == http::verb::get) return send_whole(200, models_body());
+    if (method != http::verb::post) {
+      return send_whole(404, error_body("no such path", "invalid_request_error", "unknown_url"));
+    }
+    if (path == "/v1/chat/completions") {
+      ctx_.api = api_kind::chat;
+    } else if (path == "/v1/completions") {
+      ctx_.api = api_kind::completion;
+    } else if (path == "/v1/embeddings") {
+      ctx_.api = api_kind::embedding;
+    } else {
+      return send_whole(404, error_body("no such path", "invalid_request_error", "unknown_url"));
+    }
+    handle_model_request(request.body());
+  }
+
+  void handle_model_request(const std::string& body) {
+    error_code ec;
+    auto parsed = json::parse(body, ec);
+    const auto* object = ec ? nullptr : parsed.if_object();
+    if (object == nullptr) {
+      return send_whole(400, error_body("request body is not a JSON object",
+                                        "invalid_request_error", "invalid_json"));
+    }
+    const auto* model = object->if_contains("model");
+    if (model == nullptr || !model->is_string()) {
+      return send_whole(400, error_body("missing model", "invalid_request_error", "missing_model"));
+    }
+    model_ = std::string(model->as_string());
+    const auto* stream = object->if_contains("stream");
+    streaming_ = ctx_.api != api_kind::embedding && stream != nullptr && stream->is_bool() &&
+                 stream->as_bool();
+    stats_.set_model(*record_, model_, streaming_);
+    ctx_.model = model_;
+    ctx_.prompt_bytes = body.size();
+    embedding_inputs_ = 1;
+    if (const auto* input = object->if_contains("input")) {
+      embedding_inputs_ = embedding_input_count(*input);
+    }
+
+    auto b = parse_behaviour(model_);
+    if (!b) {
+      return send_whole(404, error_body("The model `" + model_ + "` does not exist",
+                                        "invalid_request_error", "model_not_found"));
+    }
+    switch (b->kind) {
+      case behaviour_kind::immediate:
+        return answer();
+      case behaviour_kind::delay:
+        return answer_after(b->delay);
+      case behaviour_kind::stream:
+        if (streaming_) return start_stream(b->chunks, b->delay);
+        return answer_after(b->delay * b->chunks);
+      case behaviour_kind::fail:
+        return send_whole(b->status, error_body("mock failure", "mock_error",
+                                                "mock_fail_" + std::to_string(b->status)));
+      case behaviour_kind::rate_limit:
+        return send_whole(429,
+                          error_body("mock rate limit", "rate_limit_error", "rate_limit_exceeded"),
+                          {{"retry-after", std::to_string(b->retry_after_seconds)}});
+      case behaviour_kind::hang:
+        planned_end_.reset();  // unbounded: work_owed_ms is null
+        return;
+      case behaviour_kind::flaky:
+        if (flaky_request_fails(stats_.next_flaky_index(model_), b->percent)) {
+          return send_whole(503, error_body("mock flaky failure", "mock_error", "mock_flaky_503"));
+        }
+        return answer();
+    }
+  }
+
+  // ---- answers ---------------------------------------------------------------------------
+
+  void answer_after(std::chrono::milliseconds delay) {
+    planned_end_ = steady::now() + delay;
+    timer_.expires_at(*planned_end_);
+    timer_.async_wait([self = this->shared_from_this()](error_code ec) {
+      if (ec || self->closed_) return;
+      self->answer();
+    });
+  }
+
+  // The successful answer of a model request, whole or as a one-event stream.
+  void answer() {
+    if (ctx_.api == api_kind::embedding) {
+      return send_whole(200, embeddings_body(ctx_, embedding_inputs_));
+    }
+    if (!streaming_) return send_whole(200, completion_body(ctx_));
+    send_stream_head();
+    enqueue({sse_event(stream_chunk_body(ctx_, 0, 1)), true, false});
+    enqueue({done_and_last_chunk(), false, true});
+  }
+
+  void start_stream(std::uint32_t chunks, std::chrono::milliseconds interval) {
+    stream_start_ = steady::now();
+    stream_chunks_ = chunks;
+    stream_interval_ = interval;
+    planned_end_ = stream_start_ + interval * chunks;
+    send_stream_head();
+    schedule_tick(0);
+  }
+
+  // Event k is due at start + (k+1)·interval, on an absolute schedule so write time never drifts
+  // it.
+  void schedule_tick(std::uint32_t k) {
+    timer_.expires_at(stream_start_ + stream_interval_ * (k + 1));
+    timer_.async_wait([self = this->shared_from_this(), k](error_code ec) {
+      if (ec || self->closed_) return;
+      self->enqueue(
+          {sse_event(stream_chunk_body(self->ctx_, k, self->stream_chunks_)), true, false});
+      if (k + 1 == self->stream_chunks_) {
+        self->enqueue({done_and_last_chunk(), false, true});
+      } else {
+        self->schedule_tick(k + 1);
+      }
+    });
+  }
+
+  void send_stream_head() {
+    head_fields head;
+    head.content_type = "text/event-stream";
+    head.extra.emplace_back("cache-control", "no-cache");
+    enqueue({format_head(head), false, false});
+  }
+
+  void send_whole(unsigned status, std::string body,
+                  std::vector<std::pair<std::string, std::string>> extra = {}) {
+    head_fields head;
+    head.status = status;
+    head.content_length = body.size();
+    head.extra = std::move(extra);
+    auto bytes = format_head(head);
+    bytes.append(body);
+    enqueue({std::move(bytes), false, true});
+  }
+
+  std::string format_head(const head_fields& head) {
+    if (record_) record_->status = head.status;
+    std::string out = "HTTP/1.1 " + std::to_string(head.status) + " ";
+    out.append(http::obsolete_reason(http::int_to_status(head.status)));
+    out.append("\r\nserver: tether-mock\r\ncontent-type: ").append(head.content_type);
+    if (head.content_length) {
+      out.append("\r\ncontent-length: ").append(std::to_string(*head.content_length));
+    } else {
+      out.append("\r\ntransfer-encoding: chunked");
+    }
+    if (record_) out.append("\r\nx-mock-request-id: ").append(std::to_string(record_->id));
+    for (const auto& [name, value] : head.extra) out.append("\r\n" + name + ": " + value);
+    if (!keep_alive_) out.append("\r\nconnection: close");
+    out.append("\r\n\r\n");
+    return out;
+  }
+
+  // ---- writing ---------------------------------------------------------------------------
+
+  void enqueue(outgoing item) {
+    outbox_.push_back(std::move(item));
+    if (!writing_) do_write();
+  }
+
+  void do_write() {
+    if (closed_ || outbox_.empty()) return;
+    writing_ = true;
+    asio::async_write(
+        stream_, asio::buffer(outbox_.front().bytes),
+        [self = this->shared_from_this()](error_code ec, std::size_t) { self->on_write(ec); });
+  }
+
+  void on_write(error_code ec) {
+    writing_ = false;
+    if (closed_) return;
+    if (ec) return client_gone();
+    auto item = std::move(outbox_.front());
+    outbox_.pop_front();
+    if (item.is_chunk) {
+      ++chunks_sent_;
+      if (record_) record_->chunks_sent = chunks_sent_;
+    }
+    if (item.last) return finish_response();
+    do_write();
+  }
+
+  void finish_response() {
+    if (record_) {
+      record_->chunks_sent = chunks_sent_;
+      stats_.request_completed(*record_);
+    }
+    record_.reset();
+    working_ = false;
+    if (!keep_alive_) {
+      error_code ignored;
+      socket_of(stream_).shutdown(tcp::socket::shutdown_send, ignored);
+      return close();
+    }
+    parse_buffered();
+    do_read();
+  }
+
+  Stream stream_;
+  stats_registry& stats_;
+  asio::steady_timer timer_;
+  connection_ticket ticket_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::deque<outgoing> outbox_;
+  bool reading_ = false;
+  bool writing_ = false;
+  bool working_ = false;
+  bool closed_ = false;
+  bool keep_alive_ = true;
+  bool continue_sent_ = false;
+  std::uint64_t requests_on_connection_ = 0;
+
+  // The request being worked on.
+  std::shared_ptr<request_record> record_;
+  completion_context ctx_;
+  std::string model_;
+  bool streaming_ = false;
+  std::size_t embedding_inputs_ = 1;
+  std::optional<steady::time_point> planned_end_;  // nullopt: never (mock-hang)
+  steady::time_point stream_start_;
+  std::uint32_t stream_chunks_ = 0;
+  std::chrono::milliseconds stream_interval_{0};
+  std::uint32_t chunks_sent_ = 0;
+};
+
+}  // namespace
+
+void start_plain_session(tcp::socket socket, stats_registry& stats) {
+  error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  std::make_shared<session<tcp::socket>>(std::move(socket), stats)->start();
+}
+
+void start_tls_session(tcp::socket socket, asio::ssl::context& tls, stats_registry& stats) {
+  error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  std::make_shared<session<tls_stream>>(tls_stream(std::move(socket), tls), stats)->start();
+}
+
+}  // namespace tether::mock

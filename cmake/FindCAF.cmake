@@ -1,0 +1,34 @@
+# Debian's libcaf-dev (CAF 0.17) ships neither a CMake config nor a pkg-config file.
+# This module finds the headers and libraries and defines the imported targets newer
+# CAF releases export (CAF::core, CAF::io), so the rest of the build reads the same.
+find_path(CAF_INCLUDE_DIR NAMES caf/all.hpp)
+find_library(CAF_CORE_LIBRARY NAMES caf_core)
+find_library(CAF_IO_LIBRARY NAMES caf_io)
+
+if(CAF_INCLUDE_DIR AND EXISTS "${CAF_INCLUDE_DIR}/caf/config.hpp")
+  file(STRINGS "${CAF_INCLUDE_DIR}/caf/config.hpp" _caf_version_line
+       REGEX "^#define CAF_VERSION [0-9]+")
+  string(REGEX REPLACE "^#define CAF_VERSION ([0-9]+).*" "\\1" _caf_v "${_caf_version_line}")
+  math(EXPR _caf_major "${_caf_v} / 10000")
+  math(EXPR _caf_minor "(${_caf_v} / 100) % 100")
+  math(EXPR _caf_patch "${_caf_v} % 100")
+  set(CAF_VERSION "${_caf_major}.${_caf_minor}.${_caf_patch}")
+endif()
+
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(CAF
+  REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+  VERSION_VAR CAF_VERSION)
+
+if(CAF_FOUND AND NOT TARGET CAF::core)
+  add_library(CAF::core SHARED IMPORTED)
+  set_target_properties(CAF::core PROPERTIES
+    IMPORTED_LOCATION "${CAF_CORE_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}")
+  find_package(Threads REQUIRED)
+  set_property(TARGET CAF::core APPEND PROPERTY INTERFACE_LINK_LIBRARIES Threads::Threads)
+  add_library(CAF::io SHARED IMPORTED)
+  set_target_properties(CAF::io PROPERTIES
+    IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
+    INTERFACE_LINK_LIBRARIES CAF::core)
+endif()

@@ -1,0 +1,30 @@
+#include "config/config.hpp"
+
+namespace tether::config {
+
+const upstream_config* gateway_config::find_upstream(const std::string& name) const {
+  for (const auto& u : upstreams) {
+    if (u.name == name) return &u;
+  }
+  return nullptr;
+}
+
+// The loader rejects deployments of one name that disagree on overrides, so the first one
+// speaks for all of them.
+request_config gateway_config::effective_request(const std::string& model_name) const {
+  request_config r = request;
+  for (const auto& m : models) {
+    if (m.name != model_name) continue;
+    const auto& o = m.overrides;
+    if (o.deadline) r.deadline = *o.deadline;
+    if (o.attempt_timeout) r.attempt_timeout = *o.attempt_timeout;
+    if (o.stream_idle_timeout) r.stream_idle_timeout = *o.stream_idle_timeout;
+    if (o.max_retries) r.max_retries = *o.max_retries;
+    if (o.retry_backoff) r.retry_backoff = *o.retry_backoff;
+    if (o.max_response_bytes) r.max_response_bytes = *o.max_response_bytes;
+    break;
+  }
+  return r;
+}
+
+}  // namespace tether::config

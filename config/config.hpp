@@ -1,0 +1,115 @@
+// The effective gateway configuration: plain values, no toml++ types (config/ alone includes it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tether::config {
+
+using millis = std::chrono::milliseconds;
+
+struct server_config {
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 8080;
+  std::uint64_t max_request_bytes = 4194304;
+  std::uint64_t max_header_bytes = 16384;
+  std::uint32_t max_header_fields = 100;
+  std::uint32_t max_json_depth = 128;
+  std::uint32_t max_connections = 10000;
+  millis header_timeout{10000};
+  millis keepalive_timeout{60000};
+  millis drain_timeout{30000};
+};
+
+// The [request] keys; also the shape of a model's overrides (every field optional there).
+struct request_config {
+  millis deadline{300000};  // 0 = off
+  millis attempt_timeout{120000};
+  millis stream_idle_timeout{60000};
+  std::uint32_t max_retries = 2;
+  millis retry_backoff{100};
+  std::uint64_t max_response_bytes = 33554432;
+};
+
+struct request_overrides {
+  std::optional<millis> deadline;
+  std::optional<millis> attempt_timeout;
+  std::optional<millis> stream_idle_timeout;
+  std::optional<std::uint32_t> max_retries;
+  std::optional<millis> retry_backoff;
+  std::optional<std::uint64_t> max_response_bytes;
+};
+
+struct budget_config {
+  std::uint32_t max_in_flight = 512;
+  std::uint32_t queue_max = 2048;
+  millis queue_timeout{0};  // 0 = until the deadline
+};
+
+// A parsed base_url: scheme, host, port, optional path prefix (no trailing slash, no /v1).
+struct upstream_url {
+  bool tls = false;
+  std::string host;
+  std::uint16_t port = 80;
+  std::string path_prefix;  // "" or "/something"
+};
+
+struct upstream_config {
+  std::string name;
+  std::string base_url;  // as written, for display
+  upstream_url url;
+  std::string api_key_env;  // name of the env variable, may be empty
+  std::string api_key;      // resolved at load; never printed
+  std::uint32_t max_in_flight = 64;
+  millis connect_timeout{2000};
+};
+
+// One [[models]] entry: a deployment of a public model name on one upstream.
+struct model_config {
+  std::string name;
+  std::string upstream;
+  std::string upstream_model;  // defaults to name
+  std::vector<std::string> fallbacks;
+  request_overrides overrides;
+};
+
+struct key_config {
+  std::string name;
+  std::string sha256_hex;          // lower-case hex digest of the bearer token
+  std::vector<std::string> models;  // "*" = all
+  std::uint32_t max_in_flight = 0;  // 0 = no per-key cap
+};
+
+struct telemetry_config {
+  std::string log_format = "json";  // json | text
+  std::string log_level = "info";
+  std::string otlp_endpoint;
+  std::string service_name = "tether";
+};
+
+struct cluster_config {
+  std::string budget_listen;  // host:port, empty = not hosting
+  std::string budget_host;    // host:port, empty = not a member
+};
+
+struct gateway_config {
+  std::string source_file;
+  server_config server;
+  request_config request;
+  budget_config budget;
+  std::vector<upstream_config> upstreams;
+  std::vector<model_config> models;
+  std::vector<key_config> keys;
+  telemetry_config telemetry;
+  cluster_config cluster;
+
+  const upstream_config* find_upstream(const std::string& name) const;
+  // The [request] settings with a model's overrides applied (first deployment of that name).
+  request_config effective_request(const std::string& model_name) const;
+};
+
+}  // namespace tether::config

@@ -1,0 +1,668 @@
+#include "net/downstream_session.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/bind_handler.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/status.hpp>
+
+#include "net/server_context.hpp"
+
+namespace tether::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+// Bytes of pipelined requests held while a response is pending; beyond it the session stops
+// reading (and so stops noticing a disconnect) until the response is done.
+constexpr std::size_t pipeline_cap = 64 * 1024;
+constexpr std::size_t read_chunk = 8 * 1024;
+// After the last response on a connection, unread request bytes would make close() send a
+// reset that can destroy the response before the client reads it (a refused body, say):
+// half-close, discard what still comes for a moment, then close.
+constexpr std::chrono::milliseconds linger_timeout{1000};
+
+const std::string continue_response = "HTTP/1.1 100 Continue\r\n\r\n";
+const std::string timeout_response =
+    "HTTP/1.1 408 Request Timeout\r\nServer: tether\r\nContent-Length: 0\r\n"
+    "Connection: close\r\n\r\n";
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+bool is_token_char(unsigned char c) {
+  return std::isalnum(c) ||
+         std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+}
+
+// A header the handler passes must not be able to split the response (CR/LF injection).
+bool valid_header(const http_header& header) {
+  return !header.name.empty() && std::all_of(header.name.begin(), header.name.end(), [](char c) {
+    return is_token_char(static_cast<unsigned char>(c));
+  }) && header.value.find_first_of(std::string_view("\r\n\0", 3)) == std::string::npos;
+}
+
+std::string http_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[64];
+  const auto n = std::strftime(text, sizeof text, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return std::string(text, n);
+}
+
+bool has_no_body(int status) {
+  return status == 204 || status == 304;
+}
+
+// The session owns the framing (Content-Length, Transfer-Encoding, Connection): the handler's
+// copies of those are dropped.
+std::string serialize_head(int status, const header_list& headers, std::string_view framing,
+                           bool keep_alive) {
+  std::string head = "HTTP/1.1 " + std::to_string(status);
+  if (const auto known = http::int_to_status(static_cast<unsigned>(status));
+      known != http::status::unknown) {
+    head += ' ';
+    head += http::obsolete_reason(known);
+  }
+  head += "\r\n";
+  bool has_server = false;
+  bool has_date = false;
+  for (const auto& header : headers) {
+    if (!valid_header(header)) continue;
+    const auto name = lower(header.name);
+    if (name == "content-length" || name == "transfer-encoding" || name == "connection") continue;
+    has_server = has_server || name == "server";
+    has_date = has_date || name == "date";
+    head += header.name;
+    head += ": ";
+    head += header.value;
+    head += "\r\n";
+  }
+  if (!has_server) head += "Server: tether\r\n";
+  if (!has_date) head += "Date: " + http_date() + "\r\n";
+  head += framing;
+  if (!keep_alive) head += "Connection: close\r\n";
+  head += "\r\n";
+  return head;
+}
+
+std::string chunk(std::string_view data) {
+  char size[24];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  std::string out;
+  out.reserve(static_cast<std::size_t>(n) + data.size() + 2);
+  out.append(size, static_cast<std::size_t>(n));
+  out.append(data);
+  out.append("\r\n");
+  return out;
+}
+
+int sane_status(int status) {
+  return status >= 200 && status <= 999 ? status : 500;
+}
+
+// The handler's end of one exchange. It keeps the session alive while the handler holds it; if
+// the handler lets go of it before completing the response, the connection is aborted rather
+// than left waiting forever.
+class session_channel final : public response_channel {
+ public:
+  session_channel(std::shared_ptr<downstream_session> session, std::uint64_t exchange)
+      : session_(std::move(session)), exchange_(exchange) {}
+  ~session_channel() override { session_->post_abort(exchange_); }
+  session_channel(const session_channel&) = delete;
+  session_channel& operator=(const session_channel&) = delete;
+
+  void send_full(int status, header_list headers, std::string body) override {
+    session_->post_send_full(exchange_, status, std::move(headers), std::move(body));
+  }
+  void start_stream(int status, header_list headers) override {
+    session_->post_start_stream(exchange_, status, std::move(headers));
+  }
+  void send_chunk(std::string data) override {
+    session_->post_send_chunk(exchange_, std::move(data));
+  }
+  void end_stream() override { session_->post_end_stream(exchange_); }
+  void abort() override { session_->post_abort(exchange_); }
+
+ private:
+  std::shared_ptr<downstream_session> session_;
+  std::uint64_t exchange_;
+};
+
+}  // namespace
+
+downstream_session::downstream_session(tcp::socket socket, std::shared_ptr<server_context> context)
+    : strand_(socket.get_executor()),
+      stream_(std::move(socket)),
+      context_(std::move(context)),
+      timer_(strand_) {
+  // Chunks are SSE events: each must leave at once, not wait for the previous one's ACK.
+  beast::error_code ec;
+  stream_.socket().set_option(tcp::no_delay(true), ec);
+}
+
+downstream_session::~downstream_session() {
+  if (registered_) context_->sessions.remove(this);
+}
+
+void downstream_session::start() {
+  registered_ = true;
+  asio::dispatch(strand_, [self = shared_from_this()] {
+    self->connected_ = steady::now();
+    self->connected_wall_ = std::chrono::system_clock::now();
+    self->do_wait_request();
+  });
+}
+
+void downstream_session::close_if_idle() {
+  asio::post(strand_, [self = shared_from_this()] {
+    if (self->phase_ == phase::waiting) self->do_close();
+  });
+}
+
+void downstream_session::close_now() {
+  asio::post(strand_, [self = shared_from_this()] { self->do_close(); });
+}
+
+// --- reading a request -------------------------------------------------------------------------
+
+void downstream_session::do_wait_request() {
+  if (phase_ == phase::closed) return;
+  if (context_->draining) {
+    do_close();
+    return;
+  }
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(std::min<std::uint64_t>(
+      context_->limits.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+  parser_->body_limit(context_->limits.max_request_bytes);
+  timed_out_ = false;
+
+  if (buffer_.size() > 0) {  // a pipelined request is already here
+    fresh_ = false;
+    arrival_ = steady::now();
+    arrival_wall_ = std::chrono::system_clock::now();
+    do_read_header();
+    return;
+  }
+  // Waiting for the first byte: the idle timeout (the header timeout on a fresh connection),
+  // enforced by the stream, which closes silently.
+  phase_ = phase::waiting;
+  if (fresh_) {
+    stream_.expires_at(connected_ + context_->limits.header_timeout);
+  } else {
+    stream_.expires_after(context_->limits.keepalive_timeout);
+  }
+  stream_.async_read_some(
+      buffer_.prepare(read_chunk),
+      beast::bind_front_handler(&downstream_session::on_first_bytes, shared_from_this()));
+}
+
+void downstream_session::on_first_bytes(beast::error_code ec, std::size_t n) {
+  if (phase_ == phase::closed) return;
+  if (ec) {  // idle timeout, EOF, reset, drain: nothing of a request was lost
+    do_close();
+    return;
+  }
+  buffer_.commit(n);
+  if (fresh_) {
+    arrival_ = connected_;
+    arrival_wall_ = connected_wall_;
+  } else {
+    arrival_ = steady::now();
+    arrival_wall_ = std::chrono::system_clock::now();
+  }
+  fresh_ = false;
+  do_read_header();
+}
+
+void downstream_session::do_read_header() {
+  phase_ = phase::reading;
+  // The request deadline is ours, not the stream's: the stream would close the socket on expiry
+  // and leave no way to answer 408.
+  stream_.expires_never();
+  arm_timer(timer_use::request_deadline, arrival_ + context_->limits.header_timeout);
+  http::async_read_header(
+      stream_, buffer_, *parser_,
+      beast::bind_front_handler(&downstream_session::on_read_header, shared_from_this()));
+}
+
+void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
+  if (phase_ == phase::closed) return;
+  if (ec || timed_out_) {
+    on_read_error(ec);
+    return;
+  }
+  const auto& message = parser_->get();
+  const auto fields = static_cast<std::size_t>(std::distance(message.begin(), message.end()));
+  if (fields > context_->limits.max_header_fields) {
+    refuse(protocol_error::headers_too_large,
+           "more than " + std::to_string(context_->limits.max_header_fields) + " header fields");
+    return;
+  }
+  // Beast accepts repeated equal Content-Lengths and a non-chunked Transfer-Encoding next to a
+  // Content-Length; both are request-smuggling material, refused outright.
+  const auto lengths = message.count(http::field::content_length);
+  const auto encodings = message.count(http::field::transfer_encoding);
+  if (lengths > 1) {
+    refuse(protocol_error::malformed, "duplicate Content-Length");
+    return;
+  }
+  if (lengths > 0 && encodings > 0) {
+    refuse(protocol_error::malformed, "both Content-Length and Transfer-Encoding");
+    return;
+  }
+  if (encodings > 0 && !parser_->chunked()) {
+    refuse(protocol_error::malformed, "Transfer-Encoding without final chunked");
+    return;
+  }
+  if (parser_->is_done()) {
+    dispatch_request();
+    return;
+  }
+  if (beast::iequals(message[http::field::expect], "100-continue")) {
+    do_write_continue();
+    return;
+  }
+  do_read_body();
+}
+
+void downstream_session::do_write_continue() {
+  asio::async_write(
+      stream_, asio::buffer(continue_response),
+      beast::bind_front_handler(&downstream_session::on_write_continue, shared_from_this()));
+}
+
+void downstream_session::on_write_continue(beast::error_code ec, std::size_t) {
+  if (phase_ == phase::closed) return;
+  if (timed_out_) {
+    do_write_timeout_response();
+    return;
+  }
+  if (ec) {
+    do_close();
+    return;
+  }
+  do_read_body();
+}
+
+void downstream_session::do_read_body() {
+  http::async_read(
+      stream_, buffer_, *parser_,
+      beast::bind_front_handler(&downstream_session::on_read_body, shared_from_this()));
+}
+
+void downstream_session::on_read_body(beast::error_code ec, std::size_t) {
+  if (phase_ == phase::closed) return;
+  if (ec || timed_out_) {
+    on_read_error(ec);
+    return;
+  }
+  dispatch_request();
+}
+
+void downstream_session::on_read_error(beast::error_code ec) {
+  // Only reached once a byte of the request arrived, so a timeout earns a 408.
+  if (timed_out_ || ec == beast::error::timeout) {
+    do_write_timeout_response();
+    return;
+  }
+  if (ec.category() == http::make_error_code(http::error::end_of_stream).category()) {
+    switch (static_cast<http::error>(ec.value())) {
+      case http::error::end_of_stream:
+      case http::error::partial_message:
+        do_close();  // the client left mid-request
+        return;
+      case http::error::header_limit:
+      case http::error::buffer_overflow:
+        refuse(protocol_error::headers_too_large,
+               "header over " + std::to_string(context_->limits.max_header_bytes) + " bytes");
+        return;
+      case http::error::body_limit:
+        refuse(protocol_error::body_too_large,
+               "body over " + std::to_string(context_->limits.max_request_bytes) + " bytes");
+        return;
+      default:
+        refuse(protocol_error::malformed, ec.message());
+        return;
+    }
+  }
+  do_close();  // reset, aborted: nobody to answer
+}
+
+void downstream_session::do_write_timeout_response() {
+  disarm_timer();
+  phase_ = phase::lingering;
+  asio::async_write(stream_, asio::buffer(timeout_response),
+                    beast::bind_front_handler(&downstream_session::on_write_timeout_response,
+                                              shared_from_this()));
+}
+
+void downstream_session::on_write_timeout_response(beast::error_code, std::size_t) {
+  do_close();
+}
+
+incoming_request downstream_session::make_request(bool with_body) {
+  auto& message = parser_->get();
+  incoming_request request;
+  request.method = std::string(message.method_string());
+  request.target = std::string(message.target());
+  request.headers.reserve(static_cast<std::size_t>(std::distance(message.begin(), message.end())));
+  for (const auto& field : message) {
+    request.headers.push_back({lower(field.name_string()), std::string(field.value())});
+  }
+  if (with_body) request.body = std::move(message.body());
+  request.arrival = arrival_;
+  request.arrival_wall = arrival_wall_;
+  return request;
+}
+
+void downstream_session::dispatch_request() {
+  const auto& message = parser_->get();
+  http10_ = message.version() < 11;
+  head_request_ = message.method() == http::verb::head;
+  keep_alive_ = !http10_ && message.keep_alive() && !context_->draining;
+  start_exchange(make_request(true));
+}
+
+void downstream_session::refuse(protocol_error error, std::string detail) {
+  http10_ = parser_->get().version() < 11;
+  head_request_ = false;
+  keep_alive_ = false;  // the rest of the stream cannot be trusted to start at a request
+  auto request = make_request(false);
+  request.error = error;
+  request.error_detail = std::move(detail);
+  start_exchange(std::move(request));
+}
+
+// --- the exchange ------------------------------------------------------------------------------
+
+void downstream_session::start_exchange(incoming_request request) {
+  disarm_timer();
+  stream_.expires_never();
+  phase_ = phase::exchange;
+  ++exchange_;
+  response_started_ = false;
+  streaming_ = false;
+  response_complete_ = false;
+
+  auto channel = std::make_shared<session_channel>(shared_from_this(), exchange_);
+  std::shared_ptr<exchange_observer> observer;
+  bool failed = false;
+  const bool called = context_->with_owner([&] {
+    try {
+      observer = context_->handler(std::move(request), std::move(channel));
+    } catch (...) {
+      failed = true;
+    }
+  });
+  if (!called || failed) {
+    response_complete_ = true;  // nobody to tell
+    do_close();
+    return;
+  }
+  if (phase_ != phase::exchange) return;
+  observer_ = std::move(observer);
+  // Keep a read pending while the handler works: it is the only way to see the client leave.
+  do_watch_read();
+}
+
+bool downstream_session::current(std::uint64_t exchange) const {
+  return exchange == exchange_ && phase_ == phase::exchange && !response_complete_;
+}
+
+void downstream_session::do_watch_read() {
+  if (watch_pending_ || phase_ != phase::exchange) return;
+  if (buffer_.size() >= pipeline_cap) return;
+  watch_pending_ = true;
+  stream_.async_read_some(
+      buffer_.prepare(std::min(read_chunk, pipeline_cap - buffer_.size())),
+      beast::bind_front_handler(&downstream_session::on_watch_read, shared_from_this()));
+}
+
+void downstream_session::on_watch_read(beast::error_code ec, std::size_t n) {
+  watch_pending_ = false;
+  switch (phase_) {
+    case phase::closed:
+      return;
+    case phase::lingering:
+      if (ec) {
+        do_close();
+      } else {
+        buffer_.consume(buffer_.size());
+        do_linger_read();
+      }
+      return;
+    case phase::exchange:
+      if (ec) {  // EOF or reset: the client left (do_close tells the observer)
+        do_close();
+        return;
+      }
+      buffer_.commit(n);  // a pipelined request, parsed after this response
+      do_watch_read();
+      return;
+    case phase::between:  // the response ended and cancelled this read to go on
+      if (ec && ec != asio::error::operation_aborted) {
+        do_close();
+        return;
+      }
+      if (!ec) buffer_.commit(n);
+      do_wait_request();
+      return;
+    case phase::waiting:
+    case phase::reading:
+      return;  // not reachable: the watch read is over before a new request is read
+  }
+}
+
+void downstream_session::post_send_full(std::uint64_t exchange, int status, header_list headers,
+                                        std::string body) {
+  asio::post(strand_, [self = shared_from_this(), exchange, status, headers = std::move(headers),
+                       body = std::move(body)]() mutable {
+    if (self->current(exchange)) self->send_full(status, std::move(headers), std::move(body));
+  });
+}
+
+void downstream_session::post_start_stream(std::uint64_t exchange, int status,
+                                           header_list headers) {
+  asio::post(strand_,
+             [self = shared_from_this(), exchange, status, headers = std::move(headers)]() mutable {
+               if (self->current(exchange)) self->start_stream(status, std::move(headers));
+             });
+}
+
+void downstream_session::post_send_chunk(std::uint64_t exchange, std::string data) {
+  asio::post(strand_, [self = shared_from_this(), exchange, data = std::move(data)]() mutable {
+    if (self->current(exchange)) self->send_chunk(std::move(data));
+  });
+}
+
+void downstream_session::post_end_stream(std::uint64_t exchange) {
+  asio::post(strand_, [self = shared_from_this(), exchange] {
+    if (self->current(exchange)) self->end_stream();
+  });
+}
+
+void downstream_session::post_abort(std::uint64_t exchange) {
+  asio::post(strand_, [self = shared_from_this(), exchange] {
+    if (!self->current(exchange)) return;
+    self->response_complete_ = true;  // the handler gave up: not a client that left
+    self->do_close();
+  });
+}
+
+void downstream_session::send_full(int status, header_list headers, std::string body) {
+  if (response_started_) return;  // a second response to one request: ignored
+  status = sane_status(status);
+  response_started_ = true;
+  response_complete_ = true;
+  keep_alive_ = keep_alive_ && !context_->draining;
+  const bool bodyless = has_no_body(status);
+  const std::string framing =
+      bodyless ? std::string() : "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  write_queue_.push_back(serialize_head(status, headers, framing, keep_alive_));
+  if (!bodyless && !head_request_ && !body.empty()) write_queue_.push_back(std::move(body));
+  do_write();
+}
+
+void downstream_session::start_stream(int status, header_list headers) {
+  if (response_started_) return;
+  status = sane_status(status);
+  response_started_ = true;
+  streaming_ = true;
+  keep_alive_ = keep_alive_ && !context_->draining;
+  // An HTTP/1.0 client knows no chunked encoding: its stream ends with the connection.
+  const std::string framing = http10_ ? std::string() : "Transfer-Encoding: chunked\r\n";
+  write_queue_.push_back(serialize_head(status, headers, framing, keep_alive_));
+  do_write();
+}
+
+void downstream_session::send_chunk(std::string data) {
+  // An empty chunk would end the stream.
+  if (!streaming_ || data.empty() || head_request_) return;
+  write_queue_.push_back(http10_ ? std::move(data) : chunk(data));
+  do_write();
+}
+
+void downstream_session::end_stream() {
+  if (!streaming_) return;
+  response_complete_ = true;
+  if (!http10_ && !head_request_) write_queue_.push_back("0\r\n\r\n");
+  do_write();
+}
+
+void downstream_session::do_write() {
+  if (write_batch_ > 0 || phase_ == phase::closed) return;
+  if (write_queue_.empty()) {
+    if (phase_ == phase::exchange && response_complete_) on_exchange_done();
+    return;
+  }
+  // Everything queued goes in one gathered write, in order.
+  std::vector<asio::const_buffer> buffers;
+  buffers.reserve(write_queue_.size());
+  for (const auto& item : write_queue_) buffers.emplace_back(asio::buffer(item));
+  write_batch_ = write_queue_.size();
+  // A client that stops reading must not hold the session (and the upstream work behind it)
+  // forever: a write stalled for the keep-alive timeout counts as the client gone.
+  arm_timer(timer_use::write_stall, steady::now() + context_->limits.keepalive_timeout);
+  asio::async_write(stream_, buffers,
+                    beast::bind_front_handler(&downstream_session::on_write, shared_from_this()));
+}
+
+void downstream_session::on_write(beast::error_code ec, std::size_t) {
+  if (phase_ == phase::closed) return;
+  disarm_timer();
+  if (ec) {
+    do_close();
+    return;
+  }
+  for (; write_batch_ > 0; --write_batch_) write_queue_.pop_front();
+  do_write();
+}
+
+void downstream_session::on_exchange_done() {
+  observer_.reset();
+  if (!keep_alive_ || context_->draining) {
+    do_linger();
+    return;
+  }
+  phase_ = phase::between;
+  if (watch_pending_) {
+    beast::error_code ec;
+    stream_.socket().cancel(ec);  // on_watch_read goes on with the next request
+    return;
+  }
+  do_wait_request();
+}
+
+// --- closing -----------------------------------------------------------------------------------
+
+void downstream_session::do_linger() {
+  phase_ = phase::lingering;
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  arm_timer(timer_use::linger,
+            steady::now() + std::min<std::chrono::milliseconds>(linger_timeout,
+                                                                context_->limits.header_timeout));
+  if (!watch_pending_) do_linger_read();
+}
+
+void downstream_session::do_linger_read() {
+  buffer_.consume(buffer_.size());
+  watch_pending_ = true;
+  stream_.async_read_some(
+      buffer_.prepare(read_chunk),
+      beast::bind_front_handler(&downstream_session::on_watch_read, shared_from_this()));
+}
+
+void downstream_session::do_close() {
+  if (phase_ == phase::closed) return;
+  const bool client_gone = phase_ == phase::exchange && !response_complete_;
+  phase_ = phase::closed;
+  disarm_timer();
+  stream_.close();
+  if (registered_) {
+    context_->sessions.remove(this);
+    registered_ = false;
+  }
+  auto observer = std::move(observer_);
+  if (client_gone && observer) context_->with_owner([&] { observer->on_client_gone(); });
+}
+
+// --- the one timer -----------------------------------------------------------------------------
+
+void downstream_session::arm_timer(timer_use use, steady::time_point at) {
+  timer_use_ = use;
+  const auto serial = ++timer_serial_;
+  timer_.expires_at(at);
+  timer_.async_wait(
+      [self = shared_from_this(), serial](beast::error_code ec) { self->on_timer(ec, serial); });
+}
+
+void downstream_session::disarm_timer() {
+  ++timer_serial_;
+  timer_.cancel();
+}
+
+void downstream_session::on_timer(beast::error_code ec, std::uint64_t serial) {
+  if (ec || serial != timer_serial_ || phase_ == phase::closed) return;
+  switch (timer_use_) {
+    case timer_use::request_deadline: {
+      if (phase_ != phase::reading) return;
+      // Cancel aborts the pending read; shutting the receive side makes a read that was between
+      // two steps of Beast's composed operation fail too, instead of escaping the deadline.
+      timed_out_ = true;
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+      stream_.socket().shutdown(tcp::socket::shutdown_receive, ignored);
+      return;
+    }
+    case timer_use::write_stall:
+    case timer_use::linger:
+      do_close();
+      return;
+  }
+}
+
+}  // namespace tether::net

@@ -1,0 +1,127 @@
+// One client connection: reads requests under the limits and timeouts, hands each to the
+// request_handler, writes its response (full or chunked) and keeps the connection alive or not.
+//
+//   waiting ──first byte──▶ reading ──request──▶ exchange ──response written──▶ waiting
+//      │ idle timeout,          │ 408 / refusal      │ client gone, abort        (or lingering
+//      ▼ drain, EOF             ▼                    ▼                            ─▶ closed)
+//    closed                  exchange             closed
+//
+// Every member is touched on the socket's strand only; the public functions post to it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "net/downstream.hpp"
+
+namespace tether::net {
+
+struct server_context;
+
+class downstream_session : public std::enable_shared_from_this<downstream_session> {
+ public:
+  downstream_session(boost::asio::ip::tcp::socket socket, std::shared_ptr<server_context> context);
+  ~downstream_session();
+  downstream_session(const downstream_session&) = delete;
+  downstream_session& operator=(const downstream_session&) = delete;
+
+  void start();
+  // Drain: closes the connection if it is between requests; otherwise it closes after the
+  // current response.
+  void close_if_idle();
+  void close_now();
+
+  // The response_channel's calls, posted here by it (see downstream_session.cpp).
+  void post_send_full(std::uint64_t exchange, int status, header_list headers, std::string body);
+  void post_start_stream(std::uint64_t exchange, int status, header_list headers);
+  void post_send_chunk(std::uint64_t exchange, std::string data);
+  void post_end_stream(std::uint64_t exchange);
+  void post_abort(std::uint64_t exchange);
+
+ private:
+  enum class phase { waiting, reading, exchange, between, lingering, closed };
+  using parser_type = boost::beast::http::request_parser<boost::beast::http::string_body>;
+
+  void do_wait_request();
+  void on_first_bytes(boost::beast::error_code ec, std::size_t n);
+  void do_read_header();
+  void on_read_header(boost::beast::error_code ec, std::size_t n);
+  void do_write_continue();
+  void on_write_continue(boost::beast::error_code ec, std::size_t n);
+  void do_read_body();
+  void on_read_body(boost::beast::error_code ec, std::size_t n);
+  void on_read_error(boost::beast::error_code ec);
+  void do_write_timeout_response();
+  void on_write_timeout_response(boost::beast::error_code ec, std::size_t n);
+  void dispatch_request();
+  incoming_request make_request(bool with_body);
+
+  void refuse(protocol_error error, std::string detail);
+  void start_exchange(incoming_request request);
+  void do_watch_read();
+  void on_watch_read(boost::beast::error_code ec, std::size_t n);
+  bool current(std::uint64_t exchange) const;
+
+  void send_full(int status, header_list headers, std::string body);
+  void start_stream(int status, header_list headers);
+  void send_chunk(std::string data);
+  void end_stream();
+  void do_write();
+  void on_write(boost::beast::error_code ec, std::size_t n);
+  void on_exchange_done();
+
+  void do_linger();
+  void do_linger_read();
+  void do_close();
+
+  enum class timer_use { request_deadline, write_stall, linger };
+  void arm_timer(timer_use use, std::chrono::steady_clock::time_point at);
+  void disarm_timer();
+  void on_timer(boost::beast::error_code ec, std::uint64_t serial);
+
+  const boost::asio::any_io_executor strand_;
+  boost::beast::tcp_stream stream_;
+  std::shared_ptr<server_context> context_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<parser_type> parser_;
+  // One timer, as its uses never overlap: the request deadline while reading, a stalled write
+  // during the exchange, the lingering close at the end.
+  boost::asio::steady_timer timer_;
+  timer_use timer_use_ = timer_use::request_deadline;
+  std::uint64_t timer_serial_ = 0;
+  bool timed_out_ = false;
+  phase phase_ = phase::waiting;
+  bool registered_ = false;
+  bool fresh_ = true;
+  std::chrono::steady_clock::time_point connected_;
+  std::chrono::system_clock::time_point connected_wall_;
+  std::chrono::steady_clock::time_point arrival_;
+  std::chrono::system_clock::time_point arrival_wall_;
+
+  // The current exchange.
+  std::uint64_t exchange_ = 0;
+  bool keep_alive_ = false;
+  bool head_request_ = false;
+  bool http10_ = false;
+  bool response_started_ = false;
+  bool streaming_ = false;
+  bool response_complete_ = false;
+  std::shared_ptr<exchange_observer> observer_;
+  bool watch_pending_ = false;
+
+  std::deque<std::string> write_queue_;
+  std::size_t write_batch_ = 0;  // items of write_queue_ being written
+};
+
+}  // namespace tether::net

@@ -1,0 +1,63 @@
+#include "net/io_runtime.hpp"
+
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+namespace tether::net {
+
+namespace asio = boost::asio;
+
+struct io_runtime::impl {
+  explicit impl(unsigned threads)
+      : context(static_cast<int>(threads)), guard(asio::make_work_guard(context)) {}
+
+  asio::io_context context;
+  // Keeps run() returning only on stop(), even while no socket is open yet.
+  asio::executor_work_guard<asio::io_context::executor_type> guard;
+  std::vector<std::thread> threads;
+};
+
+io_runtime::io_runtime(unsigned threads)
+    : impl_(std::make_unique<impl>(threads == 0 ? 1 : threads)) {
+  const unsigned n = threads == 0 ? 1 : threads;
+  impl_->threads.reserve(n);
+  for (unsigned i = 0; i < n; ++i) {
+    impl_->threads.emplace_back([this] {
+      // A handler that throws must not take the whole io thread (and every socket on it) down:
+      // the exception is dropped and the loop goes on until stop().
+      for (;;) {
+        try {
+          impl_->context.run();
+          return;
+        } catch (...) {
+        }
+      }
+    });
+  }
+}
+
+io_runtime::~io_runtime() {
+  stop();
+  for (auto& thread : impl_->threads) {
+    if (thread.get_id() == std::this_thread::get_id()) {
+      // Destroyed from one of its own handlers: joining would deadlock.
+      thread.detach();
+    } else if (thread.joinable()) {
+      thread.join();
+    }
+  }
+}
+
+void* io_runtime::native() {
+  return &impl_->context;
+}
+
+void io_runtime::stop() {
+  impl_->guard.reset();
+  impl_->context.stop();
+}
+
+}  // namespace tether::net

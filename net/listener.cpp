@@ -1,0 +1,116 @@
+#include "net/listener.hpp"
+
+#include <chrono>
+#include <future>
+#include <stdexcept>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core/bind_handler.hpp>
+
+#include "net/downstream_session.hpp"
+#include "net/server_context.hpp"
+
+namespace tether::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// Out of descriptors (EMFILE/ENFILE) or memory, accept fails while the connection waits in the
+// backlog; retrying at once would spin. A short pause lets closing sessions free descriptors.
+constexpr std::chrono::milliseconds accept_backoff{50};
+constexpr std::chrono::seconds stop_wait{2};
+
+}  // namespace
+
+listener::listener(asio::io_context& io, std::shared_ptr<server_context> context)
+    : io_(io),
+      context_(std::move(context)),
+      strand_(asio::make_strand(io)),
+      acceptor_(strand_),
+      backoff_(strand_) {}
+
+std::uint16_t listener::open(const std::string& host, std::uint16_t port) {
+  try {
+    tcp::endpoint endpoint;
+    beast::error_code ec;
+    const auto address = asio::ip::make_address(host, ec);
+    if (!ec) {
+      endpoint = tcp::endpoint(address, port);
+    } else {
+      tcp::resolver resolver(io_);
+      endpoint = *resolver.resolve(host, std::to_string(port)).begin();
+    }
+    acceptor_.open(endpoint.protocol());
+    acceptor_.set_option(asio::socket_base::reuse_address(true));
+    acceptor_.bind(endpoint);
+    acceptor_.listen(asio::socket_base::max_listen_connections);
+    return acceptor_.local_endpoint().port();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                             e.what());
+  }
+}
+
+void listener::start() {
+  asio::dispatch(strand_, [self = shared_from_this()] { self->do_accept(); });
+}
+
+void listener::stop() {
+  if (strand_.running_in_this_thread() || io_.stopped()) {
+    close();
+    return;
+  }
+  if (io_.get_executor().running_in_this_thread()) {
+    asio::post(strand_, [self = shared_from_this()] { self->close(); });
+    return;
+  }
+  // Callers (drain, tests) rely on new connects being refused once this returns.
+  auto done = std::make_shared<std::promise<void>>();
+  auto closed = done->get_future();
+  asio::post(strand_, [self = shared_from_this(), done] {
+    self->close();
+    done->set_value();
+  });
+  closed.wait_for(stop_wait);
+}
+
+void listener::close() {
+  stopped_ = true;
+  beast::error_code ec;
+  acceptor_.close(ec);
+  backoff_.cancel();
+}
+
+void listener::do_accept() {
+  if (stopped_) return;
+  acceptor_.async_accept(asio::make_strand(io_),
+                         beast::bind_front_handler(&listener::on_accept, shared_from_this()));
+}
+
+void listener::on_accept(beast::error_code ec, tcp::socket socket) {
+  if (stopped_) return;
+  if (ec == asio::error::connection_aborted) {  // the peer gave up before we accepted
+    do_accept();
+    return;
+  }
+  if (ec) {
+    backoff_.expires_after(accept_backoff);
+    backoff_.async_wait(beast::bind_front_handler(&listener::on_backoff, shared_from_this()));
+    return;
+  }
+  auto session = std::make_shared<downstream_session>(std::move(socket), context_);
+  // Over the limit, the session is dropped here, which closes its socket: refused cleanly.
+  if (context_->sessions.try_add(session, context_->limits.max_connections)) session->start();
+  do_accept();
+}
+
+void listener::on_backoff(beast::error_code ec) {
+  if (ec || stopped_) return;
+  do_accept();
+}
+
+}  // namespace tether::net

@@ -1,0 +1,83 @@
+// The client side towards the model servers, seen from outside net/. One upstream_client per
+// configured upstream keeps the TLS context and a pool of idle keep-alive connections; one
+// upstream_exchange is one request/response on one connection (fresh or pooled).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "net/http_types.hpp"
+
+namespace tether::net {
+
+class io_runtime;
+
+struct upstream_endpoint {
+  bool tls = false;
+  std::string host;
+  std::uint16_t port = 80;
+  std::chrono::milliseconds connect_timeout{2000};
+  // TLS: peer verification against the system CA store (honours SSL_CERT_FILE / SSL_CERT_DIR).
+  bool verify_peer = true;
+  std::size_t max_idle_connections = 64;
+  std::chrono::milliseconds idle_timeout{30000};
+};
+
+struct upstream_request {
+  std::string method = "POST";
+  std::string target;    // path with the upstream's prefix, e.g. "/v1/chat/completions"
+  header_list headers;   // added as given (authorization, x-request-id, traceparent, ...)
+  std::string body;      // sent with Content-Length
+};
+
+enum class upstream_failure {
+  connect_failed,  // resolve / connect refused / connect timeout
+  tls_failed,      // handshake or certificate verification
+  reset,           // the connection broke (before or after the head)
+  malformed,       // not parsable as an HTTP response
+};
+
+// Callbacks from an io thread, in this order: on_head, on_body*, then on_end or on_failure;
+// on_failure may also come first. on_closed comes exactly once, last, after the socket is
+// closed (or parked in the pool) and no handler of this exchange will run again.
+class upstream_events {
+ public:
+  virtual ~upstream_events() = default;
+  virtual void on_connected(bool reused) = 0;
+  virtual void on_head(int status, header_list headers) = 0;
+  virtual void on_body(std::string bytes) = 0;  // decoded (de-chunked) body bytes as they arrive
+  virtual void on_end() = 0;
+  virtual void on_failure(upstream_failure kind, std::string message) = 0;
+  virtual void on_closed() = 0;
+};
+
+class upstream_exchange {
+ public:
+  virtual ~upstream_exchange() = default;
+  // Thread-safe, idempotent. Closes the socket (never returns it to the pool); the pending
+  // operation ends, no further operation starts, and on_closed follows.
+  virtual void cancel() = 0;
+};
+
+class upstream_client {
+ public:
+  upstream_client(io_runtime& io, upstream_endpoint endpoint);
+  ~upstream_client();
+  upstream_client(const upstream_client&) = delete;
+  upstream_client& operator=(const upstream_client&) = delete;
+
+  // Starts the exchange at once (pooled connection when one is idle, else a new one).
+  // A connection goes back to the pool only after a complete response that allows keep-alive.
+  std::shared_ptr<upstream_exchange> start(upstream_request request,
+                                           std::shared_ptr<upstream_events> events);
+
+  std::size_t idle_connections() const;
+
+ private:
+  struct impl;
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace tether::net

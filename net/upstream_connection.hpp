@@ -1,0 +1,69 @@
+// One socket towards an upstream, plain or TLS, with the read buffer that belongs to it. It moves
+// between an upstream_session (while an exchange uses it) and the upstream_pool (while idle).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+#include <chrono>
+#include <utility>
+#include <variant>
+
+namespace tether::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+
+// Every handler of a connection runs on the strand it was created with; an exchange that takes a
+// pooled connection adopts that strand, so socket and session never race.
+using upstream_strand = asio::strand<asio::io_context::executor_type>;
+using upstream_tcp_stream = beast::basic_stream<asio::ip::tcp, upstream_strand>;
+using upstream_tls_stream = beast::ssl_stream<upstream_tcp_stream>;
+
+class upstream_connection {
+ public:
+  explicit upstream_connection(upstream_strand strand)
+      : stream_(std::in_place_type<upstream_tcp_stream>, std::move(strand)) {}
+  upstream_connection(upstream_strand strand, asio::ssl::context& tls)
+      : stream_(std::in_place_type<upstream_tls_stream>, std::move(strand), tls) {}
+
+  bool tls() const { return std::holds_alternative<upstream_tls_stream>(stream_); }
+  upstream_tls_stream& tls_stream() { return std::get<upstream_tls_stream>(stream_); }
+
+  upstream_tcp_stream& tcp() {
+    if (auto* s = std::get_if<upstream_tls_stream>(&stream_)) return s->next_layer();
+    return std::get<upstream_tcp_stream>(stream_);
+  }
+
+  upstream_strand executor() { return tcp().get_executor(); }
+
+  // The stream the HTTP layer reads and writes: the TLS stream or the bare TCP stream.
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    return std::visit(std::forward<F>(f), stream_);
+  }
+
+  beast::flat_buffer& buffer() { return buffer_; }
+
+  // Closes the socket at once. TLS too: a close_notify exchange would be one more round trip the
+  // caller has to wait for, and an upstream we give up on is owed nothing.
+  void close() {
+    boost::system::error_code ignored;
+    tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    tcp().socket().close(ignored);
+  }
+
+  bool is_open() { return tcp().socket().is_open(); }
+
+  std::chrono::steady_clock::time_point idle_since{};
+
+ private:
+  std::variant<upstream_tcp_stream, upstream_tls_stream> stream_;
+  beast::flat_buffer buffer_;
+};
+
+}  // namespace tether::net

@@ -1,0 +1,421 @@
+#include "net/upstream_session.hpp"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <cctype>
+#include <string_view>
+#include <utility>
+
+namespace tether::net {
+
+namespace http = beast::http;
+
+namespace {
+
+constexpr std::uint32_t header_limit = 64 * 1024;
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The session frames the message and owns the connection; a caller's copy of these would
+// contradict it (or smuggle a second request).
+bool is_connection_level(std::string_view name) {
+  static constexpr std::string_view names[] = {"host",       "content-length", "transfer-encoding",
+                                               "connection", "keep-alive",     "te",
+                                               "trailer",    "upgrade",        "proxy-connection"};
+  const auto l = lower(name);
+  for (auto n : names)
+    if (l == n) return true;
+  return false;
+}
+
+bool is_injectable(std::string_view s) {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
+}
+
+std::string strip_brackets(const std::string& host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    return host.substr(1, host.size() - 2);
+  return host;
+}
+
+bool is_ip_literal(const std::string& host) {
+  boost::system::error_code ec;
+  asio::ip::make_address(strip_brackets(host), ec);
+  return !ec;
+}
+
+std::string make_host_header(const upstream_endpoint& ep) {
+  const std::uint16_t default_port = ep.tls ? 443 : 80;
+  std::string host = ep.host;
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  if (ep.port == default_port) return host;
+  return host + ":" + std::to_string(ep.port);
+}
+
+asio::ssl::context make_tls_context(const upstream_endpoint& ep) {
+  asio::ssl::context ctx(asio::ssl::context::tls_client);
+  ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                  asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                  asio::ssl::context::no_tlsv1_1);
+  SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_2_VERSION);
+  // Reads SSL_CERT_FILE / SSL_CERT_DIR now, so a test or an operator can point it elsewhere.
+  if (ep.tls) ctx.set_default_verify_paths();
+  return ctx;
+}
+
+const boost::system::error_category& http_category() {
+  return http::make_error_code(http::error::end_of_stream).category();
+}
+
+bool is_cancellation(const boost::system::error_code& ec) {
+  return ec == asio::error::operation_aborted;
+}
+
+std::string tls_failure_message(const boost::system::error_code& ec, SSL* ssl) {
+  const long verify = SSL_get_verify_result(ssl);
+  if (verify != X509_V_OK)
+    return std::string("certificate verification failed: ") + X509_verify_cert_error_string(verify);
+  if (ec.category() == asio::error::get_ssl_category() &&
+      ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_CERTIFICATE_VERIFY_FAILED)
+    return "certificate verification failed: " + ec.message();
+  return "TLS handshake failed: " + ec.message();
+}
+
+}  // namespace
+
+upstream_origin::upstream_origin(asio::io_context& io_context, upstream_endpoint ep)
+    : io(io_context),
+      endpoint(std::move(ep)),
+      service(std::to_string(endpoint.port)),
+      host_header(make_host_header(endpoint)),
+      host_is_ip(is_ip_literal(endpoint.host)),
+      tls(make_tls_context(endpoint)),
+      pool(std::make_shared<upstream_pool>(io, endpoint.max_idle_connections,
+                                           endpoint.idle_timeout)) {}
+
+upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
+                                   std::shared_ptr<upstream_connection> pooled,
+                                   upstream_request request,
+                                   std::shared_ptr<upstream_events> events)
+    : origin_(std::move(origin)),
+      strand_(pooled ? pooled->executor() : asio::make_strand(origin_->io)),
+      events_(std::move(events)),
+      connection_(std::move(pooled)),
+      resolver_(strand_),
+      connect_timer_(strand_) {
+  const auto verb = http::string_to_verb(request.method);
+  if (verb == http::verb::unknown)
+    request_.method_string(request.method);
+  else
+    request_.method(verb);
+  request_.target(request.target);
+  request_.version(11);
+  for (const auto& h : request.headers) {
+    // Dropped, not sent: a header that could end the line early would let a value inject
+    // headers of its own.
+    if (is_connection_level(h.name) || is_injectable(h.name) || is_injectable(h.value)) continue;
+    request_.insert(h.name, h.value);
+  }
+  request_.set(http::field::host, origin_->host_header);
+  request_.set(http::field::connection, "keep-alive");
+  request_.body() = std::move(request.body);
+  request_.prepare_payload();
+}
+
+template <class... Args>
+auto upstream_session::tracked(void (upstream_session::*fn)(Args...)) {
+  ++pending_;
+  return [self = shared_from_this(), fn](Args... args) {
+    --self->pending_;
+    (self.get()->*fn)(std::forward<Args>(args)...);
+    self->report_closed_if_done();
+  };
+}
+
+void upstream_session::run() {
+  asio::post(strand_, tracked(&upstream_session::do_start));
+}
+
+void upstream_session::cancel() {
+  if (cancelled_.exchange(true)) return;
+  asio::post(strand_, tracked(&upstream_session::on_cancel));
+}
+
+void upstream_session::on_cancel() {
+  if (done_) return;
+  if (resolving_) {
+    // Resolution cannot be interrupted (getaddrinfo runs to its end); its late result is
+    // dropped by on_resolve, so the exchange may end now.
+    finish();
+    return;
+  }
+  // Aborts the pending operation; its handler sees cancelled_ and starts nothing new.
+  connect_timer_.cancel();
+  if (connection_) connection_->close();
+}
+
+void upstream_session::do_start() {
+  if (cancelled_) return finish();
+  if (connection_) {
+    reused_ = true;
+    connected_reported_ = true;
+    events_->on_connected(true);
+    return do_write();
+  }
+  do_resolve();
+}
+
+std::string upstream_session::where() const {
+  return origin_->endpoint.host + ":" + origin_->service;
+}
+
+void upstream_session::do_resolve() {
+  connecting_ = true;
+  resolving_ = true;
+  connect_timer_.expires_after(origin_->endpoint.connect_timeout);
+  connect_timer_.async_wait(tracked(&upstream_session::on_connect_deadline));
+  // Not tracked: a cancel or the deadline ends the exchange without waiting for getaddrinfo.
+  resolver_.async_resolve(
+      strip_brackets(origin_->endpoint.host), origin_->service,
+      [self = shared_from_this()](const error_code& ec,
+                                  const asio::ip::tcp::resolver::results_type& results) {
+        self->on_resolve(ec, results);
+        self->report_closed_if_done();
+      });
+}
+
+void upstream_session::on_resolve(const error_code& ec,
+                                  const asio::ip::tcp::resolver::results_type& results) {
+  if (done_ || !resolving_) return;
+  resolving_ = false;
+  if (cancelled_) return finish();
+  if (ec)
+    return fail(upstream_failure::connect_failed,
+                "cannot resolve " + origin_->endpoint.host + ": " + ec.message());
+  if (origin_->endpoint.tls)
+    connection_ = std::make_shared<upstream_connection>(strand_, origin_->tls);
+  else
+    connection_ = std::make_shared<upstream_connection>(strand_);
+  connection_->tcp().async_connect(results, tracked(&upstream_session::on_connect));
+}
+
+void upstream_session::on_connect_deadline(const error_code& ec) {
+  // A wait that completed just before the timer was re-armed for a retry is stale.
+  if (ec || done_ || !connecting_ || connect_timer_.expiry() > std::chrono::steady_clock::now())
+    return;
+  const auto after =
+      " timed out after " + std::to_string(origin_->endpoint.connect_timeout.count()) + " ms";
+  if (resolving_) {
+    resolving_ = false;
+    resolver_.cancel();
+    return fail(upstream_failure::connect_failed,
+                "connect timed out: resolving " + origin_->endpoint.host + after);
+  }
+  // Connect or handshake is pending: closing the socket ends it, its handler reports.
+  connect_timed_out_ = true;
+  if (connection_) connection_->close();
+}
+
+void upstream_session::on_connect(const error_code& ec, const asio::ip::tcp::endpoint&) {
+  if (cancelled_) return finish();
+  if (connect_timed_out_)
+    return fail(upstream_failure::connect_failed,
+                "connect timed out: connecting to " + where() + " timed out after " +
+                    std::to_string(origin_->endpoint.connect_timeout.count()) + " ms");
+  if (ec == asio::error::connection_refused)
+    return fail(upstream_failure::connect_failed, "connection refused by " + where());
+  if (ec)
+    return fail(upstream_failure::connect_failed,
+                "cannot connect to " + where() + ": " + ec.message());
+  if (!connection_->tls()) return on_connected();
+  do_handshake();
+}
+
+void upstream_session::do_handshake() {
+  auto& stream = connection_->tls_stream();
+  const auto& ep = origin_->endpoint;
+  if (!origin_->host_is_ip) SSL_set_tlsext_host_name(stream.native_handle(), ep.host.c_str());
+  if (ep.verify_peer) {
+    stream.set_verify_mode(asio::ssl::verify_peer);
+    // host_name_verification rejects without saying why; the X509 error makes the message
+    // name the mismatch.
+    stream.set_verify_callback([check = asio::ssl::host_name_verification(strip_brackets(ep.host))](
+                                   bool preverified, asio::ssl::verify_context& ctx) mutable {
+      const bool ok = check(preverified, ctx);
+      if (preverified && !ok)
+        X509_STORE_CTX_set_error(ctx.native_handle(), X509_V_ERR_HOSTNAME_MISMATCH);
+      return ok;
+    });
+  } else {
+    stream.set_verify_mode(asio::ssl::verify_none);
+  }
+  stream.async_handshake(asio::ssl::stream_base::client, tracked(&upstream_session::on_handshake));
+}
+
+void upstream_session::on_handshake(const error_code& ec) {
+  if (cancelled_) return finish();
+  if (connect_timed_out_)
+    return fail(upstream_failure::connect_failed,
+                "connect timed out: TLS handshake with " + where() + " timed out after " +
+                    std::to_string(origin_->endpoint.connect_timeout.count()) + " ms");
+  if (ec)
+    return fail(upstream_failure::tls_failed,
+                tls_failure_message(ec, connection_->tls_stream().native_handle()));
+  on_connected();
+}
+
+void upstream_session::on_connected() {
+  connecting_ = false;
+  connect_timer_.cancel();
+  if (!connected_reported_) {
+    connected_reported_ = true;
+    events_->on_connected(false);
+  }
+  do_write();
+}
+
+void upstream_session::do_write() {
+  if (cancelled_) return finish();
+  connection_->visit([this](auto& stream) {
+    http::async_write(stream, request_, tracked(&upstream_session::on_write));
+  });
+}
+
+void upstream_session::on_write(const error_code& ec, std::size_t) {
+  if (cancelled_) return finish();
+  if (ec) {
+    if (retry_on_new_connection()) return;
+    return fail(upstream_failure::reset,
+                "connection to " + where() + " broke while sending the request: " + ec.message());
+  }
+  do_read_head();
+}
+
+bool upstream_session::retry_on_new_connection() {
+  // Only the race with a server closing an idle keep-alive connection is retried here: the
+  // request never reached a live server, so this is not a semantic retry.
+  if (!reused_ || retried_) return false;
+  retried_ = true;
+  reused_ = false;
+  connection_->close();
+  connection_.reset();
+  do_resolve();
+  return true;
+}
+
+void upstream_session::do_read_head() {
+  if (cancelled_) return finish();
+  parser_.emplace();
+  parser_->header_limit(header_limit);
+  // The caller enforces max_response_bytes itself (by cancelling).
+  parser_->body_limit(boost::none);
+  if (request_.method() == http::verb::head) parser_->skip(true);
+  connection_->visit([this](auto& stream) {
+    http::async_read_header(stream, connection_->buffer(), *parser_,
+                            tracked(&upstream_session::on_read_head));
+  });
+}
+
+void upstream_session::on_read_head(const error_code& ec, std::size_t) {
+  if (cancelled_) return finish();
+  if (ec) {
+    const bool nothing_arrived = !parser_->got_some() && connection_->buffer().size() == 0;
+    if (nothing_arrived && !is_cancellation(ec) && retry_on_new_connection()) return;
+    if (ec.category() == http_category() && ec != http::error::end_of_stream &&
+        ec != http::error::partial_message)
+      return fail(upstream_failure::malformed,
+                  "malformed response head from " + where() + ": " + ec.message());
+    return fail(upstream_failure::reset,
+                "connection to " + where() + " broke before the response head: " + ec.message());
+  }
+  const auto& head = parser_->get();
+  const int status = head.result_int();
+  // Interim responses (100 Continue, 103 Early Hints) precede the real one.
+  if (status / 100 == 1 && status != 101) return do_read_head();
+  header_list headers;
+  headers.reserve(static_cast<std::size_t>(std::distance(head.begin(), head.end())));
+  for (const auto& field : head)
+    headers.push_back({lower(field.name_string()), std::string(field.value())});
+  events_->on_head(status, std::move(headers));
+  do_read_body();
+}
+
+void upstream_session::do_read_body() {
+  if (cancelled_) return finish();
+  if (parser_->is_done()) return complete();
+  auto& body = parser_->get().body();
+  body.data = body_buffer_.data();
+  body.size = body_buffer_.size();
+  // One read_some per round: whatever arrived is passed on at once (SSE must not wait).
+  connection_->visit([this](auto& stream) {
+    http::async_read_some(stream, connection_->buffer(), *parser_,
+                          tracked(&upstream_session::on_read_body));
+  });
+}
+
+void upstream_session::on_read_body(error_code ec, std::size_t) {
+  if (cancelled_) return finish();
+  if (ec == http::error::need_buffer) ec = {};
+  // A body delimited by the end of the connection, over TLS without close_notify: the usual way
+  // such servers end, and the parser has all there is.
+  if (ec == asio::ssl::error::stream_truncated && parser_->need_eof()) parser_->put_eof(ec);
+  const auto produced = body_buffer_.size() - parser_->get().body().size;
+  if (produced > 0) events_->on_body(std::string(body_buffer_.data(), produced));
+  if (ec) {
+    if (ec.category() == http_category() && ec != http::error::end_of_stream &&
+        ec != http::error::partial_message)
+      return fail(upstream_failure::malformed,
+                  "malformed response body from " + where() + ": " + ec.message());
+    return fail(upstream_failure::reset,
+                "connection to " + where() + " broke mid-response: " + ec.message());
+  }
+  do_read_body();
+}
+
+void upstream_session::complete() {
+  const bool keep_alive =
+      parser_->keep_alive() && parser_->get().version() == 11 && connection_->buffer().size() == 0;
+  if (keep_alive)
+    origin_->pool->park(std::move(connection_));
+  else
+    connection_->close();
+  connection_.reset();
+  events_->on_end();
+  finish();
+}
+
+void upstream_session::fail(upstream_failure kind, std::string message) {
+  if (connection_) connection_->close();
+  connection_.reset();
+  if (!cancelled_) events_->on_failure(kind, std::move(message));
+  finish();
+}
+
+void upstream_session::finish() {
+  if (done_) return;
+  done_ = true;
+  resolving_ = false;
+  connecting_ = false;
+  resolver_.cancel();
+  connect_timer_.cancel();
+  if (connection_) connection_->close();
+  connection_.reset();
+}
+
+void upstream_session::report_closed_if_done() {
+  if (!done_ || closed_reported_ || pending_ != 0) return;
+  closed_reported_ = true;
+  auto events = std::move(events_);
+  events->on_closed();
+}
+
+}  // namespace tether::net

@@ -1,0 +1,114 @@
+// One upstream_exchange: one request and its response on one connection (pooled or new).
+//
+//   start ─▶ [pooled?] ─yes─────────────────────────────▶ write ─▶ read head ─▶ read body* ─▶
+//   park/close
+//               │no                                        ▲          │
+//               ▼                                          │          └─ reused connection died
+//               before
+//            resolve ─▶ connect ─▶ [tls] handshake ────────┘             any response byte: one
+//            more └──────── connect_timeout ─────────┘                       go on a new connection
+//
+// Every handler runs on the connection's strand. cancel() may come from any thread: it sets a
+// flag that every handler checks before it starts the next operation (a close alone would be lost
+// while name resolution runs, since no socket is open then), and closes whatever is open.
+// on_closed is reported once no operation is pending and no handler will run again.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "net/upstream.hpp"
+#include "net/upstream_connection.hpp"
+#include "net/upstream_pool.hpp"
+
+namespace tether::net {
+
+// What all exchanges towards one upstream share. Held by every session, so it outlives the
+// upstream_client while exchanges still run.
+struct upstream_origin {
+  upstream_origin(asio::io_context& io_context, upstream_endpoint ep);
+
+  asio::io_context& io;
+  const upstream_endpoint endpoint;
+  const std::string service;      // the port, as the resolver wants it
+  const std::string host_header;  // host[:port]
+  const bool host_is_ip;          // no SNI for an IP literal (RFC 6066 §3)
+  asio::ssl::context tls;
+  std::shared_ptr<upstream_pool> pool;
+};
+
+class upstream_session : public upstream_exchange,
+                         public std::enable_shared_from_this<upstream_session> {
+ public:
+  // `pooled` is an idle connection taken from the pool, or nullptr for a new one.
+  upstream_session(std::shared_ptr<upstream_origin> origin,
+                   std::shared_ptr<upstream_connection> pooled, upstream_request request,
+                   std::shared_ptr<upstream_events> events);
+
+  void run();
+  void cancel() override;
+
+ private:
+  using error_code = boost::system::error_code;
+  using response_parser = beast::http::response_parser<beast::http::buffer_body>;
+
+  // Wraps a member as a completion handler counted in pending_, so that on_closed waits for it.
+  template <class... Args>
+  auto tracked(void (upstream_session::*fn)(Args...));
+
+  void do_start();
+  void do_resolve();
+  void on_resolve(const error_code& ec, const asio::ip::tcp::resolver::results_type& results);
+  void on_connect_deadline(const error_code& ec);
+  void on_connect(const error_code& ec, const asio::ip::tcp::endpoint& endpoint);
+  void do_handshake();
+  void on_handshake(const error_code& ec);
+  void on_connected();
+  void do_write();
+  void on_write(const error_code& ec, std::size_t bytes);
+  void do_read_head();
+  void on_read_head(const error_code& ec, std::size_t bytes);
+  void do_read_body();
+  void on_read_body(error_code ec, std::size_t bytes);
+  void on_cancel();
+
+  bool retry_on_new_connection();
+  void complete();
+  void fail(upstream_failure kind, std::string message);
+  void finish();
+  void report_closed_if_done();
+  std::string where() const;
+
+  const std::shared_ptr<upstream_origin> origin_;
+  upstream_strand strand_;
+  std::shared_ptr<upstream_events> events_;  // released after on_closed (breaks cycles)
+  beast::http::request<beast::http::string_body> request_;
+  std::shared_ptr<upstream_connection> connection_;
+  asio::ip::tcp::resolver resolver_;
+  asio::steady_timer connect_timer_;
+  std::optional<response_parser> parser_;
+  std::array<char, 16 * 1024> body_buffer_{};
+
+  std::atomic<bool> cancelled_{false};
+  std::atomic<int> pending_{0};
+  // Strand-only state below.
+  bool reused_ = false;
+  bool retried_ = false;
+  bool resolving_ = false;
+  bool connecting_ = false;  // resolve + connect + handshake, under connect_timeout
+  bool connect_timed_out_ = false;
+  bool connected_reported_ = false;
+  bool done_ = false;
+  bool closed_reported_ = false;
+};
+
+}  // namespace tether::net

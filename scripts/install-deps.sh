@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs, from Debian's archive (and npm for the SDK tests), exactly what is missing.
+# Idempotent: a second run installs nothing and takes about a second.
+set -euo pipefail
+
+want_e2e=0
+for arg in "$@"; do
+  case "$arg" in
+    --e2e) want_e2e=1 ;;
+  esac
+done
+
+# --no-install-recommends matters: libboost1.81-dev conflicts with 1.74, which recommends would pull.
+packages=(
+  build-essential cmake ccache pkg-config openssl ca-certificates curl
+  libcaf-dev libboost1.81-dev libboost-system1.81-dev libboost-json1.81-dev libboost-url1.81-dev
+  libspdlog-dev libtomlplusplus-dev libssl-dev libgtest-dev libgmock-dev
+  clang-format
+)
+if [ "$want_e2e" = 1 ] && ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "$want_e2e" = 1 ]; then
+  here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  if [ ! -d "$here/tests/e2e/node_modules/openai" ]; then
+    (cd "$here/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi

@@ -1,0 +1,390 @@
+// tether-mock through the test support library: what tests of the gateway will rely on, the
+// OpenAI shapes, the timing of streams and, above all, what the upstream observed.
+#include <signal.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <boost/json.hpp>
+
+#include "tests/support/http_client.hpp"
+#include "tests/support/mock_server.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace tether::test {
+namespace {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+std::string chat_body(std::string_view model, bool stream = false) {
+  json::object body{
+      {"model", model},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", "a secret prompt"}}}}};
+  if (stream) body["stream"] = true;
+  return json::serialize(body);
+}
+
+double ms_between(test_clock::time_point a, test_clock::time_point b) {
+  return ms_double(b - a).count();
+}
+
+// The test's steady clock expressed as the mock's epoch milliseconds.
+double epoch_ms(test_clock::time_point t) {
+  auto now_steady = test_clock::now();
+  auto now_system = std::chrono::system_clock::now();
+  auto epoch_now = std::chrono::duration<double, std::milli>(now_system.time_since_epoch());
+  return epoch_now.count() - ms_between(t, now_steady);
+}
+
+std::int64_t count(const json::object& stats, std::string_view key) {
+  return stats.at(key).to_number<std::int64_t>();
+}
+
+class MockTest : public ::testing::Test {
+ protected:
+  http_response post(std::string_view path, const std::string& body) {
+    return request("POST", mock_.port(), path, body);
+  }
+
+  mock_server mock_;
+};
+
+TEST_F(MockTest, ChatCompletionWithoutStreamIsShapedLikeOpenAI) {
+  auto response = post("/v1/chat/completions", chat_body("mock"));
+
+  ASSERT_EQ(response.status, 200);
+  ASSERT_NE(response.header("content-type"), nullptr);
+  EXPECT_EQ(*response.header("content-type"), "application/json");
+  auto body = response.json().as_object();
+  EXPECT_EQ(body.at("object"), "chat.completion");
+  EXPECT_EQ(body.at("model"), "mock");
+  EXPECT_TRUE(body.at("id").is_string());
+  EXPECT_TRUE(body.at("created").is_int64());
+  const auto& choice = body.at("choices").as_array().at(0).as_object();
+  EXPECT_EQ(choice.at("index"), 0);
+  EXPECT_EQ(choice.at("finish_reason"), "stop");
+  EXPECT_EQ(choice.at("message").at("role"), "assistant");
+  std::string content(choice.at("message").at("content").as_string());
+  EXPECT_EQ(content.find("secret"), std::string::npos) << "the mock never echoes a prompt";
+  auto id = log_entry(mock_.stats(), 0).at("id").to_number<std::int64_t>();
+  EXPECT_NE(content.find("#" + std::to_string(id)), std::string::npos) << content;
+  const auto& usage = body.at("usage").as_object();
+  EXPECT_EQ(count(usage, "total_tokens"),
+            count(usage, "prompt_tokens") + count(usage, "completion_tokens"));
+}
+
+TEST_F(MockTest, StreamOfFiveByFiftySendsFiveEventsFiftyMsApartThenDone) {
+  stream_options options;
+  options.timeout = 5s;
+  auto result = stream_request("POST", mock_.port(), "/v1/chat/completions",
+                               chat_body("mock-stream-5x50", true), {}, options);
+
+  ASSERT_EQ(result.end, stream_end::complete);
+  EXPECT_EQ(result.status, 200);
+  ASSERT_NE(result.header("content-type"), nullptr);
+  EXPECT_EQ(*result.header("content-type"), "text/event-stream");
+  ASSERT_NE(result.header("transfer-encoding"), nullptr);
+  EXPECT_EQ(*result.header("transfer-encoding"), "chunked");
+
+  auto events = result.sse_data();
+  ASSERT_EQ(events.size(), 6u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  for (std::size_t i = 0; i < 5; ++i) {
+    auto chunk = json::parse(events[i]).as_object();
+    EXPECT_EQ(chunk.at("object"), "chat.completion.chunk");
+    EXPECT_EQ(chunk.at("model"), "mock-stream-5x50");
+    const auto& choice = chunk.at("choices").as_array().at(0).as_object();
+    EXPECT_TRUE(choice.at("delta").at("content").is_string());
+    EXPECT_EQ(choice.at("finish_reason").is_null(), i < 4) << "event " << i;
+  }
+  EXPECT_EQ(json::parse(events[0]).at("choices").at(0).at("delta").at("role"), "assistant");
+
+  auto times = result.sse_event_times();
+  ASSERT_EQ(times.size(), 6u);
+  EXPECT_GE(ms_between(result.sent_at, times[0]), 40.0);
+  EXPECT_LE(ms_between(result.sent_at, times[0]), 150.0);
+  for (std::size_t i = 1; i < 5; ++i) {
+    auto gap = ms_between(times[i - 1], times[i]);
+    EXPECT_GE(gap, 25.0) << "gap before event " << i;
+    EXPECT_LE(gap, 120.0) << "gap before event " << i;
+  }
+  EXPECT_LE(ms_between(times[4], times[5]), 25.0) << "[DONE] follows the last event at once";
+}
+
+TEST_F(MockTest, CompletionsStreamSendsTextCompletionEvents) {
+  stream_options options;
+  options.timeout = 5s;
+  auto result =
+      stream_request("POST", mock_.port(), "/v1/completions",
+                     R"({"model":"mock-stream-2x10","prompt":"hi","stream":true})", {}, options);
+
+  ASSERT_EQ(result.end, stream_end::complete);
+  auto events = result.sse_data();
+  ASSERT_EQ(events.size(), 3u);
+  auto first = json::parse(events[0]).as_object();
+  EXPECT_EQ(first.at("object"), "text_completion");
+  EXPECT_TRUE(first.at("choices").at(0).at("text").is_string());
+  EXPECT_EQ(events[2], "[DONE]");
+}
+
+TEST_F(MockTest, FailModelAnswersThatStatusWithOpenAIErrorBody) {
+  auto response = post("/v1/chat/completions", chat_body("mock-fail-503"));
+
+  EXPECT_EQ(response.status, 503);
+  auto error = response.json().at("error").as_object();
+  EXPECT_EQ(error.at("message"), "mock failure");
+  EXPECT_EQ(error.at("type"), "mock_error");
+  EXPECT_EQ(error.at("code"), "mock_fail_503");
+}
+
+TEST_F(MockTest, RateLimitModelAnswers429WithRetryAfter) {
+  auto response = post("/v1/chat/completions", chat_body("mock-ratelimit-2"));
+
+  EXPECT_EQ(response.status, 429);
+  ASSERT_NE(response.header("retry-after"), nullptr);
+  EXPECT_EQ(*response.header("retry-after"), "2");
+  EXPECT_TRUE(response.json().at("error").at("message").is_string());
+}
+
+TEST_F(MockTest, UnknownModelAnswers404ModelNotFound) {
+  auto response = post("/v1/chat/completions", chat_body("gpt-4o"));
+
+  EXPECT_EQ(response.status, 404);
+  EXPECT_EQ(response.json().at("error").at("code"), "model_not_found");
+}
+
+TEST_F(MockTest, FlakyFiftyAlternatesSuccessAndFailure) {
+  std::vector<int> statuses;
+  for (int i = 0; i < 6; ++i) {
+    statuses.push_back(post("/v1/chat/completions", chat_body("mock-flaky-50")).status);
+  }
+  EXPECT_EQ(statuses, (std::vector<int>{200, 503, 200, 503, 200, 503}));
+}
+
+TEST_F(MockTest, EmbeddingsAnswerOneVectorPerInput) {
+  auto response = post("/v1/embeddings", R"({"model":"mock","input":["a","b","c"]})");
+
+  ASSERT_EQ(response.status, 200);
+  auto body = response.json().as_object();
+  EXPECT_EQ(body.at("object"), "list");
+  EXPECT_EQ(body.at("model"), "mock");
+  const auto& data = body.at("data").as_array();
+  ASSERT_EQ(data.size(), 3u);
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    EXPECT_EQ(data[i].at("object"), "embedding");
+    EXPECT_EQ(data[i].at("index").to_number<std::size_t>(), i);
+    const auto& vector = data[i].at("embedding").as_array();
+    EXPECT_EQ(vector.size(), data[0].at("embedding").as_array().size());
+    EXPECT_FALSE(vector.empty());
+    for (const auto& v : vector) EXPECT_TRUE(v.is_number());
+  }
+  EXPECT_TRUE(body.at("usage").at("prompt_tokens").is_number());
+}
+
+TEST_F(MockTest, ModelsListsMockModels) {
+  auto response = request("GET", mock_.port(), "/v1/models");
+
+  ASSERT_EQ(response.status, 200);
+  auto body = response.json().as_object();
+  EXPECT_EQ(body.at("object"), "list");
+  EXPECT_EQ(body.at("data").at(0).at("object"), "model");
+}
+
+TEST_F(MockTest, KeepAliveConnectionCarriesThreeRequestsOnOneConnection) {
+  mock_.reset();
+  {
+    http_connection connection(mock_.port());
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(connection.request("POST", "/v1/chat/completions", chat_body("mock")).status, 200);
+    }
+    EXPECT_TRUE(connection.is_open());
+  }
+
+  auto stats = mock_.stats();
+  EXPECT_EQ(count(stats, "requests"), 3);
+  EXPECT_EQ(count(stats, "completed"), 3);
+  EXPECT_EQ(count(stats, "connections_opened"), 1);
+  const auto& log = stats.at("log").as_array();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[0].at("connection"), log[2].at("connection"));
+}
+
+TEST_F(MockTest, RequestHeadersAreRecordedWithLowerCaseNames) {
+  request("POST", mock_.port(), "/v1/chat/completions", chat_body("mock"),
+          {{"X-Request-Id", "abc-123"}, {"Authorization", "Bearer k"}});
+
+  auto entry = log_entry(mock_.stats(), 0);
+  const auto& headers = entry.at("headers").as_object();
+  EXPECT_EQ(headers.at("x-request-id"), "abc-123");
+  EXPECT_EQ(headers.at("authorization"), "Bearer k");
+  EXPECT_EQ(entry.at("path"), "/v1/chat/completions");
+  EXPECT_EQ(entry.at("model"), "mock");
+  EXPECT_EQ(entry.at("stream"), false);
+  EXPECT_EQ(entry.at("status"), 200);
+  EXPECT_EQ(entry.at("outcome"), "completed");
+}
+
+TEST_F(MockTest, ClientCloseDuringHangIsRecordedWithinMilliseconds) {
+  stream_options options;
+  options.close_after = 100ms;
+  auto result = stream_request("POST", mock_.port(), "/v1/chat/completions", chat_body("mock-hang"),
+                               {}, options);
+  ASSERT_EQ(result.end, stream_end::stopped);
+  EXPECT_EQ(result.status, 0) << "mock-hang never answers";
+  const double closed_at = epoch_ms(result.ended_at);
+
+  auto stats =
+      mock_.wait_for_stats([](const json::object& s) { return count(s, "closed_by_client") == 1; });
+  ASSERT_EQ(count(stats, "closed_by_client"), 1);
+  EXPECT_EQ(count(stats, "active"), 0);
+  EXPECT_EQ(count(stats, "completed"), 0);
+  auto entry = log_entry(stats, 0);
+  EXPECT_EQ(entry.at("outcome"), "closed_by_client");
+  EXPECT_TRUE(entry.at("status").is_null());
+  EXPECT_TRUE(entry.at("work_owed_ms").is_null()) << "a hang owes unbounded work";
+  ASSERT_TRUE(entry.at("closed_ms").is_double());
+  // Generous for a loaded CI machine; the mock sees a close within a millisecond when idle.
+  EXPECT_NEAR(entry.at("closed_ms").as_double(), closed_at, 20.0);
+}
+
+TEST_F(MockTest, ClientCloseMidDelayRecordsRemainingWorkOwed) {
+  stream_options options;
+  options.close_after = 300ms;
+  auto result = stream_request("POST", mock_.port(), "/v1/chat/completions",
+                               chat_body("mock-delay-1000"), {}, options);
+  ASSERT_EQ(result.end, stream_end::stopped);
+
+  auto stats =
+      mock_.wait_for_stats([](const json::object& s) { return count(s, "closed_by_client") == 1; });
+  auto entry = log_entry(stats, 0);
+  EXPECT_EQ(entry.at("outcome"), "closed_by_client");
+  ASSERT_TRUE(entry.at("work_owed_ms").is_number());
+  EXPECT_NEAR(entry.at("work_owed_ms").to_number<double>(), 700.0, 60.0);
+  EXPECT_LT(entry.at("closed_ms").as_double() - entry.at("started_ms").as_double(), 360.0);
+}
+
+TEST_F(MockTest, ClientCloseMidStreamRecordsChunksSentAndWorkOwed) {
+  stream_options options;
+  options.timeout = 5s;
+  options.on_piece = [](const stream_piece& piece) {
+    return piece.bytes.find("piece 2/10") == std::string::npos;
+  };
+  auto result = stream_request("POST", mock_.port(), "/v1/chat/completions",
+                               chat_body("mock-stream-10x50", true), {}, options);
+  ASSERT_EQ(result.end, stream_end::stopped);
+
+  auto stats =
+      mock_.wait_for_stats([](const json::object& s) { return count(s, "closed_by_client") == 1; });
+  auto entry = log_entry(stats, 0);
+  EXPECT_EQ(entry.at("outcome"), "closed_by_client");
+  EXPECT_EQ(entry.at("status"), 200);
+  EXPECT_EQ(entry.at("chunks_sent"), 2);
+  EXPECT_NEAR(entry.at("work_owed_ms").to_number<double>(), 400.0, 60.0);
+}
+
+TEST_F(MockTest, ThreeConcurrentDelayedRequestsPeakAtThreeActive) {
+  mock_.reset();
+  std::vector<std::future<http_response>> calls;
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(std::async(std::launch::async, [this] {
+      return post("/v1/chat/completions", chat_body("mock-delay-200"));
+    }));
+  }
+  for (auto& call : calls) {
+    auto response = call.get();
+    EXPECT_EQ(response.status, 200);
+    EXPECT_GE(response.elapsed.count(), 195.0);
+  }
+
+  auto stats = mock_.stats();
+  EXPECT_EQ(count(stats, "max_active"), 3);
+  EXPECT_EQ(count(stats, "active"), 0);
+  EXPECT_EQ(count(stats, "completed"), 3);
+}
+
+TEST_F(MockTest, ResetClearsCountersLogAndFlakySequence) {
+  post("/v1/chat/completions", chat_body("mock-flaky-50"));
+  post("/v1/chat/completions", chat_body("mock"));
+  ASSERT_EQ(count(mock_.stats(), "requests"), 2);
+
+  mock_.reset();
+
+  auto stats = mock_.stats();
+  EXPECT_EQ(count(stats, "requests"), 0);
+  EXPECT_EQ(count(stats, "completed"), 0);
+  EXPECT_EQ(count(stats, "max_active"), 0);
+  EXPECT_EQ(count(stats, "connections_opened"), 0);
+  EXPECT_TRUE(stats.at("log").as_array().empty());
+  EXPECT_EQ(post("/v1/chat/completions", chat_body("mock-flaky-50")).status, 200)
+      << "the flaky sequence restarts at request 0";
+}
+
+TEST_F(MockTest, StatsSinceLimitsTheLogToLaterIds) {
+  post("/v1/chat/completions", chat_body("mock"));
+  post("/v1/chat/completions", chat_body("mock"));
+  auto first_id = log_entry(mock_.stats(), 0).at("id").to_number<std::uint64_t>();
+
+  auto later = mock_.stats(first_id);
+  ASSERT_EQ(later.at("log").as_array().size(), 1u);
+  EXPECT_EQ(log_entry(later, 0).at("id").to_number<std::uint64_t>(), first_id + 1);
+}
+
+TEST_F(MockTest, ConnectionCloseRequestIsAnsweredThenClosed) {
+  raw_connection raw(mock_.port());
+  auto body = chat_body("mock");
+  raw.send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body);
+
+  auto reply = raw.read_until_closed(5s);
+  EXPECT_TRUE(raw.peer_closed());
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << reply;
+  EXPECT_NE(reply.find("chat.completion"), std::string::npos);
+}
+
+TEST_F(MockTest, MalformedRequestIsRefusedWith400AndClosed) {
+  raw_connection raw(mock_.port());
+  raw.send("NOT HTTP AT ALL\r\n\r\n");
+
+  auto reply = raw.read_until_closed(5s);
+  EXPECT_TRUE(raw.peer_closed());
+  EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+}
+
+TEST_F(MockTest, SigtermEndsTheMockWithExitCodeZero) {
+  mock_.process().send_signal(SIGTERM);
+  EXPECT_EQ(mock_.process().wait_exit(5s), 0);
+}
+
+TEST(MockTlsTest, TlsMockServesHttpsOnlyAndReportsTls) {
+  temp_dir dir;
+  auto cert = (dir.path() / "cert.pem").string();
+  auto key = (dir.path() / "key.pem").string();
+  child_process openssl("openssl", {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj",
+                                    "/CN=127.0.0.1", "-days", "1", "-keyout", key, "-out", cert});
+  auto code = openssl.wait_exit(30s);
+  if (code != 0) GTEST_SKIP() << "openssl cannot make a test certificate";
+
+  mock_server mock(mock_options{cert, key});
+  ASSERT_TRUE(mock.tls());
+  EXPECT_EQ(mock.url().rfind("https://", 0), 0u);
+  auto listening = mock.process().wait_for_line(std::regex(R"(listening on .*\(tls\)$)"), 1s);
+  EXPECT_TRUE(listening.has_value());
+
+  auto response = https_request("POST", mock.port(), "/v1/chat/completions", chat_body("mock"));
+  EXPECT_EQ(response.status, 200);
+  EXPECT_EQ(response.json().at("object"), "chat.completion");
+  EXPECT_EQ(count(mock.stats(), "completed"), 1);
+  EXPECT_THROW(request("GET", mock.port(), "/v1/models", {}, {}, 2s), http_error)
+      << "plain HTTP is not served on a TLS port";
+}
+
+}  // namespace
+}  // namespace tether::test

@@ -1,0 +1,589 @@
+#include "config/loader.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace tether::config {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+using env_map = std::map<std::string, std::string>;
+
+env_lookup fake_env(env_map vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// The smallest valid file; tests append the section under test.
+const std::string minimal = R"(
+[[upstreams]]
+name = "a"
+base_url = "http://127.0.0.1:8000"
+
+[[models]]
+name = "m"
+upstream = "a"
+)";
+
+load_result load(const std::string& text, env_map env = {}) {
+  return load_string(text, "test.toml", fake_env(std::move(env)));
+}
+
+// Loads and expects failure with an error containing every fragment.
+void expect_error(const std::string& text, const std::string& fragment, env_map env = {}) {
+  const auto r = load(text, std::move(env));
+  EXPECT_FALSE(r.config.has_value());
+  EXPECT_THAT(r.errors, Contains(HasSubstr(fragment))) << "text:\n" << text;
+}
+
+gateway_config expect_ok(const std::string& text, env_map env = {}) {
+  auto r = load(text, std::move(env));
+  EXPECT_THAT(r.errors, IsEmpty()) << "text:\n" << text;
+  if (!r.config) return {};
+  return *r.config;
+}
+
+TEST(LoaderTest, MinimalFileLoadsWithDefaultsApplied) {
+  const auto cfg = expect_ok(minimal);
+  EXPECT_EQ(cfg.source_file, "test.toml");
+  EXPECT_EQ(cfg.server.listen_host, "127.0.0.1");
+  EXPECT_EQ(cfg.server.listen_port, 8080);
+  EXPECT_EQ(cfg.server.max_request_bytes, 4194304u);
+  EXPECT_EQ(cfg.server.drain_timeout, millis(30000));
+  EXPECT_EQ(cfg.request.deadline, millis(300000));
+  EXPECT_EQ(cfg.request.attempt_timeout, millis(120000));
+  EXPECT_EQ(cfg.request.max_retries, 2u);
+  EXPECT_EQ(cfg.budget.max_in_flight, 512u);
+  EXPECT_EQ(cfg.budget.queue_timeout, millis(0));
+  ASSERT_EQ(cfg.upstreams.size(), 1u);
+  EXPECT_EQ(cfg.upstreams[0].max_in_flight, 64u);
+  EXPECT_EQ(cfg.upstreams[0].connect_timeout, millis(2000));
+  EXPECT_EQ(cfg.upstreams[0].url.host, "127.0.0.1");
+  EXPECT_EQ(cfg.upstreams[0].url.port, 8000);
+  EXPECT_FALSE(cfg.upstreams[0].url.tls);
+  EXPECT_EQ(cfg.upstreams[0].url.path_prefix, "");
+  ASSERT_EQ(cfg.models.size(), 1u);
+  EXPECT_EQ(cfg.models[0].upstream_model, "m");  // defaults to the public name
+  EXPECT_TRUE(cfg.keys.empty());
+  EXPECT_EQ(cfg.telemetry.log_format, "json");
+  EXPECT_EQ(cfg.telemetry.log_level, "info");
+  EXPECT_EQ(cfg.telemetry.service_name, "tether");
+  EXPECT_EQ(cfg.cluster.budget_listen, "");
+}
+
+TEST(LoaderTest, ContractExampleValuesAreRead) {
+  const auto cfg = expect_ok(minimal + R"(
+[server]
+listen = "0.0.0.0:9000"
+max_header_fields = 50
+keepalive_timeout_ms = 0
+[request]
+deadline_ms = 0
+max_retries = 5
+[budget]
+max_in_flight = 8
+queue_max = 0
+[telemetry]
+log_format = "text"
+log_level = "debug"
+otlp_endpoint = "http://127.0.0.1:4318/v1/traces"
+service_name = "edge"
+[cluster]
+budget_host = "10.0.0.1:4242"
+)");
+  EXPECT_EQ(cfg.server.listen_host, "0.0.0.0");
+  EXPECT_EQ(cfg.server.listen_port, 9000);
+  EXPECT_EQ(cfg.server.max_header_fields, 50u);
+  EXPECT_EQ(cfg.server.keepalive_timeout, millis(0));
+  EXPECT_EQ(cfg.request.deadline, millis(0));
+  EXPECT_EQ(cfg.request.max_retries, 5u);
+  EXPECT_EQ(cfg.budget.max_in_flight, 8u);
+  EXPECT_EQ(cfg.budget.queue_max, 0u);
+  EXPECT_EQ(cfg.telemetry.log_format, "text");
+  EXPECT_EQ(cfg.telemetry.log_level, "debug");
+  EXPECT_EQ(cfg.telemetry.otlp_endpoint, "http://127.0.0.1:4318/v1/traces");
+  EXPECT_EQ(cfg.telemetry.service_name, "edge");
+  EXPECT_EQ(cfg.cluster.budget_host, "10.0.0.1:4242");
+}
+
+TEST(LoaderTest, SyntaxErrorNamesFileLineAndColumn) {
+  const auto r = load("[server]\nlisten = \"127.0.0.1:8080\"\nmax_request_bytes = = 3\n");
+  EXPECT_FALSE(r.config);
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_THAT(r.errors[0], AllOf(HasSubstr("test.toml: line 3, column"), HasSubstr("syntax")));
+}
+
+TEST(LoaderTest, MissingFileIsNamed) {
+  const auto r = load_file("/nonexistent/tether.toml", fake_env({}));
+  EXPECT_FALSE(r.config);
+  EXPECT_THAT(r.errors, Contains(HasSubstr("/nonexistent/tether.toml: cannot read the file")));
+}
+
+TEST(LoaderTest, UnknownTopLevelKeyIsNamed) {
+  expect_error("bogus = 1\n" + minimal, "test.toml: bogus: unknown key (line 1)");
+}
+
+TEST(LoaderTest, UnknownKeyInNestedTableIsNamed) {
+  expect_error(minimal + "[server]\nlisten_addr = \"x\"\n",
+               "test.toml: server.listen_addr: unknown key");
+}
+
+TEST(LoaderTest, UnknownKeyInArrayTableIsNamedWithIndex) {
+  expect_error(minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\ntimeout = 3\n",
+               "test.toml: upstreams[1].timeout: unknown key");
+  expect_error(minimal + "[[keys]]\nname=\"k\"\nsha256=\"" + std::string(64, 'a') +
+                   "\"\nmodels=[\"*\"]\nrole=\"admin\"\n",
+               "test.toml: keys[0].role: unknown key");
+}
+
+TEST(LoaderTest, WrongTypeNamesTheExpectedType) {
+  expect_error(minimal + "[server]\nmax_request_bytes = \"big\"\n",
+               "server.max_request_bytes: expected an integer, got a string");
+  expect_error(minimal + "[telemetry]\nlog_level = 3\n",
+               "telemetry.log_level: expected a string, got an integer");
+  expect_error("server = 1\n" + minimal, "server: expected a table, got an integer");
+  expect_error("upstreams = 1\n[[models]]\nname=\"m\"\nupstream=\"a\"\n",
+               "upstreams: expected an array of tables ([[upstreams]])");
+  expect_error(minimal + "fallbacks = [\"x\", 2]\n", "models[0].fallbacks[1]: expected a string");
+}
+
+TEST(LoaderTest, NegativeAndOutOfRangeNumbersAreRejected) {
+  expect_error(minimal + "[request]\ndeadline_ms = -1\n",
+               "request.deadline_ms: must not be negative, got -1");
+  expect_error(minimal + "[request]\nattempt_timeout_ms = 0\n", "request.attempt_timeout_ms");
+  expect_error(minimal + "[budget]\nmax_in_flight = 0\n", "budget.max_in_flight");
+  expect_error(minimal + "[server]\nmax_connections = 5000000000\n", "server.max_connections");
+  expect_error(minimal + "[request]\nmax_retries = 1000\n",
+               "request.max_retries: must be between 0 and 100, got 1000");
+}
+
+TEST(LoaderTest, BadListenIsRejected) {
+  expect_error(minimal + "[server]\nlisten = \"localhost\"\n",
+               "server.listen: expected \"host:port\"");
+  expect_error(minimal + "[server]\nlisten = \"localhost:http\"\n", "server.listen");
+  expect_error(minimal + "[server]\nlisten = \"127.0.0.1:70000\"\n", "server.listen");
+  expect_error(minimal + "[server]\nlisten = \":8080\"\n", "missing host");
+}
+
+TEST(LoaderTest, ListenAcceptsPortZeroAndBracketedIpv6) {
+  auto cfg = expect_ok(minimal + "[server]\nlisten = \"127.0.0.1:0\"\n");
+  EXPECT_EQ(cfg.server.listen_port, 0);
+  cfg = expect_ok(minimal + "[server]\nlisten = \"[::1]:8081\"\n");
+  EXPECT_EQ(cfg.server.listen_host, "::1");
+  EXPECT_EQ(cfg.server.listen_port, 8081);
+}
+
+std::string with_base_url(const std::string& url) {
+  return "[[upstreams]]\nname = \"a\"\nbase_url = \"" + url +
+         "\"\n[[models]]\nname = \"m\"\nupstream = \"a\"\n";
+}
+
+TEST(LoaderTest, BaseUrlWithOtherSchemeIsRejected) {
+  expect_error(with_base_url("ftp://h.example"),
+               "upstreams[0].base_url: \"ftp://h.example\": scheme must be http or https");
+  expect_error(with_base_url("127.0.0.1:8000"), "upstreams[0].base_url");
+  expect_error(with_base_url("not a url"), "upstreams[0].base_url");
+}
+
+TEST(LoaderTest, BaseUrlEndingInV1IsRejectedWithTheReason) {
+  expect_error(with_base_url("https://api.openai.com/v1"), "must not end in /v1");
+  expect_error(with_base_url("https://api.openai.com/v1/"), "must not end in /v1");
+  expect_error(with_base_url("http://h/openai/v1"), "must not end in /v1");
+}
+
+TEST(LoaderTest, BaseUrlWithQueryFragmentOrUserinfoIsRejected) {
+  expect_error(with_base_url("http://h/?a=1"), "a query is not allowed");
+  expect_error(with_base_url("http://h/#x"), "a fragment is not allowed");
+  expect_error(with_base_url("http://user:pw@h/"), "credentials in the URL are not allowed");
+  expect_error(with_base_url("http:///path"), "a host is required");
+  expect_error(with_base_url("http://h:0"), "the port must be between 1 and 65535");
+}
+
+TEST(LoaderTest, BaseUrlDefaultsPortAndStripsTrailingSlash) {
+  auto cfg = expect_ok(with_base_url("https://api.example.com/openai/"));
+  const auto& u = cfg.upstreams.at(0).url;
+  EXPECT_TRUE(u.tls);
+  EXPECT_EQ(u.host, "api.example.com");
+  EXPECT_EQ(u.port, 443);
+  EXPECT_EQ(u.path_prefix, "/openai");
+  EXPECT_EQ(cfg.upstreams[0].base_url, "https://api.example.com/openai/");
+
+  cfg = expect_ok(with_base_url("http://example.com/"));
+  EXPECT_EQ(cfg.upstreams.at(0).url.port, 80);
+  EXPECT_EQ(cfg.upstreams.at(0).url.path_prefix, "");
+
+  cfg = expect_ok(with_base_url("http://[::1]:8000"));
+  EXPECT_EQ(cfg.upstreams.at(0).url.host, "::1");
+  EXPECT_EQ(cfg.upstreams.at(0).url.port, 8000);
+}
+
+TEST(LoaderTest, DanglingUpstreamReferenceIsNamed) {
+  expect_error(minimal + "[[models]]\nname = \"n\"\nupstream = \"nope\"\n",
+               "test.toml: models[1].upstream: \"nope\" is not a configured upstream");
+}
+
+TEST(LoaderTest, DanglingFallbackIsNamed) {
+  expect_error(minimal + "fallbacks = [\"gpt-x\"]\n",
+               "test.toml: models[0].fallbacks: \"gpt-x\" is not a configured model");
+}
+
+TEST(LoaderTest, SelfFallbackIsRejected) {
+  expect_error(minimal + "fallbacks = [\"m\"]\n",
+               "models[0].fallbacks: \"m\" names the model itself");
+}
+
+TEST(LoaderTest, FallbackCycleIsNamed) {
+  expect_error(minimal + R"(fallbacks = ["b"]
+[[models]]
+name = "b"
+upstream = "a"
+fallbacks = ["m"]
+)",
+               "fallback cycle: m -> b -> m");
+  expect_error(R"(
+[[upstreams]]
+name = "a"
+base_url = "http://h"
+[[models]]
+name = "x"
+upstream = "a"
+fallbacks = ["y"]
+[[models]]
+name = "y"
+upstream = "a"
+fallbacks = ["z"]
+[[models]]
+name = "z"
+upstream = "a"
+fallbacks = ["x"]
+)",
+               "fallback cycle: x -> y -> z -> x");
+}
+
+TEST(LoaderTest, AcyclicFallbackChainLoads) {
+  const auto cfg = expect_ok(minimal + R"(fallbacks = ["b", "c"]
+[[models]]
+name = "b"
+upstream = "a"
+fallbacks = ["c"]
+[[models]]
+name = "c"
+upstream = "a"
+)");
+  EXPECT_EQ(cfg.models.at(0).fallbacks, (std::vector<std::string>{"b", "c"}));
+}
+
+TEST(LoaderTest, DuplicateUpstreamNameIsRejected) {
+  expect_error(minimal + "[[upstreams]]\nname = \"a\"\nbase_url = \"http://other\"\n",
+               "upstreams[1].name: duplicate upstream name \"a\" (first at upstreams[0])");
+}
+
+TEST(LoaderTest, MissingUpstreamsAndModelsAreRequired) {
+  const auto r = load("[server]\nlisten = \"127.0.0.1:1\"\n");
+  EXPECT_FALSE(r.config);
+  EXPECT_THAT(r.errors, Contains(HasSubstr("test.toml: upstreams: at least one")));
+  EXPECT_THAT(r.errors, Contains(HasSubstr("test.toml: models: at least one")));
+}
+
+TEST(LoaderTest, MissingRequiredKeysAreNamed) {
+  expect_error("[[upstreams]]\nname = \"a\"\n[[models]]\nupstream = \"a\"\n",
+               "upstreams[0].base_url: missing required key");
+  expect_error("[[upstreams]]\nname = \"a\"\n[[models]]\nupstream = \"a\"\n",
+               "models[0].name: missing required key");
+}
+
+const std::string with_key_env = R"(
+[[upstreams]]
+name = "a"
+base_url = "https://api.example.com"
+api_key_env = "A_KEY"
+[[models]]
+name = "m"
+upstream = "a"
+)";
+
+TEST(LoaderTest, ApiKeyIsResolvedFromTheNamedVariable) {
+  const auto cfg = expect_ok(with_key_env, {{"A_KEY", "sk-123"}});
+  EXPECT_EQ(cfg.upstreams.at(0).api_key_env, "A_KEY");
+  EXPECT_EQ(cfg.upstreams.at(0).api_key, "sk-123");
+}
+
+TEST(LoaderTest, MissingApiKeyVariableIsNamedWithoutAValue) {
+  expect_error(with_key_env,
+               "upstreams[0].api_key_env: environment variable A_KEY is not set or empty");
+  expect_error(with_key_env, "A_KEY is not set or empty", {{"A_KEY", ""}});
+}
+
+TEST(LoaderTest, KeyPastedIntoApiKeyEnvIsRejectedWithoutEchoingIt) {
+  const std::string secret = "sk-live-PASTED-SECRET";
+  std::string text = with_key_env;
+  text.replace(text.find("A_KEY"), 5, secret);
+  const auto r = load(text);
+  EXPECT_FALSE(r.config);
+  EXPECT_THAT(r.errors, Contains(HasSubstr("upstreams[0].api_key_env: is not a valid")));
+  for (const auto& e : r.errors) EXPECT_THAT(e, Not(HasSubstr(secret)));
+}
+
+std::string with_key(const std::string& digest, const std::string& models = R"(["*"])") {
+  return minimal + "[[keys]]\nname = \"team\"\nsha256 = \"" + digest + "\"\nmodels = " + models +
+         "\nmax_in_flight = 4\n";
+}
+
+TEST(LoaderTest, BadSha256IsRejected) {
+  expect_error(with_key("abc"), "keys[0].sha256: expected the 64 hex digits");
+  expect_error(with_key(std::string(63, 'a') + "g"), "keys[0].sha256");
+  expect_error(minimal + "[[keys]]\nname=\"k\"\nmodels=[\"*\"]\n", "keys[0].sha256: missing");
+}
+
+TEST(LoaderTest, Sha256IsStoredLowerCase) {
+  const auto cfg = expect_ok(with_key(std::string(32, 'A') + std::string(32, 'f')));
+  ASSERT_EQ(cfg.keys.size(), 1u);
+  EXPECT_EQ(cfg.keys[0].sha256_hex, std::string(32, 'a') + std::string(32, 'f'));
+  EXPECT_EQ(cfg.keys[0].models, std::vector<std::string>{"*"});
+  EXPECT_EQ(cfg.keys[0].max_in_flight, 4u);
+}
+
+TEST(LoaderTest, UnknownModelInKeyIsNamed) {
+  expect_error(with_key(std::string(64, 'a'), R"(["m", "ghost"])"),
+               "keys[0].models: \"ghost\" is not a configured model");
+  expect_ok(with_key(std::string(64, 'a'), R"(["m"])"));
+}
+
+TEST(LoaderTest, BadLogFormatAndLevelAreRejected) {
+  expect_error(minimal + "[telemetry]\nlog_format = \"xml\"\n",
+               "telemetry.log_format: expected \"json\" or \"text\", got \"xml\"");
+  expect_error(minimal + "[telemetry]\nlog_level = \"verbose\"\n", "telemetry.log_level");
+}
+
+TEST(LoaderTest, ClusterHostingAndUsingAtOnceIsRejected) {
+  expect_error(minimal + "[cluster]\nbudget_listen = \"0.0.0.0:4242\"\nbudget_host = \"h:4242\"\n",
+               "cluster: budget_listen and budget_host are both set");
+  expect_error(minimal + "[cluster]\nbudget_host = \"h\"\n", "cluster.budget_host");
+}
+
+TEST(LoaderTest, EnvOverridesDeadlineAndAttemptTimeoutInSeconds) {
+  const auto cfg = expect_ok(minimal + "[request]\ndeadline_ms = 1000\n",
+                             {{"PROXY_REQUEST_DEADLINE", "1.5"}, {"PROXY_REQUEST_TIMEOUT", "30"}});
+  EXPECT_EQ(cfg.request.deadline, millis(1500));
+  EXPECT_EQ(cfg.request.attempt_timeout, millis(30000));
+  EXPECT_EQ(expect_ok(minimal, {{"PROXY_REQUEST_DEADLINE", " 0.25 "}}).request.deadline,
+            millis(250));
+  EXPECT_EQ(expect_ok(minimal, {{"PROXY_REQUEST_DEADLINE", "0"}}).request.deadline, millis(0));
+  // Empty counts as unset.
+  EXPECT_EQ(expect_ok(minimal, {{"PROXY_REQUEST_TIMEOUT", ""}}).request.attempt_timeout,
+            millis(120000));
+}
+
+TEST(LoaderTest, EnvOverrideGarbageIsNamed) {
+  for (const char* bad : {"abc", "-1", "1e3", "1.", ".5", "1,5", "10s"}) {
+    expect_error(minimal, "test.toml: PROXY_REQUEST_DEADLINE: environment variable",
+                 {{"PROXY_REQUEST_DEADLINE", bad}});
+  }
+  expect_error(minimal, "PROXY_REQUEST_TIMEOUT", {{"PROXY_REQUEST_TIMEOUT", "0"}});
+  expect_error(minimal, "PROXY_REQUEST_TIMEOUT", {{"PROXY_REQUEST_TIMEOUT", "99999999999999999"}});
+}
+
+TEST(LoaderTest, DeploymentsOfOneNameAreKeptAsSeparateEntries) {
+  const auto cfg = expect_ok(R"(
+[[upstreams]]
+name = "a"
+base_url = "http://a"
+[[upstreams]]
+name = "b"
+base_url = "http://b"
+[[models]]
+name = "llama"
+upstream = "a"
+upstream_model = "meta/llama"
+[[models]]
+name = "llama"
+upstream = "b"
+)");
+  ASSERT_EQ(cfg.models.size(), 2u);
+  EXPECT_EQ(cfg.models[0].upstream, "a");
+  EXPECT_EQ(cfg.models[0].upstream_model, "meta/llama");
+  EXPECT_EQ(cfg.models[1].upstream, "b");
+  EXPECT_EQ(cfg.models[1].upstream_model, "llama");
+  ASSERT_NE(cfg.find_upstream("b"), nullptr);
+  EXPECT_EQ(cfg.find_upstream("b")->url.host, "b");
+  EXPECT_EQ(cfg.find_upstream("c"), nullptr);
+}
+
+TEST(LoaderTest, DeploymentsDisagreeingOnFallbacksOrOverridesAreRejected) {
+  const std::string base = minimal + "fallbacks = [\"z\"]\ndeadline_ms = 5000\n" +
+                           "[[models]]\nname = \"z\"\nupstream = \"a\"\n";
+  expect_error(base + "[[models]]\nname = \"m\"\nupstream = \"a\"\ndeadline_ms = 5000\n",
+               "models[2].fallbacks: deployments of \"m\" disagree on fallbacks");
+  expect_error(base + "[[models]]\nname = \"m\"\nupstream = \"a\"\nfallbacks = [\"z\"]\n",
+               "models[2]: deployments of \"m\" disagree on request overrides");
+  expect_ok(base + "[[models]]\nname = \"m\"\nupstream = \"a\"\nfallbacks = [\"z\"]\n" +
+            "deadline_ms = 5000\n");
+}
+
+TEST(LoaderTest, PerModelOverridesAreVisibleThroughEffectiveRequest) {
+  const auto cfg = expect_ok(minimal + R"(deadline_ms = 5000
+max_retries = 0
+[[models]]
+name = "other"
+upstream = "a"
+[request]
+deadline_ms = 60000
+attempt_timeout_ms = 7000
+)");
+  const auto m = cfg.effective_request("m");
+  EXPECT_EQ(m.deadline, millis(5000));
+  EXPECT_EQ(m.max_retries, 0u);
+  EXPECT_EQ(m.attempt_timeout, millis(7000));  // not overridden: from [request]
+  const auto other = cfg.effective_request("other");
+  EXPECT_EQ(other.deadline, millis(60000));
+  EXPECT_EQ(other.max_retries, 2u);
+  EXPECT_EQ(cfg.effective_request("unknown").deadline, millis(60000));
+  expect_error(minimal + "deadline_ms = -5\n", "models[0].deadline_ms: must not be negative");
+}
+
+TEST(LoaderTest, AllErrorsAreCollectedNotJustTheFirst) {
+  const auto r = load(R"(
+bogus = true
+[server]
+listen = "nope"
+[[upstreams]]
+name = "a"
+base_url = "ftp://h"
+[[models]]
+name = "m"
+upstream = "ghost"
+fallbacks = ["none"]
+[telemetry]
+log_format = "xml"
+)");
+  EXPECT_FALSE(r.config);
+  EXPECT_GE(r.errors.size(), 6u);
+  for (const char* key : {"bogus", "server.listen", "upstreams[0].base_url", "models[0].upstream",
+                          "models[0].fallbacks", "telemetry.log_format"}) {
+    EXPECT_THAT(r.errors, Contains(HasSubstr(std::string("test.toml: ") + key + ":")));
+  }
+}
+
+const std::string full = R"(
+[server]
+listen = "127.0.0.1:0"
+max_json_depth = 64
+[request]
+stream_idle_timeout_ms = 1234
+[budget]
+queue_timeout_ms = 250
+[[upstreams]]
+name = "secure"
+base_url = "https://api.example.com/proxy/"
+api_key_env = "UPSTREAM_KEY"
+max_in_flight = 3
+[[upstreams]]
+name = "local"
+base_url = "http://[::1]:9000"
+[[models]]
+name = "big"
+upstream = "secure"
+upstream_model = "vendor/big \"quoted\""
+fallbacks = ["small"]
+attempt_timeout_ms = 999
+[[models]]
+name = "big"
+upstream = "local"
+fallbacks = ["small"]
+attempt_timeout_ms = 999
+[[models]]
+name = "small"
+upstream = "local"
+[[keys]]
+name = "team-a"
+sha256 = "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"
+models = ["big"]
+[telemetry]
+otlp_endpoint = "http://127.0.0.1:4318/v1/traces"
+[cluster]
+budget_listen = "127.0.0.1:4242"
+)";
+
+const env_map full_env = {{"UPSTREAM_KEY", "sk-planted-secret-4f1c"},
+                          {"PROXY_REQUEST_DEADLINE", "12"}};
+
+TEST(LoaderTest, RenderEffectiveMasksSecrets) {
+  const auto cfg = expect_ok(full, full_env);
+  const std::string out = render_effective(cfg);
+  EXPECT_THAT(out, Not(HasSubstr("sk-planted-secret-4f1c")));
+  EXPECT_THAT(out, Not(HasSubstr("0123456789abcdef")));
+  EXPECT_THAT(out, Not(HasSubstr("0123456789ABCDEF")));
+  EXPECT_THAT(out, HasSubstr("api_key_env = \"UPSTREAM_KEY\"  # key: set"));
+  EXPECT_THAT(out, HasSubstr("sha256 = \"<masked>\""));
+  EXPECT_THAT(out, HasSubstr("deadline_ms = 12000"));          // env override applied
+  EXPECT_THAT(out, HasSubstr("max_request_bytes = 4194304"));  // defaults included
+
+  auto missing = cfg;
+  missing.upstreams[0].api_key.clear();
+  EXPECT_THAT(render_effective(missing), HasSubstr("# key: missing"));
+}
+
+TEST(LoaderTest, RenderEffectiveRoundTripsThroughTheLoader) {
+  const auto cfg = expect_ok(full, full_env);
+  std::string out = render_effective(cfg);
+  // The digest is masked like a key; the round trip restores it as the environment restores
+  // the upstream key.
+  const std::string digest(cfg.keys.at(0).sha256_hex);
+  out.replace(out.find("<masked>"), 8, digest);
+  auto again = load_string(out, "test.toml", fake_env(full_env));
+  ASSERT_THAT(again.errors, IsEmpty()) << out;
+  const auto& cfg2 = *again.config;
+  EXPECT_EQ(render_effective(cfg2), render_effective(cfg));
+  EXPECT_EQ(cfg2.upstreams.at(0).api_key, "sk-planted-secret-4f1c");
+  EXPECT_EQ(cfg2.upstreams.at(1).url.host, "::1");
+  EXPECT_EQ(cfg2.models.at(0).upstream_model, "vendor/big \"quoted\"");
+  EXPECT_EQ(cfg2.effective_request("big").attempt_timeout, millis(999));
+  EXPECT_EQ(cfg2.effective_request("small").attempt_timeout, millis(120000));
+  EXPECT_EQ(cfg2.request.deadline, millis(12000));
+  EXPECT_EQ(cfg2.keys.at(0).sha256_hex, digest);
+  EXPECT_EQ(cfg2.server.listen_port, 0);
+  EXPECT_EQ(cfg2.cluster.budget_listen, "127.0.0.1:4242");
+}
+
+TEST(LoaderTest, DemoConfigLoadsCleanly) {
+  const auto path =
+      (std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "config" / "demo.toml")
+          .lexically_normal();
+  const auto r = load_file(path.string(), fake_env({}));
+  ASSERT_THAT(r.errors, IsEmpty());
+  const auto& cfg = *r.config;
+  EXPECT_EQ(cfg.server.listen_host, "127.0.0.1");
+  EXPECT_EQ(cfg.server.listen_port, 8080);
+  ASSERT_EQ(cfg.upstreams.size(), 1u);
+  EXPECT_EQ(cfg.upstreams[0].name, "mock");
+  EXPECT_EQ(cfg.upstreams[0].url.port, 9100);
+  EXPECT_EQ(cfg.telemetry.log_format, "text");
+  std::map<std::string, std::string> routes;
+  for (const auto& m : cfg.models) routes[m.name] = m.upstream_model;
+  EXPECT_EQ(routes, (std::map<std::string, std::string>{{"demo", "mock"},
+                                                        {"demo-stream-slow", "mock-stream-20x100"},
+                                                        {"demo-slow", "mock-delay-2000"},
+                                                        {"demo-flaky", "mock-flaky-50"}}));
+  for (const auto& m : cfg.models) {
+    if (m.name == "demo-flaky") {
+      EXPECT_EQ(m.fallbacks, std::vector<std::string>{"demo"});
+    } else {
+      EXPECT_THAT(m.fallbacks, IsEmpty());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tether::config

@@ -1,0 +1,775 @@
+// The client-facing server over real sockets on 127.0.0.1: a blocking test client (every wait
+// bounded by poll) talks to an http_server whose handler records what it was given.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "net/downstream.hpp"
+#include "net/io_runtime.hpp"
+
+namespace tether::net {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+namespace http = boost::beast::http;
+
+constexpr auto bound = 2s;  // any single wait: a hang fails fast
+
+struct test_response {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+
+  std::string header(const std::string& name) const {
+    const auto found = headers.find(name);
+    return found == headers.end() ? std::string() : found->second;
+  }
+};
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// A blocking HTTP client on a plain socket: what a user's SDK sees, byte for byte.
+class test_client {
+ public:
+  explicit test_client(std::uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  }
+  ~test_client() { close(); }
+  test_client(const test_client&) = delete;
+  test_client& operator=(const test_client&) = delete;
+
+  bool connected() const { return connected_; }
+
+  bool send(std::string_view data) {
+    while (!data.empty()) {
+      const auto n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  enum class read_result { data, closed, timeout };
+
+  // One read of whatever arrives before `deadline`, appended to buffer_.
+  read_result read_once(steady::time_point deadline) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
+    if (left.count() <= 0) return read_result::timeout;
+    pollfd p{fd_, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready == 0) return read_result::timeout;
+    char data[16384];
+    const auto n = ::recv(fd_, data, sizeof data, 0);
+    if (n <= 0) return read_result::closed;  // EOF or reset
+    buffer_.append(data, static_cast<std::size_t>(n));
+    return read_result::data;
+  }
+
+  bool read_until(std::string_view needle, std::chrono::milliseconds timeout = bound) {
+    const auto deadline = steady::now() + timeout;
+    while (buffer_.find(needle) == std::string::npos) {
+      if (read_once(deadline) != read_result::data) return false;
+    }
+    return true;
+  }
+
+  // True when the server closed the connection (EOF or reset) within the timeout; any bytes
+  // that came first stay in buffer_.
+  bool wait_closed(std::chrono::milliseconds timeout = bound) {
+    const auto deadline = steady::now() + timeout;
+    for (;;) {
+      switch (read_once(deadline)) {
+        case read_result::data:
+          continue;
+        case read_result::closed:
+          return true;
+        case read_result::timeout:
+          return false;
+      }
+    }
+  }
+
+  std::optional<test_response> read_response(std::chrono::milliseconds timeout = bound) {
+    const auto deadline = steady::now() + timeout;
+    http::response_parser<http::string_body> parser;
+    parser.eager(true);
+    parser.body_limit(16 * 1024 * 1024);
+    while (!parser.is_done()) {
+      if (!buffer_.empty()) {
+        boost::beast::error_code ec;
+        const auto used = parser.put(boost::asio::buffer(buffer_.data(), buffer_.size()), ec);
+        buffer_.erase(0, used);
+        if (ec && ec != http::error::need_more) return std::nullopt;
+        if (used > 0) continue;
+      }
+      const auto got = read_once(deadline);
+      if (got == read_result::timeout) return std::nullopt;
+      if (got == read_result::closed) {
+        if (!parser.got_some()) return std::nullopt;
+        boost::beast::error_code ec;
+        parser.put_eof(ec);
+        if (ec || !parser.is_done()) return std::nullopt;
+      }
+    }
+    test_response response;
+    const auto& message = parser.get();
+    response.status = static_cast<int>(message.result_int());
+    for (const auto& field : message) {
+      response.headers[lower(std::string(field.name_string()))] = std::string(field.value());
+    }
+    response.body = message.body();
+    return response;
+  }
+
+  std::string buffer_;
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+std::string get(std::string_view target, std::string_view extra = "") {
+  return "GET " + std::string(target) + " HTTP/1.1\r\nHost: test\r\n" + std::string(extra) + "\r\n";
+}
+
+std::string post(std::string_view target, std::string_view body) {
+  return "POST " + std::string(target) +
+         " HTTP/1.1\r\nHost: test\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+         std::string(body);
+}
+
+// Requests the handler was given, in order; waits are bounded.
+class request_log {
+ public:
+  void add(const incoming_request& request) {
+    std::lock_guard lock(mutex_);
+    requests_.push_back(request);
+    changed_.notify_all();
+  }
+  bool wait_for(std::size_t n, std::chrono::milliseconds timeout = bound) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, timeout, [&] { return requests_.size() >= n; });
+  }
+  incoming_request at(std::size_t i) {
+    std::lock_guard lock(mutex_);
+    return requests_.at(i);
+  }
+  std::size_t size() {
+    std::lock_guard lock(mutex_);
+    return requests_.size();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<incoming_request> requests_;
+};
+
+// Channels the handler kept, for the test to answer later from its own thread.
+class channel_box {
+ public:
+  void add(std::shared_ptr<response_channel> channel) {
+    std::lock_guard lock(mutex_);
+    channels_.push_back(std::move(channel));
+    changed_.notify_all();
+  }
+  std::shared_ptr<response_channel> wait(std::size_t i, std::chrono::milliseconds timeout = bound) {
+    std::unique_lock lock(mutex_);
+    if (!changed_.wait_for(lock, timeout, [&] { return channels_.size() > i; })) return nullptr;
+    return channels_[i];
+  }
+  void clear() {
+    std::lock_guard lock(mutex_);
+    channels_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::shared_ptr<response_channel>> channels_;
+};
+
+class counting_observer : public exchange_observer {
+ public:
+  void on_client_gone() override {
+    if (calls.fetch_add(1) == 0) gone.set_value(steady::now());
+  }
+  std::atomic<int> calls{0};
+  std::promise<steady::time_point> gone;
+};
+
+int status_for(protocol_error error) {
+  switch (error) {
+    case protocol_error::none:
+      return 200;
+    case protocol_error::body_too_large:
+      return 413;
+    case protocol_error::headers_too_large:
+      return 431;
+    case protocol_error::malformed:
+      return 400;
+  }
+  return 500;
+}
+
+// Answers at once: refusals with their status, others echo method, target and body.
+request_handler echo_handler(request_log& log) {
+  return [&log](incoming_request request, std::shared_ptr<response_channel> channel) {
+    log.add(request);
+    const auto* probe = find_header(request.headers, "X-Test");
+    channel->send_full(status_for(request.error),
+                       {{"x-method", request.method},
+                        {"x-target", request.target},
+                        {"x-test-seen", probe ? *probe : ""}},
+                       request.error == protocol_error::none ? request.body : "refused");
+    return std::shared_ptr<exchange_observer>();
+  };
+}
+
+template <class Predicate>
+bool eventually(Predicate predicate, std::chrono::milliseconds timeout = bound) {
+  const auto deadline = steady::now() + timeout;
+  while (!predicate()) {
+    if (steady::now() > deadline) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void serve(request_handler handler, server_limits limits = {}) {
+    server_.emplace(io_, limits, std::move(handler));
+    port_ = server_->listen("127.0.0.1", 0);
+  }
+  void TearDown() override {
+    channels_.clear();
+    server_.reset();
+  }
+
+  request_log log_;
+  channel_box channels_;
+  io_runtime io_{2};
+  std::optional<http_server> server_;
+  std::uint16_t port_ = 0;
+};
+
+TEST_F(HttpServerTest, GetReachesHandlerWithLowerCasedHeadersAndIsAnswered) {
+  serve(echo_handler(log_));
+  const auto before = steady::now();
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/v1/models?x=1", "X-Test: Value\r\n")));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->header("x-target"), "/v1/models?x=1");
+  EXPECT_EQ(response->header("x-method"), "GET");
+  EXPECT_EQ(response->header("x-test-seen"), "Value");
+  EXPECT_EQ(response->header("server"), "tether");
+  EXPECT_EQ(response->header("content-length"), "0");
+  ASSERT_TRUE(log_.wait_for(1));
+  const auto request = log_.at(0);
+  EXPECT_EQ(request.error, protocol_error::none);
+  ASSERT_EQ(request.headers.size(), 2u);
+  EXPECT_EQ(request.headers[1].name, "x-test");
+  EXPECT_GE(request.arrival, before);
+  EXPECT_LE(request.arrival, steady::now());
+}
+
+TEST_F(HttpServerTest, KeepAliveConnectionServesTwoRequests) {
+  serve(echo_handler(log_));
+  test_client client(port_);
+  ASSERT_TRUE(client.send(post("/one", "first")));
+  const auto first = client.read_response();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->body, "first");
+  EXPECT_EQ(first->headers.count("connection"), 0u);
+  ASSERT_TRUE(client.send(post("/two", "second")));
+  const auto second = client.read_response();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->header("x-target"), "/two");
+  EXPECT_EQ(second->body, "second");
+  EXPECT_EQ(server_->open_connections(), 1u);
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsInOneWriteAreAnsweredInOrder) {
+  // The first is answered late from another thread, the second at once: order must still hold.
+  std::vector<std::thread> late;
+  serve([&](incoming_request request, std::shared_ptr<response_channel> channel) {
+    log_.add(request);
+    if (request.target == "/first") {
+      late.emplace_back([channel, body = request.body] {
+        std::this_thread::sleep_for(30ms);
+        channel->send_full(200, {}, "first:" + body);
+      });
+    } else {
+      channel->send_full(200, {}, "second:" + request.body);
+    }
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(post("/first", "abc") + post("/second", "defg")));
+  const auto first = client.read_response();
+  const auto second = client.read_response();
+  for (auto& thread : late) thread.join();
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(first->body, "first:abc");
+  EXPECT_EQ(second->body, "second:defg");
+}
+
+TEST_F(HttpServerTest, ContentLengthOverLimitIsRefusedWithoutReadingBodyAndClosed) {
+  server_limits limits;
+  limits.max_request_bytes = 1000;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  // Only the head is sent: the answer must not wait for the 5000 announced bytes.
+  ASSERT_TRUE(
+      client.send("POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n"));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 413);
+  EXPECT_EQ(response->header("connection"), "close");
+  EXPECT_TRUE(client.wait_closed());
+  ASSERT_TRUE(log_.wait_for(1));
+  EXPECT_EQ(log_.at(0).error, protocol_error::body_too_large);
+  EXPECT_EQ(log_.at(0).target, "/v1/chat/completions");
+}
+
+TEST_F(HttpServerTest, ChunkedBodyGrowingOverLimitIsRefusedAndClosed) {
+  server_limits limits;
+  limits.max_request_bytes = 1000;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  const std::string piece(800, 'x');
+  ASSERT_TRUE(
+      client.send("POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+                  "\r\n320\r\n" +
+                  piece + "\r\n320\r\n" + piece + "\r\n"));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 413);
+  EXPECT_TRUE(client.wait_closed());
+  ASSERT_TRUE(log_.wait_for(1));
+  EXPECT_EQ(log_.at(0).error, protocol_error::body_too_large);
+}
+
+TEST_F(HttpServerTest, ChunkedBodyWithinLimitIsDecoded) {
+  serve(echo_handler(log_));
+  test_client client(port_);
+  ASSERT_TRUE(
+      client.send("POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: "
+                  "chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->body, "abcde");
+}
+
+TEST_F(HttpServerTest, TooManyHeaderFieldsAreRefusedAsHeadersTooLarge) {
+  server_limits limits;
+  limits.max_header_fields = 5;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  std::string extra;
+  for (int i = 0; i < 10; ++i) extra += "X-F" + std::to_string(i) + ": v\r\n";
+  ASSERT_TRUE(client.send(get("/many", extra)));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 431);
+  EXPECT_TRUE(client.wait_closed());
+  ASSERT_TRUE(log_.wait_for(1));
+  EXPECT_EQ(log_.at(0).error, protocol_error::headers_too_large);
+}
+
+TEST_F(HttpServerTest, HeaderBytesOverLimitAreRefusedAsHeadersTooLarge) {
+  server_limits limits;
+  limits.max_header_bytes = 1024;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/big", "X-Big: " + std::string(2000, 'a') + "\r\n")));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 431);
+  EXPECT_TRUE(client.wait_closed());
+  ASSERT_TRUE(log_.wait_for(1));
+  EXPECT_EQ(log_.at(0).error, protocol_error::headers_too_large);
+}
+
+TEST_F(HttpServerTest, ContentLengthWithTransferEncodingIsMalformedAndClosed) {
+  serve(echo_handler(log_));
+  test_client client(port_);
+  ASSERT_TRUE(client.send(
+      "POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "3\r\nabc\r\n0\r\n\r\n"));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 400);
+  EXPECT_TRUE(client.wait_closed());
+  ASSERT_TRUE(log_.wait_for(1));
+  EXPECT_EQ(log_.at(0).error, protocol_error::malformed);
+  EXPECT_FALSE(log_.at(0).error_detail.empty());
+}
+
+TEST_F(HttpServerTest, DuplicateContentLengthIsMalformed) {
+  serve(echo_handler(log_));
+  test_client client(port_);
+  ASSERT_TRUE(client.send(
+      "POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 400);
+  ASSERT_TRUE(log_.wait_for(1));
+  EXPECT_EQ(log_.at(0).error, protocol_error::malformed);
+}
+
+TEST_F(HttpServerTest, UnparsableRequestLineIsMalformedWithEmptyTarget) {
+  serve(echo_handler(log_));
+  test_client client(port_);
+  ASSERT_TRUE(client.send("\x01\x02 nonsense\r\n\r\n"));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 400);
+  EXPECT_TRUE(client.wait_closed());
+  ASSERT_TRUE(log_.wait_for(1));
+  EXPECT_EQ(log_.at(0).error, protocol_error::malformed);
+  EXPECT_TRUE(log_.at(0).target.empty());
+}
+
+TEST_F(HttpServerTest, HalfARequestPastHeaderTimeoutGets408AndClose) {
+  server_limits limits;
+  limits.header_timeout = 200ms;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  const auto start = steady::now();
+  ASSERT_TRUE(client.send("GET /slow HTTP/1.1\r\nHost: t\r\n"));
+  const auto response = client.read_response();
+  const auto elapsed = steady::now() - start;
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 408);
+  EXPECT_TRUE(client.wait_closed());
+  EXPECT_GE(elapsed, 150ms);
+  EXPECT_LT(elapsed, 1500ms);
+  EXPECT_EQ(log_.size(), 0u);
+}
+
+TEST_F(HttpServerTest, BodyTricklingPastHeaderTimeoutGets408) {
+  server_limits limits;
+  limits.header_timeout = 200ms;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  const auto start = steady::now();
+  ASSERT_TRUE(client.send("POST /slow HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc"));
+  std::this_thread::sleep_for(100ms);  // the trickle itself, not a synchronisation
+  ASSERT_TRUE(client.send("d"));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 408);
+  EXPECT_LT(steady::now() - start, 1500ms);
+  EXPECT_EQ(log_.size(), 0u);
+}
+
+TEST_F(HttpServerTest, SilentFreshConnectionIsClosedWithoutAResponse) {
+  server_limits limits;
+  limits.header_timeout = 200ms;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  EXPECT_TRUE(client.wait_closed());
+  EXPECT_TRUE(client.buffer_.empty());
+}
+
+TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosedSilentlyAfterKeepaliveTimeout) {
+  server_limits limits;
+  limits.keepalive_timeout = 200ms;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/a")));
+  ASSERT_TRUE(client.read_response());
+  const auto start = steady::now();
+  EXPECT_TRUE(client.wait_closed());
+  EXPECT_GE(steady::now() - start, 150ms);
+  EXPECT_TRUE(client.buffer_.empty());
+}
+
+TEST_F(HttpServerTest, StreamedChunksReachClientOneByOneAsSent) {
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channels_.add(std::move(channel));
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(post("/v1/chat/completions", "{}")));
+  const auto channel = channels_.wait(0);
+  ASSERT_TRUE(channel);
+
+  std::promise<steady::time_point> second_sent;
+  std::thread sender([&] {
+    channel->start_stream(200, {{"content-type", "text/event-stream"}});
+    channel->send_chunk("data: one\n\n");
+    std::this_thread::sleep_for(50ms);  // the spacing under test
+    second_sent.set_value(steady::now());
+    channel->send_chunk("data: two\n\n");
+    channel->end_stream();
+  });
+  const bool saw_first = client.read_until("data: one\n\n");
+  const auto first_seen = steady::now();
+  const bool second_in_same_read = client.buffer_.find("data: two") != std::string::npos;
+  auto second_future = second_sent.get_future();
+  const bool ended = client.read_until("0\r\n\r\n");
+  sender.join();
+  ASSERT_TRUE(saw_first);
+  EXPECT_FALSE(second_in_same_read);
+  EXPECT_LT(first_seen, second_future.get());
+  ASSERT_TRUE(ended);
+  EXPECT_NE(client.buffer_.find("Transfer-Encoding: chunked\r\n"), std::string::npos);
+  EXPECT_NE(client.buffer_.find("b\r\ndata: two\n\n\r\n0\r\n\r\n"), std::string::npos);
+
+  // The stream ended properly: the connection serves the next request.
+  client.buffer_.clear();
+  ASSERT_TRUE(client.send(get("/next")));
+  const auto next_channel = channels_.wait(1);
+  ASSERT_TRUE(next_channel);
+  next_channel->send_full(204, {}, "");
+  const auto next = client.read_response();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 204);
+}
+
+TEST_F(HttpServerTest, ClientLeavingDuringHandlerWaitCallsOnClientGoneOnceWithin50ms) {
+  auto observer = std::make_shared<counting_observer>();
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channels_.add(std::move(channel));
+    return observer;
+  });
+  auto gone = observer->gone.get_future();
+  test_client client(port_);
+  ASSERT_TRUE(client.send(post("/v1/chat/completions", "{}")));
+  const auto channel = channels_.wait(0);
+  ASSERT_TRUE(channel);
+  const auto left = steady::now();
+  client.close();
+  ASSERT_EQ(gone.wait_for(bound), std::future_status::ready);
+  EXPECT_LT(gone.get() - left, 50ms);
+  // Late calls are ignored, and the observer is not told twice.
+  channel->send_full(200, {}, "too late");
+  channel->abort();
+  EXPECT_TRUE(eventually([&] { return server_->open_connections() == 0; }));
+  EXPECT_EQ(observer->calls.load(), 1);
+}
+
+TEST_F(HttpServerTest, CompleteResponseDoesNotReportClientGone) {
+  auto observer = std::make_shared<counting_observer>();
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channel->send_full(200, {}, "done");
+    return observer;
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/x")));
+  ASSERT_TRUE(client.read_response());
+  client.close();
+  EXPECT_TRUE(eventually([&] { return server_->open_connections() == 0; }));
+  EXPECT_EQ(observer->calls.load(), 0);
+}
+
+TEST_F(HttpServerTest, ConnectionsBeyondMaxAreClosedAndServingGoesOn) {
+  server_limits limits;
+  limits.max_connections = 2;
+  serve(echo_handler(log_), limits);
+  test_client first(port_);
+  test_client second(port_);
+  ASSERT_TRUE(first.send(get("/1")));
+  ASSERT_TRUE(first.read_response());
+  ASSERT_TRUE(second.send(get("/2")));
+  ASSERT_TRUE(second.read_response());
+
+  test_client third(port_);
+  third.send(get("/3"));
+  EXPECT_TRUE(third.wait_closed());
+  EXPECT_TRUE(third.buffer_.empty());
+
+  ASSERT_TRUE(first.send(get("/1again")));
+  const auto again = first.read_response();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->header("x-target"), "/1again");
+
+  second.close();
+  ASSERT_TRUE(eventually([&] { return server_->open_connections() == 1; }));
+  test_client fourth(port_);
+  ASSERT_TRUE(fourth.send(get("/4")));
+  const auto served = fourth.read_response();
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->header("x-target"), "/4");
+}
+
+TEST_F(HttpServerTest, StopAcceptingRefusesConnectsClosesIdleAndFinishesInFlight) {
+  serve([&](incoming_request request, std::shared_ptr<response_channel> channel) {
+    if (request.target == "/slow") {
+      channels_.add(std::move(channel));
+    } else {
+      channel->send_full(200, {}, "fast");
+    }
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client idle(port_);
+  ASSERT_TRUE(idle.send(get("/fast")));
+  ASSERT_TRUE(idle.read_response());
+  test_client busy(port_);
+  ASSERT_TRUE(busy.send(get("/slow")));
+  const auto channel = channels_.wait(0);
+  ASSERT_TRUE(channel);
+
+  server_->stop_accepting();
+  EXPECT_TRUE(idle.wait_closed());
+  test_client late(port_);
+  EXPECT_FALSE(late.connected());
+
+  channel->send_full(200, {}, "finished");
+  const auto response = busy.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->body, "finished");
+  EXPECT_EQ(response->header("connection"), "close");
+  EXPECT_TRUE(busy.wait_closed());
+}
+
+TEST_F(HttpServerTest, CloseAllClosesEveryConnection) {
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channels_.add(std::move(channel));
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client idle(port_);
+  test_client busy(port_);
+  ASSERT_TRUE(busy.send(get("/slow")));
+  ASSERT_TRUE(channels_.wait(0));
+  ASSERT_TRUE(eventually([&] { return server_->open_connections() == 2; }));
+  server_->close_all();
+  EXPECT_TRUE(idle.wait_closed());
+  EXPECT_TRUE(busy.wait_closed());
+  EXPECT_TRUE(eventually([&] { return server_->open_connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, ChannelDroppedWithoutResponseClosesConnection) {
+  serve([&](incoming_request, std::shared_ptr<response_channel>) {
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/nobody")));
+  EXPECT_TRUE(client.wait_closed());
+  EXPECT_TRUE(client.buffer_.empty());
+}
+
+TEST_F(HttpServerTest, ConnectionCloseFromClientClosesAfterResponse) {
+  serve(echo_handler(log_));
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/x", "Connection: close\r\n")));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->header("connection"), "close");
+  EXPECT_TRUE(client.wait_closed());
+}
+
+TEST_F(HttpServerTest, Http10StreamIsUnframedAndEndsWithTheConnection) {
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channel->start_stream(200, {});
+    channel->send_chunk("data: a\n\n");
+    channel->end_stream();
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send("GET /old HTTP/1.0\r\n\r\n"));
+  EXPECT_TRUE(client.wait_closed());
+  EXPECT_EQ(client.buffer_.find("Transfer-Encoding"), std::string::npos);
+  EXPECT_NE(client.buffer_.find("\r\n\r\ndata: a\n\n"), std::string::npos);
+}
+
+TEST_F(HttpServerTest, HandlerHeaderWithLineBreakIsDropped) {
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channel->send_full(200, {{"x-good", "1"}, {"x-bad", "a\r\nx-injected: 1"}}, "");
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/x")));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->header("x-good"), "1");
+  EXPECT_EQ(response->headers.count("x-bad"), 0u);
+  EXPECT_EQ(response->headers.count("x-injected"), 0u);
+}
+
+// Out of descriptors, accept fails; the loop must back off and go on, not die.
+TEST_F(HttpServerTest, AcceptFailingForLackOfDescriptorsRecovers) {
+  serve(echo_handler(log_));
+  rlimit original{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &original), 0);
+  rlimit lowered = original;
+  lowered.rlim_cur = std::min<rlim_t>(original.rlim_cur, 512);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &lowered), 0);
+
+  // The client's socket exists before the descriptors run out; the server's accept cannot.
+  const int client_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client_fd, 0);
+  std::vector<int> filler;
+  for (int fd = ::dup(client_fd); fd >= 0; fd = ::dup(client_fd)) filler.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port_);
+  ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  ASSERT_EQ(::connect(client_fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  const std::string request = get("/after-emfile");
+  ASSERT_EQ(::send(client_fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  // Give the server's accept the chance to fail (an event we cannot observe from here).
+  std::this_thread::sleep_for(100ms);
+  const bool served_meanwhile = log_.size() > 0;
+  for (int fd : filler) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &original);
+
+  EXPECT_FALSE(served_meanwhile);
+  EXPECT_TRUE(log_.wait_for(1));
+  pollfd p{client_fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 2000), 1);
+  char data[512];
+  const auto n = ::recv(client_fd, data, sizeof data, 0);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(data, static_cast<std::size_t>(n)).rfind("HTTP/1.1 200", 0), 0u);
+  ::close(client_fd);
+}
+
+}  // namespace
+}  // namespace tether::net

@@ -1,0 +1,164 @@
+#include "net/sse_framer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace tether::net {
+namespace {
+
+using events = std::vector<std::string>;
+
+// Feeds `body` in the given slices, appends finish(), and returns everything emitted.
+events feed_in_slices(sse_framer& framer, const std::string& body,
+                      const std::vector<std::size_t>& cuts) {
+  events out;
+  std::size_t pos = 0;
+  for (std::size_t cut : cuts) {
+    for (auto& e : framer.feed(std::string_view(body).substr(pos, cut - pos))) out.push_back(e);
+    pos = cut;
+  }
+  for (auto& e : framer.feed(std::string_view(body).substr(pos))) out.push_back(e);
+  for (auto& e : framer.finish()) out.push_back(e);
+  return out;
+}
+
+std::string join(const events& es) {
+  std::string s;
+  for (const auto& e : es) s += e;
+  return s;
+}
+
+const std::string mixed_body =
+    "data: {\"a\":1}\n\n"
+    "event: x\r\ndata: {\"b\":2}\r\n\r\n"
+    ": comment\rdata: c\r\r"
+    "data: d\n\r\n"
+    "data: e\r\n\n"
+    "data: [DONE]\r\n\r\n";
+
+const events mixed_expected = {
+    "data: {\"a\":1}\n\n",    "event: x\r\ndata: {\"b\":2}\r\n\r\n",
+    ": comment\rdata: c\r\r", "data: d\n\r\n",
+    "data: e\r\n\n",          "data: [DONE]\r\n\r\n",
+};
+
+TEST(SseFramerTest, WholeBodyInOneFeedYieldsEachEventWithItsTerminator) {
+  sse_framer framer;
+  EXPECT_EQ(feed_in_slices(framer, mixed_body, {}), mixed_expected);
+  EXPECT_FALSE(framer.has_partial());
+  EXPECT_EQ(framer.buffered(), 0u);
+}
+
+TEST(SseFramerTest, SplitAtEveryByteOffsetYieldsSameEvents) {
+  for (std::size_t cut = 0; cut <= mixed_body.size(); ++cut) {
+    sse_framer framer;
+    EXPECT_EQ(feed_in_slices(framer, mixed_body, {cut}), mixed_expected) << "cut at " << cut;
+    EXPECT_FALSE(framer.has_partial()) << "cut at " << cut;
+  }
+}
+
+TEST(SseFramerTest, SplitAtEveryPairOfOffsetsYieldsSameEvents) {
+  for (std::size_t a = 0; a <= mixed_body.size(); ++a) {
+    for (std::size_t b = a; b <= mixed_body.size(); ++b) {
+      sse_framer framer;
+      ASSERT_EQ(feed_in_slices(framer, mixed_body, {a, b}), mixed_expected)
+          << "cuts at " << a << ", " << b;
+    }
+  }
+}
+
+TEST(SseFramerTest, OneByteAtATimeYieldsSameEvents) {
+  std::vector<std::size_t> cuts;
+  for (std::size_t i = 1; i < mixed_body.size(); ++i) cuts.push_back(i);
+  sse_framer framer;
+  EXPECT_EQ(feed_in_slices(framer, mixed_body, cuts), mixed_expected);
+}
+
+TEST(SseFramerTest, CrlfSplitBetweenCrAndLfStaysInOneEvent) {
+  sse_framer framer;
+  EXPECT_TRUE(framer.feed("data: x\r\n\r").empty());  // the final "\r" may be half of "\r\n"
+  EXPECT_TRUE(framer.has_partial());
+  EXPECT_EQ(framer.feed("\ndata: y"), events{"data: x\r\n\r\n"});
+  EXPECT_EQ(framer.buffered(), std::string("data: y").size());
+}
+
+TEST(SseFramerTest, LoneCrTerminatorIsDecidedByTheNextByte) {
+  sse_framer framer;
+  EXPECT_TRUE(framer.feed("data: x\r\r").empty());
+  EXPECT_EQ(framer.feed("data: y\r\r"), events{"data: x\r\r"});
+  EXPECT_EQ(framer.finish(), events{"data: y\r\r"});
+  EXPECT_FALSE(framer.has_partial());
+}
+
+TEST(SseFramerTest, PartialTailStaysBufferedAndIsNotEmitted) {
+  sse_framer framer;
+  EXPECT_EQ(framer.feed("data: a\n\ndata: b\n"), events{"data: a\n\n"});
+  EXPECT_TRUE(framer.has_partial());
+  EXPECT_EQ(framer.buffered(), std::string("data: b\n").size());
+  EXPECT_TRUE(framer.finish().empty());  // unfinished, not held: finish does not invent an end
+  EXPECT_TRUE(framer.has_partial());
+  EXPECT_EQ(framer.feed("\n"), events{"data: b\n\n"});
+  EXPECT_FALSE(framer.has_partial());
+}
+
+TEST(SseFramerTest, BytesAreRelayedUnchanged) {
+  for (std::size_t cut = 0; cut <= mixed_body.size(); ++cut) {
+    sse_framer framer;
+    EXPECT_EQ(join(feed_in_slices(framer, mixed_body, {cut})), mixed_body);
+  }
+}
+
+TEST(SseFramerTest, TailOverLimitOverflowsAndStopsEmitting) {
+  sse_framer framer(16);
+  EXPECT_EQ(framer.feed("data: a\n\ndata: 0123456789abcdef"), events{"data: a\n\n"});
+  EXPECT_TRUE(framer.overflowed());
+  EXPECT_EQ(framer.buffered(), 0u);  // memory released
+  EXPECT_TRUE(framer.feed("\n\ndata: b\n\n").empty());
+  EXPECT_TRUE(framer.finish().empty());
+}
+
+TEST(SseFramerTest, CompleteEventOverLimitOverflowsWhateverTheChunking) {
+  const std::string body = "data: ok\n\ndata: far-too-long\n\ndata: next\n\n";
+  for (std::size_t cut = 0; cut <= body.size(); ++cut) {
+    sse_framer framer(12);
+    EXPECT_EQ(feed_in_slices(framer, body, {cut}), events{"data: ok\n\n"}) << "cut at " << cut;
+    EXPECT_TRUE(framer.overflowed()) << "cut at " << cut;
+  }
+}
+
+TEST(SseFramerTest, EventExactlyAtLimitPasses) {
+  sse_framer framer(10);
+  EXPECT_EQ(framer.feed("data: ok\n\n"), events{"data: ok\n\n"});
+  EXPECT_FALSE(framer.overflowed());
+}
+
+TEST(SseFramerTest, DoneEventIsRecognisedInItsSpellings) {
+  EXPECT_TRUE(sse_framer::is_done_event("data: [DONE]\n\n"));
+  EXPECT_TRUE(sse_framer::is_done_event("data:[DONE]\r\n\r\n"));
+  EXPECT_TRUE(sse_framer::is_done_event(": keepalive\nevent: end\ndata: [DONE]\r\r"));
+  EXPECT_FALSE(sse_framer::is_done_event("data: [DONE] \n\n"));
+  EXPECT_FALSE(sse_framer::is_done_event("data: {\"x\":\"[DONE]\"}\n\n"));
+  EXPECT_FALSE(sse_framer::is_done_event("data: [DONE]\ndata: more\n\n"));
+  EXPECT_FALSE(sse_framer::is_done_event(": [DONE]\n\n"));
+  EXPECT_FALSE(sse_framer::is_done_event("\n"));
+}
+
+TEST(SseFramerTest, ErrorEventIsOneCompleteEventCarryingTheJson) {
+  const std::string json = R"({"error":{"code":"stream_interrupted"}})";
+  const std::string event = make_error_event(json);
+  EXPECT_EQ(event, "data: " + json + "\n\n");
+  sse_framer framer;
+  EXPECT_EQ(framer.feed(event), events{event});
+}
+
+TEST(SseFramerTest, ErrorEventWithLineBreaksInJsonStaysOneEvent) {
+  const std::string event = make_error_event("{\n\"a\":1\n}");
+  EXPECT_EQ(event, "data: {\ndata: \"a\":1\ndata: }\n\n");
+  sse_framer framer;
+  EXPECT_EQ(framer.feed(event).size(), 1u);
+}
+
+}  // namespace
+}  // namespace tether::net

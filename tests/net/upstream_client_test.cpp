@@ -1,0 +1,665 @@
+// upstream_client against small servers on 127.0.0.1: each server runs a blocking script per
+// accepted connection in its own thread, so a test can say exactly what the upstream does and when.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/io_runtime.hpp"
+#include "net/upstream.hpp"
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+using namespace std::chrono_literals;
+using testing::ElementsAre;
+using testing::HasSubstr;
+using tether::net::header_list;
+using tether::net::upstream_client;
+using tether::net::upstream_endpoint;
+using tether::net::upstream_failure;
+using tether::net::upstream_request;
+
+constexpr auto wait_limit = 5s;
+
+// --- the client's side: what a caller of upstream_client observes ---------------------------
+
+class recorder : public tether::net::upstream_events {
+ public:
+  void on_connected(bool reused) override { push(reused ? "connected:reused" : "connected:new"); }
+  void on_head(int status, header_list headers) override {
+    std::lock_guard lock(mutex_);
+    status_ = status;
+    headers_ = std::move(headers);
+    log_.push_back("head:" + std::to_string(status));
+    changed_.notify_all();
+  }
+  void on_body(std::string bytes) override {
+    {
+      std::lock_guard lock(mutex_);
+      body_ += bytes;
+      pieces_.push_back(bytes);
+      if (log_.empty() || log_.back() != "body") log_.push_back("body");
+      changed_.notify_all();
+    }
+    if (on_body_hook) on_body_hook(bytes);
+  }
+  void on_end() override { push("end"); }
+  void on_failure(upstream_failure kind, std::string message) override {
+    std::lock_guard lock(mutex_);
+    failure_ = kind;
+    failure_message_ = std::move(message);
+    log_.push_back("failure");
+    changed_.notify_all();
+  }
+  void on_closed() override {
+    std::lock_guard lock(mutex_);
+    ++closed_;
+    log_.push_back("closed");
+    changed_.notify_all();
+  }
+
+  bool wait_closed(std::chrono::milliseconds limit = wait_limit) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] { return closed_ > 0; });
+  }
+
+  std::vector<std::string> log() const {
+    std::lock_guard lock(mutex_);
+    return log_;
+  }
+  std::string body() const {
+    std::lock_guard lock(mutex_);
+    return body_;
+  }
+  std::vector<std::string> pieces() const {
+    std::lock_guard lock(mutex_);
+    return pieces_;
+  }
+  std::optional<upstream_failure> failure() const {
+    std::lock_guard lock(mutex_);
+    return failure_;
+  }
+  std::string failure_message() const {
+    std::lock_guard lock(mutex_);
+    return failure_message_;
+  }
+  header_list headers() const {
+    std::lock_guard lock(mutex_);
+    return headers_;
+  }
+  int closed_count() const {
+    std::lock_guard lock(mutex_);
+    return closed_;
+  }
+
+  std::function<void(const std::string&)> on_body_hook;
+
+ private:
+  void push(std::string entry) {
+    std::lock_guard lock(mutex_);
+    log_.push_back(std::move(entry));
+    changed_.notify_all();
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::string> log_;
+  int status_ = 0;
+  header_list headers_;
+  std::string body_;
+  std::vector<std::string> pieces_;
+  std::optional<upstream_failure> failure_;
+  std::string failure_message_;
+  int closed_ = 0;
+};
+
+const std::string* header(const header_list& headers, const std::string& name) {
+  for (const auto& h : headers)
+    if (h.name == name) return &h.value;
+  return nullptr;
+}
+
+upstream_endpoint local_endpoint(std::uint16_t port, std::string host = "127.0.0.1") {
+  upstream_endpoint ep;
+  ep.host = std::move(host);
+  ep.port = port;
+  ep.connect_timeout = 2000ms;
+  return ep;
+}
+
+upstream_request simple_request(std::string body = "{\"a\":1}") {
+  upstream_request r;
+  r.method = "POST";
+  r.target = "/v1/chat/completions";
+  r.headers = {{"x-request-id", "req-1"}};
+  r.body = std::move(body);
+  return r;
+}
+
+// --- the upstream's side ---------------------------------------------------------------------
+
+class script_server {
+ public:
+  using script = std::function<void(tcp::socket&, int index)>;
+
+  explicit script_server(script s)
+      : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
+        script_(std::move(s)) {
+    do_accept();
+    io_thread_ = std::thread([this] { io_.run(); });
+  }
+
+  ~script_server() {
+    io_.stop();
+    io_thread_.join();
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      // Wakes scripts blocked in a read, so that a broken test ends instead of hanging.
+      for (auto& s : sockets_) ::shutdown(s->native_handle(), SHUT_RDWR);
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  int accepted() const { return accepted_; }
+
+ private:
+  void do_accept() {
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec) return;
+      const int index = accepted_++;
+      auto shared = std::make_shared<tcp::socket>(std::move(socket));
+      {
+        std::lock_guard lock(mutex_);
+        sockets_.push_back(shared);
+        threads_.emplace_back([this, shared, index] { script_(*shared, index); });
+      }
+      do_accept();
+    });
+  }
+
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  script script_;
+  std::thread io_thread_;
+  std::atomic<int> accepted_{0};
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<tcp::socket>> sockets_;
+  std::vector<std::thread> threads_;
+};
+
+template <class Stream>
+std::optional<http::request<http::string_body>> read_request(Stream& s, beast::flat_buffer& b) {
+  http::request<http::string_body> req;
+  boost::system::error_code ec;
+  http::read(s, b, req, ec);
+  if (ec) return std::nullopt;
+  return req;
+}
+
+template <class Stream>
+void send(Stream& s, std::string_view bytes) {
+  boost::system::error_code ec;
+  asio::write(s, asio::buffer(bytes.data(), bytes.size()), ec);
+}
+
+// Blocks until the peer closes (or the server shuts the socket down).
+template <class Stream>
+void wait_for_eof(Stream& s) {
+  char scratch[512];
+  boost::system::error_code ec;
+  while (!ec) s.read_some(asio::buffer(scratch), ec);
+}
+
+const std::string ok_response =
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello";
+
+std::uint16_t unused_port() {
+  asio::io_context io;
+  tcp::acceptor a(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  return a.local_endpoint().port();
+}
+
+class UpstreamClientTest : public testing::Test {
+ protected:
+  tether::net::io_runtime io_{2};
+};
+
+// --- plain HTTP --------------------------------------------------------------------------------
+
+TEST_F(UpstreamClientTest, PlainRequestDeliversHeadBodyEndThenClosed) {
+  std::promise<http::request<http::string_body>> seen;
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    auto req = read_request(s, b);
+    if (!req) return;
+    seen.set_value(*req);
+    send(s, ok_response);
+    wait_for_eof(s);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto request = simple_request();
+  request.headers.push_back({"authorization", "Bearer k"});
+  request.headers.push_back({"content-length", "999"});           // framing is the client's
+  request.headers.push_back({"x-evil", "a\r\nx-injected: yes"});  // would inject a header
+  auto exchange = client.start(std::move(request), events);
+
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+  EXPECT_EQ(events->body(), "hello");
+  ASSERT_NE(header(events->headers(), "content-type"), nullptr);
+  EXPECT_EQ(*header(events->headers(), "content-type"), "application/json");
+
+  auto fut = seen.get_future();
+  ASSERT_EQ(fut.wait_for(wait_limit), std::future_status::ready);
+  auto req = fut.get();
+  EXPECT_EQ(req.method(), http::verb::post);
+  EXPECT_EQ(req.target(), "/v1/chat/completions");
+  EXPECT_EQ(req[http::field::host], "127.0.0.1:" + std::to_string(server.port()));
+  EXPECT_EQ(req[http::field::content_length], "7");
+  EXPECT_EQ(req[http::field::connection], "keep-alive");
+  EXPECT_EQ(req["x-request-id"], "req-1");
+  EXPECT_EQ(req[http::field::authorization], "Bearer k");
+  EXPECT_EQ(req.count("x-injected"), 0u);
+  EXPECT_EQ(req.count("x-evil"), 0u);
+  EXPECT_EQ(req.body(), "{\"a\":1}");
+  EXPECT_EQ(client.idle_connections(), 1u);
+}
+
+TEST_F(UpstreamClientTest, StreamedBodyPieceArrivesBeforeTheNextIsSent) {
+  std::promise<void> first_seen;
+  std::atomic<bool> seen_before_second{false};
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s,
+         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "b\r\ndata: one\n\n\r\n");
+    // The second piece is held back until the client has passed the first one on.
+    seen_before_second = first_seen.get_future().wait_for(wait_limit) == std::future_status::ready;
+    send(s, "b\r\ndata: two\n\n\r\n0\r\n\r\n");
+    wait_for_eof(s);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  std::once_flag once;
+  events->on_body_hook = [&](const std::string& piece) {
+    if (piece.find("one") != std::string::npos)
+      std::call_once(once, [&] { first_seen.set_value(); });
+  };
+  auto exchange = client.start(simple_request(), events);
+
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_TRUE(seen_before_second);
+  ASSERT_FALSE(events->pieces().empty());
+  EXPECT_EQ(events->pieces().front(), "data: one\n\n");
+  EXPECT_EQ(events->body(), "data: one\n\ndata: two\n\n");
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+}
+
+TEST_F(UpstreamClientTest, FiveSequentialExchangesReuseOneKeptAliveConnection) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    while (read_request(s, b)) send(s, ok_response);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  for (int i = 0; i < 5; ++i) {
+    auto events = std::make_shared<recorder>();
+    auto exchange = client.start(simple_request(), events);
+    ASSERT_TRUE(events->wait_closed()) << "exchange " << i;
+    EXPECT_THAT(events->log(), ElementsAre(i == 0 ? "connected:new" : "connected:reused",
+                                           "head:200", "body", "end", "closed"))
+        << "exchange " << i;
+    EXPECT_EQ(events->body(), "hello");
+  }
+  EXPECT_EQ(server.accepted(), 1);
+  EXPECT_EQ(client.idle_connections(), 1u);
+}
+
+TEST_F(UpstreamClientTest, PooledConnectionClosedByServerIsReplacedWithoutFailure) {
+  std::promise<void> first_closed;
+  script_server server([&](tcp::socket& s, int index) {
+    beast::flat_buffer b;
+    if (index == 0) {
+      // Answers once, then drops the kept-alive connection as an idle-timing server would.
+      if (read_request(s, b)) send(s, ok_response);
+      s.close();
+      first_closed.set_value();
+      return;
+    }
+    while (read_request(s, b)) send(s, ok_response);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto first = std::make_shared<recorder>();
+  auto e1 = client.start(simple_request(), first);
+  ASSERT_TRUE(first->wait_closed());
+  ASSERT_EQ(client.idle_connections(), 1u);
+  ASSERT_EQ(first_closed.get_future().wait_for(wait_limit), std::future_status::ready);
+
+  auto second = std::make_shared<recorder>();
+  auto e2 = client.start(simple_request(), second);
+  ASSERT_TRUE(second->wait_closed());
+  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "head:200", "body", "end", "closed"));
+  EXPECT_EQ(second->body(), "hello");
+  EXPECT_EQ(server.accepted(), 2);
+}
+
+TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {
+  std::promise<void> got_request;
+  std::promise<std::chrono::steady_clock::time_point> saw_eof;
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    got_request.set_value();
+    wait_for_eof(s);
+    saw_eof.set_value(std::chrono::steady_clock::now());
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_EQ(got_request.get_future().wait_for(wait_limit), std::future_status::ready);
+
+  const auto cancelled_at = std::chrono::steady_clock::now();
+  exchange->cancel();
+  exchange->cancel();  // idempotent
+  auto eof = saw_eof.get_future();
+  ASSERT_EQ(eof.wait_for(wait_limit), std::future_status::ready);
+  EXPECT_LT(eof.get() - cancelled_at, 50ms);
+
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "closed"));
+  EXPECT_EQ(client.idle_connections(), 0u);
+  exchange->cancel();  // after the end: no effect
+  EXPECT_EQ(events->closed_count(), 1);
+}
+
+TEST_F(UpstreamClientTest, CancelRightAfterStartEndsWithClosedAndLeavesNoConnection) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int eofs = 0;
+  script_server server([&](tcp::socket& s, int) {
+    wait_for_eof(s);
+    std::lock_guard lock(mutex);
+    ++eofs;
+    changed.notify_all();
+  });
+  // "localhost" goes through name resolution, where a close alone would be lost; the IP literal
+  // reaches connect at once.
+  upstream_client by_name(io_, local_endpoint(server.port(), "localhost"));
+  upstream_client by_ip(io_, local_endpoint(server.port()));
+  std::vector<std::weak_ptr<tether::net::upstream_exchange>> finished;
+  for (int i = 0; i < 20; ++i) {
+    auto events = std::make_shared<recorder>();
+    auto exchange = (i % 2 ? by_ip : by_name).start(simple_request(), events);
+    exchange->cancel();
+    ASSERT_TRUE(events->wait_closed()) << "exchange " << i;
+    for (const auto& entry : events->log())
+      EXPECT_THAT(entry, testing::AnyOf("connected:new", "closed")) << "exchange " << i;
+    finished.push_back(exchange);
+  }
+  EXPECT_EQ(by_name.idle_connections() + by_ip.idle_connections(), 0u);
+  // Every connection that reached the server was closed by the client.
+  std::unique_lock lock(mutex);
+  EXPECT_TRUE(changed.wait_for(lock, wait_limit, [&] { return eofs == server.accepted(); }))
+      << eofs << " of " << server.accepted() << " connections closed";
+  lock.unlock();
+  // Nothing holds a finished exchange: the last handler let go of it.
+  const auto deadline = std::chrono::steady_clock::now() + wait_limit;
+  for (auto& weak : finished) {
+    while (!weak.expired() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    EXPECT_TRUE(weak.expired());
+  }
+}
+
+TEST_F(UpstreamClientTest, RefusedConnectionFailsAsConnectFailed) {
+  upstream_client client(io_, local_endpoint(unused_port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("failure", "closed"));
+  EXPECT_EQ(events->failure(), upstream_failure::connect_failed);
+  EXPECT_THAT(events->failure_message(), HasSubstr("connection refused"));
+}
+
+TEST_F(UpstreamClientTest, GarbageStatusLineFailsAsMalformed) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s, "HELLO THERE\r\nContent-Length: 0\r\n\r\n");
+    wait_for_eof(s);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "failure", "closed"));
+  EXPECT_EQ(events->failure(), upstream_failure::malformed);
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
+TEST_F(UpstreamClientTest, ConnectionClosedMidBodyFailsAsResetAfterTheBytesSoFar) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789");
+    s.close();
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "failure", "closed"));
+  EXPECT_EQ(events->body(), "0123456789");
+  EXPECT_EQ(events->failure(), upstream_failure::reset);
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
+TEST_F(UpstreamClientTest, ServerClosedBeforeAnyResponseFailsAsReset) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (read_request(s, b)) s.close();
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  // A new connection is never retried: the request may have been acted on.
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "failure", "closed"));
+  EXPECT_EQ(events->failure(), upstream_failure::reset);
+  EXPECT_EQ(server.accepted(), 1);
+}
+
+TEST_F(UpstreamClientTest, ConnectionCloseResponseReadToEofIsNotPooled) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end");
+    s.close();
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+  EXPECT_EQ(events->body(), "until the end");
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
+TEST_F(UpstreamClientTest, IdleConnectionExpiresAfterIdleTimeout) {
+  std::promise<void> saw_eof;
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (read_request(s, b)) send(s, ok_response);
+    wait_for_eof(s);
+    saw_eof.set_value();
+  });
+  auto ep = local_endpoint(server.port());
+  ep.idle_timeout = 100ms;
+  upstream_client client(io_, ep);
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  // The pool's sweep closes the idle socket; the server sees it go.
+  ASSERT_EQ(saw_eof.get_future().wait_for(wait_limit), std::future_status::ready);
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
+// --- HTTPS ------------------------------------------------------------------------------------
+
+class UpstreamClientTlsTest : public UpstreamClientTest {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tether-upstream-tls-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    const std::string d = dir_.string();
+    const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    std::ofstream(dir_ / "server.ext")
+        << "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n"
+           "extendedKeyUsage=serverAuth\n";
+    const std::string script =
+        "cd '" + d + "' && " +  //
+        "openssl req -x509 " + key +
+        " -keyout ca.key -out ca.pem -days 2 "  //
+        "-subj '/CN=tether test CA' && " +      //
+        "openssl req -x509 " +
+        key +
+        " -keyout other.key -out other.pem -days 2 "  //
+        "-subj '/CN=some other CA' && " +             //
+        "openssl req " +
+        key +
+        " -keyout server.key -out server.csr "                                        //
+        "-subj '/CN=localhost' && " +                                                 //
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "  //
+        "-out server.pem -days 2 -extfile server.ext";
+    generated_ = std::system(("(" + script + ") >/dev/null 2>&1").c_str()) == 0;
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+
+  void SetUp() override {
+    if (!generated_) GTEST_FAIL() << "openssl could not generate the test certificates";
+  }
+
+  static void trust(const std::string& ca_file) {
+    // Read when the client builds its TLS context; the empty dir keeps the system store out.
+    ::setenv("SSL_CERT_FILE", (dir_ / ca_file).c_str(), 1);
+    ::setenv("SSL_CERT_DIR", dir_.c_str(), 1);
+  }
+
+  // A TLS upstream that answers each request on a connection with ok_response.
+  static script_server::script tls_script(std::shared_ptr<asio::ssl::context> ctx) {
+    return [ctx](tcp::socket& s, int) {
+      asio::ssl::stream<tcp::socket&> tls(s, *ctx);
+      boost::system::error_code ec;
+      tls.handshake(asio::ssl::stream_base::server, ec);
+      if (ec) return;
+      beast::flat_buffer b;
+      while (read_request(tls, b)) send(tls, ok_response);
+    };
+  }
+
+  static std::shared_ptr<asio::ssl::context> server_context() {
+    auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+    ctx->use_certificate_chain_file((dir_ / "server.pem").string());
+    ctx->use_private_key_file((dir_ / "server.key").string(), asio::ssl::context::pem);
+    return ctx;
+  }
+
+  static upstream_endpoint tls_endpoint(std::uint16_t port, std::string host) {
+    auto ep = local_endpoint(port, std::move(host));
+    ep.tls = true;
+    return ep;
+  }
+
+  static inline std::filesystem::path dir_;
+  static inline bool generated_ = false;
+};
+
+TEST_F(UpstreamClientTlsTest, TrustedCertificateForLocalhostSucceedsAndIsReused) {
+  script_server server(tls_script(server_context()));
+  trust("ca.pem");
+  upstream_client client(io_, tls_endpoint(server.port(), "localhost"));
+  for (int i = 0; i < 2; ++i) {
+    auto events = std::make_shared<recorder>();
+    auto exchange = client.start(simple_request(), events);
+    ASSERT_TRUE(events->wait_closed());
+    EXPECT_THAT(events->log(), ElementsAre(i == 0 ? "connected:new" : "connected:reused",
+                                           "head:200", "body", "end", "closed"))
+        << events->failure_message();
+    EXPECT_EQ(events->body(), "hello");
+  }
+  EXPECT_EQ(server.accepted(), 1);
+}
+
+TEST_F(UpstreamClientTlsTest, CertificateFromUntrustedCaFailsAsTlsFailed) {
+  script_server server(tls_script(server_context()));
+  trust("other.pem");
+  upstream_client client(io_, tls_endpoint(server.port(), "localhost"));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("failure", "closed"));
+  EXPECT_EQ(events->failure(), upstream_failure::tls_failed);
+  EXPECT_THAT(events->failure_message(), HasSubstr("certificate verification failed"));
+}
+
+TEST_F(UpstreamClientTlsTest, CertificateForAnotherHostFailsAsTlsFailed) {
+  script_server server(tls_script(server_context()));
+  trust("ca.pem");
+  // The certificate names localhost only.
+  upstream_client client(io_, tls_endpoint(server.port(), "127.0.0.1"));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_EQ(events->failure(), upstream_failure::tls_failed);
+  EXPECT_THAT(events->failure_message(), HasSubstr("certificate verification failed"));
+  EXPECT_THAT(events->failure_message(), HasSubstr("mismatch"));
+}
+
+}  // namespace
+
+TEST_F(UpstreamClientTlsTest, SilentServerFailsAsConnectTimeoutCoveringTheHandshake) {
+  std::promise<void> saw_eof;
+  // Accepts the TCP connection but never answers the ClientHello.
+  script_server server([&](tcp::socket& s, int) {
+    wait_for_eof(s);
+    saw_eof.set_value();
+  });
+  trust("ca.pem");
+  auto ep = tls_endpoint(server.port(), "localhost");
+  ep.connect_timeout = 100ms;
+  upstream_client client(io_, ep);
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("failure", "closed"));
+  EXPECT_EQ(events->failure(), upstream_failure::connect_failed);
+  EXPECT_THAT(events->failure_message(), HasSubstr("timed out"));
+  EXPECT_EQ(saw_eof.get_future().wait_for(wait_limit), std::future_status::ready);
+}

@@ -1,0 +1,49 @@
+// A tether-mock child process on an ephemeral port, and its observation endpoints.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <boost/json/object.hpp>
+
+#include "tests/support/process.hpp"
+
+namespace tether::test {
+
+struct mock_options {
+  std::optional<std::string> tls_cert;  // with tls_key: the mock serves HTTPS only
+  std::optional<std::string> tls_key;
+};
+
+class mock_server {
+ public:
+  // Starts the mock and waits (10 s at most) for its listening line; throws if it never comes.
+  explicit mock_server(mock_options options = {});
+
+  std::uint16_t port() const { return port_; }
+  bool tls() const { return tls_; }
+  std::string url() const;  // e.g. http://127.0.0.1:PORT — what a base_url names
+
+  // GET /_stats (the log limited to ids > since when given).
+  boost::json::object stats(std::optional<std::uint64_t> since = std::nullopt);
+  // Polls /_stats until `done` holds or the timeout passes; returns the last stats either way.
+  // The mock sees a client's close asynchronously, so assertions on it wait for it this way.
+  boost::json::object wait_for_stats(const std::function<bool(const boost::json::object&)>& done,
+                                     std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  void reset();
+
+  child_process& process() { return process_; }
+
+ private:
+  child_process process_;
+  bool tls_ = false;
+  std::uint16_t port_ = 0;
+};
+
+// A log entry of a stats object by position (throws if absent).
+const boost::json::object& log_entry(const boost::json::object& stats, std::size_t index);
+
+}  // namespace tether::test
