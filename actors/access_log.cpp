@@ -5,18 +5,12 @@
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <fmt/format.h>
 
 namespace tether {
 namespace {
 
 bool json_format = true;
-
-boost::json::value opt(const std::optional<double>& v) {
-  if (!v) return nullptr;
-  return *v;
-}
-
-double round3(double v) { return static_cast<double>(static_cast<long long>(v * 1000)) / 1000; }
 
 std::string iso_now() {
   auto now = std::chrono::system_clock::now();
@@ -55,44 +49,85 @@ void setup_logging(const std::string& format, const std::string& level) {
   spdlog::set_default_logger(logger);
 }
 
+namespace {
+
+// A JSON object written field by field: times as plain decimals with µs precision ("12.345"),
+// which a reader of the log can take in at a glance (a generic serializer prints "1.2345E1").
+class json_line {
+ public:
+  json_line() { out_.push_back('{'); }
+  json_line& str(std::string_view key, std::string_view value) {
+    return raw(key, boost::json::serialize(boost::json::value(value)));
+  }
+  json_line& boolean(std::string_view key, bool v) { return raw(key, v ? "true" : "false"); }
+  json_line& integer(std::string_view key, long long v) { return raw(key, std::to_string(v)); }
+  json_line& ms(std::string_view key, std::optional<double> v) {
+    return raw(key, v ? fmt::format("{:.3f}", *v) : std::string{"null"});
+  }
+  json_line& raw(std::string_view key, std::string_view json) {
+    if (out_.size() > 1) out_.push_back(',');
+    out_.push_back('"');
+    out_.append(key);
+    out_.append("\":");
+    out_.append(json);
+    return *this;
+  }
+  std::string done() {
+    out_.push_back('}');
+    return std::move(out_);
+  }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
 void write_access_log(const access_record& r) {
   if (!spdlog::default_logger()->should_log(spdlog::level::info)) return;
   if (json_format) {
-    boost::json::object o;
-    o["ts"] = iso_now();
-    o["type"] = "access";
-    o["request_id"] = r.request_id;
-    o["model"] = r.model;
-    o["path"] = r.path;
-    o["stream"] = r.stream;
-    o["outcome"] = to_string(r.result);
-    o["status"] = r.status;
-    o["deadline_ms"] = opt(r.deadline_ms);
-    o["queue_wait_ms"] = round3(r.queue_wait_ms);
-    o["ttfb_ms"] = opt(r.ttfb_ms ? std::optional<double>(round3(*r.ttfb_ms)) : std::nullopt);
-    o["duration_ms"] = round3(r.duration_ms);
-    o["caller_left_ms"] = opt(r.caller_left_ms);
-    o["work_ended_ms"] = opt(r.work_ended_ms);
-    o["cancel_latency_ms"] = opt(r.cancel_latency_ms);
-    boost::json::array attempts;
+    std::string attempts = "[";
     for (const auto& a : r.attempts) {
-      boost::json::object ao;
-      ao["upstream"] = a.upstream;
-      ao["model"] = a.model;
-      ao["status"] = a.status ? boost::json::value(*a.status) : boost::json::value(nullptr);
-      ao["outcome"] = to_string(a.result);
-      ao["start_ms"] = round3(a.start_ms);
-      ao["end_ms"] = opt(a.end_ms);
-      attempts.push_back(std::move(ao));
+      if (attempts.size() > 1) attempts.push_back(',');
+      json_line al;
+      al.str("upstream", a.upstream).str("model", a.model);
+      if (a.status) {
+        al.integer("status", *a.status);
+      } else {
+        al.raw("status", "null");
+      }
+      al.str("outcome", to_string(a.result)).ms("start_ms", a.start_ms).ms("end_ms", a.end_ms);
+      attempts += al.done();
     }
-    o["attempts"] = std::move(attempts);
-    spdlog::info("{}", boost::json::serialize(o));
+    attempts.push_back(']');
+    json_line l;
+    l.str("ts", iso_now())
+        .str("type", "access")
+        .str("request_id", r.request_id)
+        .str("model", r.model)
+        .str("path", r.path)
+        .boolean("stream", r.stream)
+        .str("outcome", to_string(r.result))
+        .integer("status", r.status)
+        .ms("deadline_ms", r.deadline_ms)
+        .ms("queue_wait_ms", r.queue_wait_ms)
+        .ms("ttfb_ms", r.ttfb_ms)
+        .ms("duration_ms", r.duration_ms)
+        .ms("caller_left_ms", r.caller_left_ms)
+        .ms("work_ended_ms", r.work_ended_ms)
+        .ms("cancel_latency_ms", r.cancel_latency_ms)
+        .raw("attempts", attempts);
+    spdlog::info("{}", l.done());
   } else {
-    spdlog::info("{} access id={} model={} path={} stream={} outcome={} status={} duration_ms={:.1f} "
-                 "ttfb_ms={} attempts={} work_ended_ms={}",
-                 iso_now(), r.request_id, r.model, r.path, r.stream, to_string(r.result), r.status,
-                 r.duration_ms, r.ttfb_ms ? std::to_string(*r.ttfb_ms) : "null", r.attempts.size(),
-                 r.work_ended_ms ? std::to_string(*r.work_ended_ms) : "null");
+    auto show = [](const std::optional<double>& v) {
+      return v ? fmt::format("{:.1f}", *v) : std::string{"-"};
+    };
+    spdlog::info(
+        "{} access id={} model={} path={} stream={} outcome={} status={} ttfb_ms={} "
+        "duration_ms={:.1f} caller_left_ms={} work_ended_ms={} attempts={}",
+        iso_now(), r.request_id, r.model, r.path, r.stream, to_string(r.result), r.status,
+        show(r.ttfb_ms), r.duration_ms, show(r.caller_left_ms), show(r.work_ended_ms),
+        r.attempts.size());
   }
 }
 

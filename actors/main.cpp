@@ -126,8 +126,11 @@ int serve(tether::config::gateway_config cfg) {
   caf::anon_send_exit(rt->supervisor, caf::exit_reason::user_shutdown);
   rt->budget = nullptr;
   rt->supervisor = nullptr;
+  // Every request tree has ended (the drain said so), so no actor owns a socket any more. The io
+  // threads go first: a thread that ever called into CAF holds a reference to CAF's logger, and
+  // ~actor_system waits for that logger to be released.
+  io.join();
   system.reset();
-  io.stop();
   return 0;
 }
 

@@ -33,6 +33,7 @@ namespace {
 // reading (and so stops noticing a disconnect) until the response is done.
 constexpr std::size_t pipeline_cap = 64 * 1024;
 constexpr std::size_t read_chunk = 8 * 1024;
+constexpr std::size_t max_gather = 64;  // buffers per write (IOV_MAX is 1024)
 // After the last response on a connection, unread request bytes would make close() send a
 // reset that can destroy the response before the client reads it (a refused body, say):
 // half-close, discard what still comes for a moment, then close.
@@ -166,13 +167,20 @@ downstream_session::~downstream_session() {
   if (registered_) context_->sessions.remove(this);
 }
 
-void downstream_session::start() {
+bool downstream_session::start() {
+  // Set before the session becomes visible to close_all's snapshot (under the registry's mutex),
+  // so that a do_close posted from there reads it without a race.
   registered_ = true;
+  if (!context_->sessions.try_add(shared_from_this(), context_->limits.max_connections)) {
+    registered_ = false;
+    return false;
+  }
   asio::dispatch(strand_, [self = shared_from_this()] {
     self->connected_ = steady::now();
     self->connected_wall_ = std::chrono::system_clock::now();
     self->do_wait_request();
   });
+  return true;
 }
 
 void downstream_session::close_if_idle() {
@@ -553,31 +561,44 @@ void downstream_session::end_stream() {
 }
 
 void downstream_session::do_write() {
-  if (write_batch_ > 0 || phase_ == phase::closed) return;
+  if (writing_ || phase_ == phase::closed) return;
   if (write_queue_.empty()) {
     if (phase_ == phase::exchange && response_complete_) on_exchange_done();
     return;
   }
-  // Everything queued goes in one gathered write, in order.
+  // What is queued goes out in one gathered write, in order. write_some, not write: a client
+  // that stops reading must not hold the session (and the upstream work behind it) forever, so
+  // the stall timer measures the time without progress, not the time of a large body.
   std::vector<asio::const_buffer> buffers;
-  buffers.reserve(write_queue_.size());
-  for (const auto& item : write_queue_) buffers.emplace_back(asio::buffer(item));
-  write_batch_ = write_queue_.size();
-  // A client that stops reading must not hold the session (and the upstream work behind it)
-  // forever: a write stalled for the keep-alive timeout counts as the client gone.
+  buffers.reserve(std::min<std::size_t>(write_queue_.size(), max_gather));
+  for (const auto& item : write_queue_) {
+    if (buffers.size() == max_gather) break;
+    buffers.emplace_back(asio::buffer(item) + (buffers.empty() ? write_offset_ : 0));
+  }
+  writing_ = true;
   arm_timer(timer_use::write_stall, steady::now() + context_->limits.keepalive_timeout);
-  asio::async_write(stream_, buffers,
-                    beast::bind_front_handler(&downstream_session::on_write, shared_from_this()));
+  stream_.async_write_some(
+      buffers, beast::bind_front_handler(&downstream_session::on_write, shared_from_this()));
 }
 
-void downstream_session::on_write(beast::error_code ec, std::size_t) {
+void downstream_session::on_write(beast::error_code ec, std::size_t n) {
+  writing_ = false;
   if (phase_ == phase::closed) return;
   disarm_timer();
   if (ec) {
     do_close();
     return;
   }
-  for (; write_batch_ > 0; --write_batch_) write_queue_.pop_front();
+  while (n > 0) {
+    const auto left = write_queue_.front().size() - write_offset_;
+    if (n < left) {
+      write_offset_ += n;
+      break;
+    }
+    n -= left;
+    write_offset_ = 0;
+    write_queue_.pop_front();
+  }
   do_write();
 }
 

@@ -36,7 +36,9 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   downstream_session(const downstream_session&) = delete;
   downstream_session& operator=(const downstream_session&) = delete;
 
-  void start();
+  // Registers with the server and starts reading; false (and nothing started) at
+  // max_connections.
+  bool start();
   // Drain: closes the connection if it is between requests; otherwise it closes after the
   // current response.
   void close_if_idle();
@@ -121,7 +123,8 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   bool watch_pending_ = false;
 
   std::deque<std::string> write_queue_;
-  std::size_t write_batch_ = 0;  // items of write_queue_ being written
+  std::size_t write_offset_ = 0;  // bytes of write_queue_.front() already written
+  bool writing_ = false;
 };
 
 }  // namespace tether::net

@@ -39,7 +39,9 @@ io_runtime::io_runtime(unsigned threads)
   }
 }
 
-io_runtime::~io_runtime() {
+io_runtime::~io_runtime() { join(); }
+
+void io_runtime::join() {
   stop();
   for (auto& thread : impl_->threads) {
     if (thread.get_id() == std::this_thread::get_id()) {

@@ -16,6 +16,8 @@ class io_runtime {
   // The underlying boost::asio::io_context, for net/ only (opaque to everyone else).
   void* native();
   void stop();
+  // stop() and wait for the threads to leave: after this no handler runs. Idempotent.
+  void join();
 
  private:
   struct impl;

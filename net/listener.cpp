@@ -104,7 +104,7 @@ void listener::on_accept(beast::error_code ec, tcp::socket socket) {
   }
   auto session = std::make_shared<downstream_session>(std::move(socket), context_);
   // Over the limit, the session is dropped here, which closes its socket: refused cleanly.
-  if (context_->sessions.try_add(session, context_->limits.max_connections)) session->start();
+  session->start();
   do_accept();
 }
 

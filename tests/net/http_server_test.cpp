@@ -683,6 +683,23 @@ TEST_F(HttpServerTest, CloseAllClosesEveryConnection) {
   EXPECT_TRUE(eventually([&] { return server_->open_connections() == 0; }));
 }
 
+TEST_F(HttpServerTest, LargeResponseWrittenInPiecesArrivesWhole) {
+  std::string large(8 * 1024 * 1024, 'x');
+  for (std::size_t i = 0; i < large.size(); i += 4096) large[i] = static_cast<char>('a' + i % 26);
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channel->send_full(200, {}, large);
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/large") + get("/again")));
+  const auto first = client.read_response(5s);
+  ASSERT_TRUE(first);
+  EXPECT_TRUE(first->body == large);
+  const auto second = client.read_response(5s);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->body.size(), large.size());
+}
+
 TEST_F(HttpServerTest, ChannelDroppedWithoutResponseClosesConnection) {
   serve([&](incoming_request, std::shared_ptr<response_channel>) {
     return std::shared_ptr<exchange_observer>();

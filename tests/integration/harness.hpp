@@ -1,0 +1,80 @@
+// Shared set-up for the integration tests: a tether-mock, a gateway in front of it, and readers
+// for what each side observed (the mock's /_stats, the gateway's access log).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <optional>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "tests/support/gateway.hpp"
+#include "tests/support/http_client.hpp"
+#include "tests/support/mock_server.hpp"
+
+namespace tether::test {
+
+// A config with one upstream "mock" pointing at `mock`, the given [request] keys and models.
+// `models` is TOML for [[models]] entries; `extra` is appended (more sections).
+inline std::string gateway_config(const mock_server& mock, const std::string& request_keys,
+                                  const std::string& models, const std::string& extra = "",
+                                  const std::string& server_keys = "") {
+  return "[server]\nlisten = \"127.0.0.1:0\"\n" + server_keys + "\n\n[request]\n" + request_keys +
+         "\n\n[[upstreams]]\nname = \"mock\"\nbase_url = \"" + mock.url() +
+         "\"\nmax_in_flight = 64\n\n" + models + "\n" + extra + "\n[telemetry]\nlog_format = \"json\"\n";
+}
+
+inline std::string model_entry(const std::string& name, const std::string& upstream_model,
+                               const std::string& more = "") {
+  return "[[models]]\nname = \"" + name + "\"\nupstream = \"mock\"\nupstream_model = \"" +
+         upstream_model + "\"\n" + more + "\n";
+}
+
+inline std::string chat_body(const std::string& model, bool stream = false) {
+  return R"({"model":")" + model + R"(","stream":)" + (stream ? "true" : "false") +
+         R"(,"messages":[{"role":"user","content":"hello"}]})";
+}
+
+// Wall-clock milliseconds, the mock's time base (its timestamps are epoch ms).
+inline double epoch_ms(std::chrono::steady_clock::time_point tp) {
+  auto sys_now = std::chrono::system_clock::now();
+  auto steady_now = std::chrono::steady_clock::now();
+  auto at = sys_now + std::chrono::duration_cast<std::chrono::system_clock::duration>(tp - steady_now);
+  return std::chrono::duration<double, std::milli>(at.time_since_epoch()).count();
+}
+inline double epoch_ms_now() { return epoch_ms(std::chrono::steady_clock::now()); }
+
+// The access-log line of one request (waits for it: the line is written when the request's
+// last upstream connection has closed, which may be after the response).
+inline std::optional<boost::json::object> access_line(gateway_process& gw,
+                                                      const std::string& request_id,
+                                                      std::chrono::milliseconds timeout =
+                                                          std::chrono::seconds(5)) {
+  auto line = gw.process().wait_for_line(
+      std::regex("\"type\":\"access\",\"request_id\":\"" + request_id + "\""), timeout);
+  if (!line) return std::nullopt;
+  return boost::json::parse(line->line).as_object();
+}
+
+inline std::vector<boost::json::object> access_lines(gateway_process& gw) {
+  std::vector<boost::json::object> out;
+  for (const auto& l : gw.process().lines()) {
+    if (l.find("\"type\":\"access\"") == std::string::npos) continue;
+    out.push_back(boost::json::parse(l).as_object());
+  }
+  return out;
+}
+
+inline std::vector<boost::json::object> mock_log(const boost::json::object& stats) {
+  std::vector<boost::json::object> out;
+  for (const auto& e : stats.at("log").as_array()) out.push_back(e.as_object());
+  return out;
+}
+
+inline std::string str(const boost::json::value& v) { return std::string(v.as_string()); }
+inline double num(const boost::json::value& v) { return v.to_number<double>(); }
+
+}  // namespace tether::test
