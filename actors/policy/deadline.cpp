@@ -33,7 +33,8 @@ std::optional<millis> effective_deadline(millis configured, const caller_budget&
 
 std::optional<millis> request_deadline::remaining(steady_time now) const {
   if (!budget_) return std::nullopt;
-  auto elapsed = std::chrono::duration_cast<millis>(now - arrival_);
+  // Rounded up: what is passed on as "remaining" must never exceed what truly remains.
+  auto elapsed = std::chrono::ceil<millis>(now - arrival_);
   return std::max(millis{0}, *budget_ - elapsed);
 }
 

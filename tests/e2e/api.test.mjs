@@ -71,11 +71,10 @@ describe('openai SDK through tether', {timeout: 120_000}, () => {
       });
 
   test('chat completion with stream relays every chunk as it arrives', test_timeout, async () => {
-    const stream = await client.chat.completions.create({
-      model: 'short-stream',
-      messages: [{role: 'user', content: 'count'}],
-      stream: true,
-    });
+    const request = {model: 'short-stream', messages: [{role: 'user', content: 'count'}]};
+    const {data: stream, request_id} =
+        await client.chat.completions.create({...request, stream: true}).withResponse();
+    assert.ok(request_id, 'a stream carries the request id header too');
     const arrivals = [];
     const pieces = [];
     let finish_reason = null;
@@ -96,8 +95,8 @@ describe('openai SDK through tether', {timeout: 120_000}, () => {
         arrivals.at(-1) - arrivals[0] >= 200,
         `chunks arrived within ${arrivals.at(-1) - arrivals[0]} ms of each other`);
 
-    const entry = stack.access_log().find((e) => e.model === 'short-stream');
-    assert.ok(entry, 'an access log line for the stream');
+    const entry = await stack.wait_for_access(request_id);
+    assert.equal(entry.model, 'short-stream');
     assert.equal(entry.stream, true);
     assert.equal(entry.outcome, 'ok');
     assert.equal(entry.status, 200);

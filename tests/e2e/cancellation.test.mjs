@@ -46,6 +46,9 @@ async function assert_cancelled_everywhere(stack, request_id, aborted_at, expect
   assert.equal(entry.status, 499);
   assert.equal(entry.stream, expect.stream);
   assert.equal(entry.model, expect.model);
+  assert.equal(
+      stack.access_log().filter((e) => e.request_id === request_id).length, 1,
+      'exactly one outcome per request');
 }
 
 describe('caller aborts through the openai SDK', {timeout: 120_000}, () => {

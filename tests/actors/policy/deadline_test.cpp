@@ -1,0 +1,73 @@
+#include "actors/policy/deadline.hpp"
+
+#include <gtest/gtest.h>
+
+namespace tether {
+namespace {
+
+using namespace std::chrono_literals;
+
+caller_budget parse(const char* v) {
+  std::string s = v;
+  return parse_caller_budget(&s);
+}
+
+TEST(DeadlineTest, AbsentHeaderLeavesTheConfiguredDeadline) {
+  auto c = parse_caller_budget(nullptr);
+  EXPECT_EQ(c.what, caller_budget::kind::absent);
+  EXPECT_EQ(effective_deadline(300000ms, c), std::optional<millis>(300000ms));
+  EXPECT_EQ(effective_deadline(0ms, c), std::nullopt);
+}
+
+TEST(DeadlineTest, CallerBudgetOnlyShortens) {
+  EXPECT_EQ(effective_deadline(100000ms, parse("1000")), std::optional<millis>(1000ms));
+  EXPECT_EQ(effective_deadline(500ms, parse("100000")), std::optional<millis>(500ms));
+}
+
+TEST(DeadlineTest, CallerBudgetAloneBoundsWhenConfiguredIsOff) {
+  EXPECT_EQ(effective_deadline(0ms, parse("300")), std::optional<millis>(300ms));
+}
+
+TEST(DeadlineTest, ZeroIsASpentBudget) {
+  auto c = parse("0");
+  EXPECT_EQ(c.what, caller_budget::kind::valid);
+  EXPECT_EQ(effective_deadline(5000ms, c), std::optional<millis>(0ms));
+}
+
+TEST(DeadlineTest, NonIntegersAreInvalid) {
+  for (const char* bad : {"", "-1", "1.5", "12ms", "0x10", " ", "1 2"}) {
+    EXPECT_EQ(parse(bad).what, caller_budget::kind::invalid) << bad;
+  }
+  EXPECT_EQ(parse(" 42 ").value, 42ms);  // surrounding whitespace is not part of the value
+}
+
+TEST(DeadlineTest, HugeValuesSaturateInsteadOfWrapping) {
+  auto c = parse("999999999999999999999999999999999999");
+  ASSERT_EQ(c.what, caller_budget::kind::valid);
+  EXPECT_GT(c.value, millis{1'000'000'000'000LL});
+  EXPECT_EQ(effective_deadline(500ms, c), std::optional<millis>(500ms));
+  // Adding it to a time point must not overflow either.
+  request_deadline d{std::chrono::steady_clock::now(), c.value};
+  EXPECT_FALSE(d.expired(std::chrono::steady_clock::now()));
+}
+
+TEST(DeadlineTest, RemainingCountsFromArrivalAndFloorsAtZero) {
+  auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+  request_deadline d{t0, 500ms};
+  EXPECT_EQ(d.remaining(t0 + 200ms), std::optional<millis>(300ms));
+  EXPECT_EQ(d.remaining(t0 + 900ms), std::optional<millis>(0ms));
+  EXPECT_FALSE(d.expired(t0 + 499ms));
+  EXPECT_TRUE(d.expired(t0 + 500ms));
+}
+
+TEST(DeadlineTest, AttemptTimeoutNeverOutlivesTheRequest) {
+  auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+  request_deadline d{t0, 500ms};
+  EXPECT_EQ(d.attempt_budget(200ms, t0), 200ms);
+  EXPECT_EQ(d.attempt_budget(200ms, t0 + 400ms), 100ms);
+  request_deadline unbounded{t0, std::nullopt};
+  EXPECT_EQ(unbounded.attempt_budget(200ms, t0 + 10h), 200ms);
+}
+
+}  // namespace
+}  // namespace tether

@@ -1,0 +1,68 @@
+#include "actors/policy/model_request.hpp"
+
+#include <gtest/gtest.h>
+
+namespace tether {
+namespace {
+
+model_request_info ok(std::string_view body) {
+  auto r = inspect_model_request(body, 128);
+  EXPECT_TRUE(std::holds_alternative<model_request_info>(r)) << body;
+  return std::holds_alternative<model_request_info>(r) ? std::get<model_request_info>(r)
+                                                       : model_request_info{};
+}
+
+std::string error(std::string_view body, std::uint32_t depth = 128) {
+  auto r = inspect_model_request(body, depth);
+  EXPECT_TRUE(std::holds_alternative<body_error>(r)) << body;
+  return std::holds_alternative<body_error>(r) ? std::get<body_error>(r).message : "";
+}
+
+TEST(ModelRequestTest, ModelAndStreamAreRead) {
+  auto info = ok(R"({"model":"gpt","stream":true,"messages":[]})");
+  EXPECT_EQ(info.model, "gpt");
+  EXPECT_TRUE(info.stream);
+  EXPECT_FALSE(ok(R"({"model":"gpt"})").stream);
+  EXPECT_FALSE(ok(R"({"model":"gpt","stream":null})").stream);
+}
+
+TEST(ModelRequestTest, BadBodiesSayWhatIsWrongWithoutQuotingTheBody) {
+  EXPECT_NE(error(R"({"model":"x",PROMPT-MARKER)").find("not valid JSON"), std::string::npos);
+  EXPECT_EQ(error(R"({"model":"x",PROMPT-MARKER)").find("PROMPT-MARKER"), std::string::npos);
+  EXPECT_NE(error("[1]").find("object"), std::string::npos);
+  EXPECT_NE(error("{}").find("model"), std::string::npos);
+  EXPECT_NE(error(R"({"model":5})").find("string"), std::string::npos);
+  EXPECT_NE(error(R"({"model":"a","stream":"yes"})").find("stream"), std::string::npos);
+  EXPECT_NE(error("").find("empty"), std::string::npos);
+}
+
+TEST(ModelRequestTest, InvalidUtf8IsRefused) { error("{\"model\":\"a\xff\"}"); }
+
+TEST(ModelRequestTest, DeepNestingBeyondTheLimitIsRefused) {
+  std::string deep = R"({"model":"a","x":)" + std::string(50, '[') + std::string(50, ']') + "}";
+  ok(deep);
+  EXPECT_NE(error(deep, 10).find("deeper"), std::string::npos);
+}
+
+TEST(ModelRequestTest, DuplicateModelKeysAreRefused) {
+  EXPECT_NE(error(R"({"model":"a","model":"b"})").find("more than one"), std::string::npos);
+  EXPECT_NE(error(R"({"model":"a","mod\u0065l":"b"})").find("more than one"), std::string::npos);
+}
+
+TEST(ModelRequestTest, RewriteReplacesOnlyTheTopLevelModelAndKeepsEverythingElse) {
+  std::string body =
+      R"({ "messages":[{"role":"user","content":"model \"x\", {\"model\":1}"}], "model" : "pub",)"
+      R"( "temperature":1.0, "nested":{"model":"keep"} })";
+  auto out = rewrite_model(body, "meta/llama \"3\"");
+  EXPECT_EQ(out, R"({ "messages":[{"role":"user","content":"model \"x\", {\"model\":1}"}], )"
+                 R"("model" : "meta/llama \"3\"", "temperature":1.0, "nested":{"model":"keep"} })");
+  EXPECT_EQ(ok(out).model, "meta/llama \"3\"");
+}
+
+TEST(ModelRequestTest, RewriteFindsAnEscapedKey) {
+  auto out = rewrite_model(R"({"mod\u0065l":"pub","n":1})", "up");
+  EXPECT_EQ(out, R"({"mod\u0065l":"up","n":1})");
+}
+
+}  // namespace
+}  // namespace tether

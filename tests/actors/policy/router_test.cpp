@@ -1,0 +1,66 @@
+#include "actors/policy/router.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace tether {
+namespace {
+
+config::gateway_config two_deployments() {
+  config::gateway_config cfg;
+  for (const char* name : {"a", "b"}) {
+    config::upstream_config u;
+    u.name = name;
+    cfg.upstreams.push_back(u);
+  }
+  config::model_config m1;
+  m1.name = "llama";
+  m1.upstream = "a";
+  m1.upstream_model = "llama-on-a";
+  m1.fallbacks = {"small"};
+  auto m2 = m1;
+  m2.upstream = "b";
+  m2.upstream_model = "llama-on-b";
+  config::model_config small;
+  small.name = "small";
+  small.upstream = "b";
+  cfg.models = {m1, small, m2};
+  return cfg;
+}
+
+TEST(RouterTest, PublicModelsAreListedOnceInConfigOrder) {
+  router r{two_deployments()};
+  EXPECT_EQ(r.public_models(), (std::vector<std::string>{"llama", "small"}));
+  EXPECT_TRUE(r.knows("small"));
+  EXPECT_FALSE(r.knows("nope"));
+  EXPECT_EQ(r.fallbacks_of("llama"), (std::vector<std::string>{"small"}));
+  EXPECT_EQ(r.at(1).upstream_model, "small");  // defaults to the name
+}
+
+TEST(RouterTest, FewestInFlightDeploymentIsChosen) {
+  router r{two_deployments()};
+  r.attempt_started(0);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(*r.choose("llama", {}), 2u);
+  r.attempt_started(2);
+  r.attempt_started(2);
+  EXPECT_EQ(*r.choose("llama", {}), 0u);
+}
+
+TEST(RouterTest, TiesAreSpreadAcrossDeployments) {
+  router r{two_deployments()};
+  std::set<std::size_t> chosen;
+  for (int i = 0; i < 4; ++i) chosen.insert(*r.choose("llama", {}));
+  EXPECT_EQ(chosen, (std::set<std::size_t>{0, 2}));
+}
+
+TEST(RouterTest, ARetryPrefersADeploymentNotTriedYetEvenIfBusier) {
+  router r{two_deployments()};
+  r.attempt_started(2);
+  r.attempt_started(2);
+  EXPECT_EQ(*r.choose("llama", {0}), 2u);
+  EXPECT_EQ(*r.choose("llama", {0, 2}), 0u);  // all tried: back to the least busy
+}
+
+}  // namespace
+}  // namespace tether

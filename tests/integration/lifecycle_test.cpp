@@ -1,0 +1,314 @@
+// The lifecycle promises (issue #3), each checked against what the upstream observed: the mock's
+// own record of when its connection closed and how many attempts reached it.
+#include <gtest/gtest.h>
+
+#include "tests/integration/harness.hpp"
+
+namespace tether::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The mock's record of the single request it got for `upstream_model`.
+boost::json::object only_entry(mock_server& mock, const std::string& upstream_model) {
+  auto stats = mock.wait_for_stats([&](const boost::json::object& s) {
+    for (const auto& e : mock_log(s)) {
+      if (str(e.at("model")) == upstream_model && str(e.at("outcome")) != "in_progress") return true;
+    }
+    return false;
+  });
+  for (const auto& e : mock_log(stats)) {
+    if (str(e.at("model")) == upstream_model) return e;
+  }
+  ADD_FAILURE() << "the mock never saw " << upstream_model;
+  return {};
+}
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  void start(const std::string& request_keys, const std::string& models) {
+    gw_ = std::make_unique<gateway_process>(gateway_config(mock_, request_keys, models));
+  }
+  http_response post(const std::string& body, const header_map& headers = {},
+                     const std::string& path = "/v1/chat/completions") {
+    return request("POST", gw_->port(), path, body, headers, 15s);
+  }
+  mock_server mock_;
+  std::unique_ptr<gateway_process> gw_;
+};
+
+TEST_F(LifecycleTest, DeadlineCutsTheInFlightAttemptAndClosesItsUpstreamConnection) {
+  start("deadline_ms = 300\nattempt_timeout_ms = 60000\nmax_retries = 0",
+        model_entry("hang", "mock-hang"));
+  auto r = post(chat_body("hang"));
+  auto answered = epoch_ms_now();
+  ASSERT_EQ(r.status, 504) << r.body;
+  EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
+  EXPECT_GE(r.elapsed.count(), 290.0);
+  EXPECT_LT(r.elapsed.count(), 300.0 + 250.0);
+  auto e = only_entry(mock_, "mock-hang");
+  EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
+  // The upstream saw its connection close no later than the caller got the 504.
+  EXPECT_LE(num(e.at("closed_ms")), answered + 5.0);
+}
+
+TEST_F(LifecycleTest, SpentCallerBudgetReachesNoUpstream) {
+  start("deadline_ms = 10000", model_entry("chat", "mock"));
+  auto r = post(chat_body("chat"), {{"x-request-deadline-ms", "0"}});
+  ASSERT_EQ(r.status, 504);
+  EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
+  auto alias = post(chat_body("chat"), {{"x-request-timeout-ms", "0"}});
+  EXPECT_EQ(alias.status, 504);
+  EXPECT_EQ(mock_.stats().at("requests").as_int64(), 0);
+}
+
+TEST_F(LifecycleTest, GarbageCallerBudgetIs400) {
+  start("deadline_ms = 10000", model_entry("chat", "mock"));
+  for (const char* bad : {"-5", "12ms", "1.5", ""}) {
+    auto r = post(chat_body("chat"), {{"x-request-deadline-ms", bad}});
+    EXPECT_EQ(r.status, 400) << "value '" << bad << "'";
+  }
+  // Too large to represent: saturates (longer than any ceiling), never wraps.
+  auto huge = post(chat_body("chat"), {{"x-request-deadline-ms", "99999999999999999999999999"}});
+  EXPECT_EQ(huge.status, 200) << huge.body;
+  EXPECT_EQ(mock_.stats().at("requests").as_int64(), 1);
+}
+
+TEST_F(LifecycleTest, CallerBudgetShortensTheConfiguredDeadline) {
+  start("deadline_ms = 100000\nattempt_timeout_ms = 100000\nmax_retries = 0",
+        model_entry("hang", "mock-hang"));
+  auto r = post(chat_body("hang"), {{"x-request-deadline-ms", "1000"}});
+  ASSERT_EQ(r.status, 504);
+  EXPECT_GE(r.elapsed.count(), 990.0);
+  EXPECT_LT(r.elapsed.count(), 1000.0 + 300.0);
+  auto line = access_line(*gw_, str(r.json().at("error").at("request_id")));
+  ASSERT_TRUE(line);
+  EXPECT_DOUBLE_EQ(num(line->at("deadline_ms")), 1000.0);
+}
+
+TEST_F(LifecycleTest, CallerBudgetNeverLengthensTheConfiguredDeadline) {
+  start("deadline_ms = 500\nattempt_timeout_ms = 100000\nmax_retries = 0",
+        model_entry("hang", "mock-hang"));
+  auto r = post(chat_body("hang"), {{"x-request-deadline-ms", "100000"}});
+  ASSERT_EQ(r.status, 504);
+  EXPECT_LT(r.elapsed.count(), 500.0 + 300.0);
+}
+
+TEST_F(LifecycleTest, CallerBudgetAloneBoundsARequestWhenTheConfiguredDeadlineIsOff) {
+  start("deadline_ms = 0\nattempt_timeout_ms = 100000\nmax_retries = 0",
+        model_entry("hang", "mock-hang"));
+  auto r = post(chat_body("hang"), {{"x-request-deadline-ms", "300"}});
+  ASSERT_EQ(r.status, 504);
+  EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
+  EXPECT_LT(r.elapsed.count(), 300.0 + 300.0);
+}
+
+TEST_F(LifecycleTest, RetriesNeverOutliveTheDeadline) {
+  start("deadline_ms = 500\nattempt_timeout_ms = 200\nmax_retries = 5\nretry_backoff_ms = 20",
+        model_entry("hang", "mock-hang"));
+  auto before = epoch_ms_now();
+  auto r = post(chat_body("hang"));
+  ASSERT_EQ(r.status, 504);
+  EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
+  EXPECT_LT(r.elapsed.count(), 500.0 + 250.0);
+  auto stats = mock_.wait_for_stats([](const auto& s) {
+    return s.at("closed_by_client").as_int64() == s.at("requests").as_int64();
+  });
+  auto seen = mock_log(stats);
+  EXPECT_GE(seen.size(), 2u);
+  EXPECT_LE(seen.size(), 3u);
+  for (const auto& e : seen) {
+    EXPECT_LT(num(e.at("started_ms")), before + 500.0) << "an attempt started after the deadline";
+    EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
+  }
+}
+
+TEST_F(LifecycleTest, FallbackModelAnswersAfterTheFirstModelsAttemptsAreSpent) {
+  start("deadline_ms = 10000\nmax_retries = 1\nretry_backoff_ms = 10",
+        model_entry("a", "mock-fail-503", "fallbacks = [\"b\"]") + model_entry("b", "mock"));
+  auto r = post(chat_body("a"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto seen = mock_log(mock_.stats());
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(str(seen[0].at("model")), "mock-fail-503");
+  EXPECT_EQ(str(seen[1].at("model")), "mock-fail-503");
+  EXPECT_EQ(str(seen[2].at("model")), "mock");
+  auto line = access_line(*gw_, str(seen[0].at("headers").at("x-request-id")));
+  ASSERT_TRUE(line);
+  EXPECT_EQ(line->at("attempts").as_array().size(), 3u);
+  EXPECT_EQ(str(line->at("outcome")), "ok");
+}
+
+TEST_F(LifecycleTest, AllAttemptsTimingOutIs504UpstreamTimeout) {
+  start("deadline_ms = 10000\nattempt_timeout_ms = 150\nmax_retries = 1\nretry_backoff_ms = 10",
+        model_entry("hang", "mock-hang"));
+  auto r = post(chat_body("hang"));
+  ASSERT_EQ(r.status, 504);
+  EXPECT_EQ(str(r.json().at("error").at("code")), "upstream_timeout");
+  auto stats = mock_.wait_for_stats([](const auto& s) {
+    return s.at("closed_by_client").as_int64() == 2;
+  });
+  EXPECT_EQ(stats.at("requests").as_int64(), 2);
+  EXPECT_EQ(stats.at("closed_by_client").as_int64(), 2);
+}
+
+TEST_F(LifecycleTest, AllAttempts503Is502UpstreamFailed) {
+  start("deadline_ms = 10000\nmax_retries = 2\nretry_backoff_ms = 10",
+        model_entry("bad", "mock-fail-503"));
+  auto r = post(chat_body("bad"));
+  ASSERT_EQ(r.status, 502);
+  EXPECT_EQ(str(r.json().at("error").at("code")), "upstream_failed");
+  EXPECT_EQ(mock_.stats().at("requests").as_int64(), 3);
+}
+
+TEST_F(LifecycleTest, Upstream400IsPassedThroughAfterOneAttempt) {
+  start("deadline_ms = 10000\nmax_retries = 2", model_entry("bad", "mock-fail-400"));
+  auto r = post(chat_body("bad"));
+  ASSERT_EQ(r.status, 400);
+  EXPECT_EQ(str(r.json().at("error").at("code")), "mock_fail_400");  // the upstream's own body
+  EXPECT_EQ(mock_.stats().at("requests").as_int64(), 1);
+}
+
+TEST_F(LifecycleTest, RateLimitWhoseRetryAfterDoesNotFitEndsAtOnceWith429) {
+  start("deadline_ms = 2000\nmax_retries = 3", model_entry("limited", "mock-ratelimit-30"));
+  auto r = post(chat_body("limited"));
+  ASSERT_EQ(r.status, 429);
+  EXPECT_EQ(str(r.json().at("error").at("code")), "upstream_rate_limited");
+  ASSERT_NE(r.header("retry-after"), nullptr);
+  EXPECT_EQ(*r.header("retry-after"), "30");
+  EXPECT_LT(r.elapsed.count(), 500.0);
+  EXPECT_EQ(mock_.stats().at("requests").as_int64(), 1);
+}
+
+TEST_F(LifecycleTest, EachAttemptSendsTheRemainingBudgetUpstream) {
+  start("deadline_ms = 5000\nmax_retries = 2\nretry_backoff_ms = 50",
+        model_entry("bad", "mock-fail-503"));
+  auto before = epoch_ms_now();
+  post(chat_body("bad"));
+  auto seen = mock_log(mock_.stats());
+  ASSERT_EQ(seen.size(), 3u);
+  double previous = 5001;
+  for (const auto& e : seen) {
+    auto sent = std::stod(str(e.at("headers").at("x-request-deadline-ms")));
+    double remaining_at_start = 5000.0 - (num(e.at("started_ms")) - before);
+    EXPECT_LE(sent, remaining_at_start + 2.0);
+    EXPECT_LE(sent, previous);
+    previous = sent;
+  }
+}
+
+// ---- client disconnect ----------------------------------------------------------------------
+
+struct disconnect_case {
+  const char* path;
+  bool stream;
+};
+
+class DisconnectTest : public LifecycleTest,
+                       public ::testing::WithParamInterface<disconnect_case> {};
+
+TEST_P(DisconnectTest, ClientCloseCancelsTheUpstreamWithin100Ms) {
+  auto c = GetParam();
+  start("deadline_ms = 30000\nattempt_timeout_ms = 30000",
+        model_entry("hang", "mock-hang") + model_entry("long", "mock-stream-100x50"));
+  std::string model = c.stream ? "mock-stream-100x50" : "mock-hang";
+  std::string body = std::string(R"({"model":")") + (c.stream ? "long" : "hang") +
+                     R"(","stream":)" + (c.stream ? "true" : "false") +
+                     R"(,"prompt":"x","messages":[]})";
+  stream_options opts;
+  opts.timeout = 10s;
+  if (c.stream) {
+    opts.close_after_bytes = 1;  // mid-stream: after the first relayed bytes
+  } else {
+    opts.close_after = 300ms;  // while waiting for the upstream's answer
+  }
+  auto r = stream_request("POST", gw_->port(), c.path, body, {{"x-request-id", "leaver-1"}}, opts);
+  ASSERT_EQ(r.end, stream_end::stopped);
+  auto left = epoch_ms(r.ended_at);
+  auto e = only_entry(mock_, model);
+  ASSERT_EQ(str(e.at("outcome")), "closed_by_client");
+  EXPECT_LT(num(e.at("closed_ms")) - left, 100.0);
+  auto line = access_line(*gw_, "leaver-1");
+  ASSERT_TRUE(line);
+  EXPECT_EQ(str(line->at("outcome")), "client_disconnected");
+  EXPECT_EQ(line->at("status").as_int64(), 499);
+  EXPECT_FALSE(line->at("caller_left_ms").is_null());
+  EXPECT_FALSE(line->at("cancel_latency_ms").is_null());
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySurface, DisconnectTest,
+                         ::testing::Values(disconnect_case{"/v1/chat/completions", false},
+                                           disconnect_case{"/v1/chat/completions", true},
+                                           disconnect_case{"/v1/completions", false},
+                                           disconnect_case{"/v1/completions", true},
+                                           disconnect_case{"/v1/embeddings", false}));
+
+TEST_F(LifecycleTest, ClientCloseDuringABackoffSleepStartsNoFurtherAttempt) {
+  // A 429 asking for 3 s puts the request into a long, deterministic backoff sleep.
+  start("deadline_ms = 20000\nmax_retries = 3", model_entry("limited", "mock-ratelimit-3"));
+  stream_options opts;
+  opts.timeout = 10s;
+  opts.close_after = 600ms;
+  auto r = stream_request("POST", gw_->port(), "/v1/chat/completions", chat_body("limited"),
+                          {{"x-request-id", "backoff-leaver"}}, opts);
+  ASSERT_EQ(r.end, stream_end::stopped);
+  auto line = access_line(*gw_, "backoff-leaver");
+  ASSERT_TRUE(line);
+  EXPECT_EQ(str(line->at("outcome")), "client_disconnected");
+  // The log line is written when the tree is gone; the sleep was cancelled, so it comes at once.
+  EXPECT_LT(num(line->at("duration_ms")), 600.0 + 100.0);
+  EXPECT_EQ(mock_.stats().at("requests").as_int64(), 1);
+}
+
+// ---- mid-stream ends ------------------------------------------------------------------------
+
+TEST_F(LifecycleTest, DeadlineMidStreamEndsWithAnSseErrorEventAndClosesTheUpstream) {
+  start("deadline_ms = 450\nattempt_timeout_ms = 10000", model_entry("long", "mock-stream-20x100"));
+  stream_options opts;
+  opts.timeout = 5s;
+  auto r = stream_request("POST", gw_->port(), "/v1/chat/completions", chat_body("long", true), {},
+                          opts);
+  ASSERT_EQ(r.status, 200);
+  ASSERT_EQ(r.end, stream_end::complete);
+  auto data = r.sse_data();
+  ASSERT_GE(data.size(), 2u);
+  auto last = boost::json::parse(data.back()).as_object();
+  EXPECT_EQ(str(last.at("error").at("code")), "stream_interrupted");
+  EXPECT_NE(str(last.at("error").at("message")).find("deadline"), std::string::npos);
+  EXPECT_LT(data.size(), 20u);
+  auto e = only_entry(mock_, "mock-stream-20x100");
+  EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
+  EXPECT_LE(num(e.at("closed_ms")), epoch_ms(r.ended_at) + 5.0);
+}
+
+TEST_F(LifecycleTest, StreamIdleTimeoutEndsTheStreamWithAnSseErrorEvent) {
+  start("deadline_ms = 10000\nattempt_timeout_ms = 10000\nstream_idle_timeout_ms = 200",
+        model_entry("gappy", "mock-stream-5x400"));
+  stream_options opts;
+  opts.timeout = 5s;
+  auto r = stream_request("POST", gw_->port(), "/v1/chat/completions", chat_body("gappy", true), {},
+                          opts);
+  ASSERT_EQ(r.status, 200);
+  auto data = r.sse_data();
+  ASSERT_EQ(data.size(), 2u);  // the first chunk (within the attempt timeout), then the error
+  auto last = boost::json::parse(data.back()).as_object();
+  EXPECT_EQ(str(last.at("error").at("code")), "stream_interrupted");
+  EXPECT_NE(str(last.at("error").at("message")).find("idle"), std::string::npos);
+  auto e = only_entry(mock_, "mock-stream-5x400");
+  EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
+}
+
+TEST_F(LifecycleTest, CancelLatencyIsExportedAsAMetric) {
+  start("deadline_ms = 200\nmax_retries = 0", model_entry("hang", "mock-hang"));
+  ASSERT_EQ(post(chat_body("hang")).status, 504);
+  ASSERT_TRUE(access_lines(*gw_).size() == 1 ||
+              gw_->process().wait_for_line(std::regex("\"type\":\"access\""), 2s));
+  auto m = request("GET", gw_->port(), "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("tether_cancel_latency_seconds_count 1"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find(R"(tether_requests_total{model="hang",outcome="deadline_exceeded"} 1)"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tether::test
