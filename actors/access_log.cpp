@@ -3,9 +3,9 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <fmt/format.h>
 #include <boost/json.hpp>
 #include <chrono>
-#include <fmt/format.h>
 
 namespace tether {
 namespace {
@@ -131,8 +131,14 @@ void write_access_log(const access_record& r) {
   }
 }
 
-void log_info(const std::string& message) { emit(spdlog::level::info, message); }
-void log_warn(const std::string& message) { emit(spdlog::level::warn, message); }
-void log_error(const std::string& message) { emit(spdlog::level::err, message); }
+void log_info(const std::string& message) {
+  emit(spdlog::level::info, message);
+}
+void log_warn(const std::string& message) {
+  emit(spdlog::level::warn, message);
+}
+void log_error(const std::string& message) {
+  emit(spdlog::level::err, message);
+}
 
 }  // namespace tether

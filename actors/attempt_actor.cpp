@@ -96,7 +96,8 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
           return;
         }
         if (max > 0 && st->body.size() + bytes.size() > max) {
-          fail(attempt_end::too_large, "upstream response is larger than request.max_response_bytes");
+          fail(attempt_end::too_large,
+               "upstream response is larger than request.max_response_bytes");
           return;
         }
         st->body += bytes;

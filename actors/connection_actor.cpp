@@ -11,7 +11,9 @@ class relay_events final : public net::upstream_events {
  public:
   explicit relay_events(caf::actor owner) : owner_(std::move(owner)) {}
 
-  void on_connected(bool reused) override { caf::anon_send(owner_, up_connected_atom::value, reused); }
+  void on_connected(bool reused) override {
+    caf::anon_send(owner_, up_connected_atom::value, reused);
+  }
   void on_head(int status, net::header_list headers) override {
     caf::anon_send(owner_, up_head_atom::value, status, std::move(headers));
   }
@@ -20,7 +22,8 @@ class relay_events final : public net::upstream_events {
   }
   void on_end() override { caf::anon_send(owner_, up_end_atom::value); }
   void on_failure(net::upstream_failure kind, std::string message) override {
-    caf::anon_send(owner_, up_fail_atom::value, static_cast<std::int32_t>(kind), std::move(message));
+    caf::anon_send(owner_, up_fail_atom::value, static_cast<std::int32_t>(kind),
+                   std::move(message));
   }
   void on_closed() override {
     auto owner = std::move(owner_);
@@ -84,7 +87,7 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
 
   return {
       [self, rt, st, attempt, request_to_send, upstream, finish](grant_atom, bool granted,
-                                                                  const std::string& reason) {
+                                                                 const std::string& reason) {
         if (st->closing || st->closed) return;
         self->send(attempt, queued_atom::value, now_ns() - st->asked_ns);
         if (!granted) {

@@ -13,8 +13,8 @@ namespace tether {
 
 struct connection_spec {
   std::size_t upstream = 0;
-  std::int64_t key = -1;        // gateway key index, -1 = none
-  std::int64_t priority = 0;    // request arrival (ns): queue order
+  std::int64_t key = -1;      // gateway key index, -1 = none
+  std::int64_t priority = 0;  // request arrival (ns): queue order
   net::upstream_request request;
 };
 

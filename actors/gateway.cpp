@@ -82,11 +82,12 @@ void gateway::answer_model_refusal(const net::incoming_request& req, const std::
                                    net::response_channel& channel) {
   int status = status_of(o);
   auto headers = json_headers(request_id);
-  if (o == outcome::overloaded || o == outcome::shutting_down) headers.push_back({"retry-after", "1"});
+  if (o == outcome::overloaded || o == outcome::shutting_down)
+    headers.push_back({"retry-after", "1"});
   channel.send_full(status, std::move(headers), error_body(o, message, request_id));
-  auto elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                           req.arrival)
-                     .count();
+  auto elapsed =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - req.arrival)
+          .count();
   access_record r;
   r.request_id = request_id;
   r.model = model;
@@ -110,14 +111,14 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
                 : req.error == net::protocol_error::headers_too_large ? outcome::headers_too_large
                                                                       : outcome::bad_request;
     std::string message =
-        o == outcome::payload_too_large
-            ? "request body is larger than server.max_request_bytes"
+        o == outcome::payload_too_large   ? "request body is larger than server.max_request_bytes"
         : o == outcome::headers_too_large ? "request headers exceed the gateway's limits"
                                           : "malformed HTTP request: " + req.error_detail;
     if (req.method == "POST" && is_model_path(path)) {
       answer_model_refusal(req, request_id, "", o, message, *channel);
     } else {
-      channel->send_full(status_of(o), json_headers(request_id), error_body(o, message, request_id));
+      channel->send_full(status_of(o), json_headers(request_id),
+                         error_body(o, message, request_id));
     }
     return nullptr;
   }
@@ -140,9 +141,9 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
     }
     if (path == "/v1/models") {
       if (!rt_->cfg.keys.empty() && match_key(req) < 0) {
-        channel->send_full(401, json_headers(request_id),
-                           error_body(outcome::unauthorized, "missing or invalid gateway key",
-                                      request_id));
+        channel->send_full(
+            401, json_headers(request_id),
+            error_body(outcome::unauthorized, "missing or invalid gateway key", request_id));
         return nullptr;
       }
       boost::json::array data;
@@ -207,7 +208,8 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
     }
   }
   const std::string* caller_header = net::find_header(req.headers, "x-request-deadline-ms");
-  if (caller_header == nullptr) caller_header = net::find_header(req.headers, "x-request-timeout-ms");
+  if (caller_header == nullptr)
+    caller_header = net::find_header(req.headers, "x-request-timeout-ms");
   auto caller = parse_caller_budget(caller_header);
   if (caller.what == caller_budget::kind::invalid) {
     answer_model_refusal(req, request_id, info.model, outcome::bad_request,

@@ -3,10 +3,10 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <pthread.h>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <pthread.h>
 #include <thread>
 
 #include "actors/access_log.hpp"
@@ -117,8 +117,9 @@ int serve(tether::config::gateway_config cfg) {
     std::uint64_t leftover = 0;
     self->request(rt->budget, std::chrono::seconds(5), slots_atom::value)
         .receive([&](std::uint64_t n) { leftover = n; }, [&](caf::error&) {});
-    log_info("drained: " + std::to_string(cancelled) + " request(s) cancelled at the drain timeout, " +
-             std::to_string(leftover) + " budget slot(s) left");
+    log_info("drained: " + std::to_string(cancelled) +
+             " request(s) cancelled at the drain timeout, " + std::to_string(leftover) +
+             " budget slot(s) left");
   }
   server.stop_accepting();
   server.close_all();

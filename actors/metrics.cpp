@@ -33,8 +33,7 @@ void histogram::observe(double seconds) {
   sum_ += seconds;
 }
 
-void histogram::render(std::string& out, const std::string& name,
-                       const std::string& labels) const {
+void histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
   auto sep = labels.empty() ? "" : ",";
   for (std::size_t i = 0; i < bounds.size(); ++i) {
     out += fmt::format("{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep, bounds[i], counts_[i]);
@@ -102,10 +101,12 @@ std::string metrics::render() const {
   header(out, "tether_request_duration_seconds", "histogram",
          "Time from arrival to the end of the response, by final outcome.");
   for (const auto& [k, h] : durations_) {
-    h.render(out, "tether_request_duration_seconds",
-             fmt::format("model=\"{}\",outcome=\"{}\"", escape_label(k.first), to_string(k.second)));
+    h.render(
+        out, "tether_request_duration_seconds",
+        fmt::format("model=\"{}\",outcome=\"{}\"", escape_label(k.first), to_string(k.second)));
   }
-  header(out, "tether_queue_wait_seconds", "histogram", "Time an attempt waited for a budget slot.");
+  header(out, "tether_queue_wait_seconds", "histogram",
+         "Time an attempt waited for a budget slot.");
   queue_wait_.render(out, "tether_queue_wait_seconds", "");
   header(out, "tether_upstream_attempts_total", "counter", "Upstream attempts by how they ended.");
   for (const auto& [k, v] : attempts_) {

@@ -18,8 +18,8 @@ class histogram {
  public:
   // Buckets in seconds, 1 ms … 10 min: LLM latencies span both ends.
   static constexpr std::array<double, 18> bounds{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                  0.1,   0.25,   0.5,   1,    2.5,   5,
-                                                  10,    30,     60,    120,  300,   600};
+                                                 0.1,   0.25,   0.5,   1,    2.5,   5,
+                                                 10,    30,     60,    120,  300,   600};
   void observe(double seconds);
   void render(std::string& out, const std::string& name, const std::string& labels) const;
 

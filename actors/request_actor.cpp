@@ -86,8 +86,8 @@ std::vector<std::string> fallback_chain(const router& routes, const std::string&
 net::header_list pass_headers(const net::header_list& upstream, const std::string& request_id) {
   net::header_list out;
   for (const auto& h : upstream) {
-    if (h.name == "content-type" || h.name == "retry-after" || h.name.rfind("x-ratelimit-", 0) == 0 ||
-        h.name.rfind("openai-", 0) == 0) {
+    if (h.name == "content-type" || h.name == "retry-after" ||
+        h.name.rfind("x-ratelimit-", 0) == 0 || h.name.rfind("openai-", 0) == 0) {
       out.push_back(h);
     }
   }
@@ -104,9 +104,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
   st->channel = std::move(channel);
   st->spec = std::move(spec);
   st->deadline = request_deadline{st->spec.arrival, st->spec.deadline};
-  st->arrival_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       st->spec.arrival.time_since_epoch())
-                       .count();
+  st->arrival_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(st->spec.arrival.time_since_epoch())
+          .count();
   st->chain = fallback_chain(*rt->routes, st->spec.model);
   rt->stats->requests_in_flight_add(1);
 
@@ -154,8 +154,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     } else if (o == outcome::overloaded) {
       headers.push_back({"retry-after", "1"});
     }
-    st->channel->send_full(status, std::move(headers),
-                           error_body(o, message, st->spec.request_id));
+    st->channel->send_full(status, std::move(headers), error_body(o, message, st->spec.request_id));
     if (!st->first_byte_ns) st->first_byte_ns = now_ns();
     mark_answered(o, status);
   };
@@ -352,8 +351,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
           maybe_quit();
           return;
         }
-        record_attempt_end(status == 429 ? outcome::upstream_rate_limited : outcome::upstream_failed,
-                           status);
+        record_attempt_end(
+            status == 429 ? outcome::upstream_rate_limited : outcome::upstream_failed, status);
         after_failure(report, "status " + std::to_string(status));
         maybe_quit();
       },
@@ -385,9 +384,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
         auto end = static_cast<attempt_end>(kind);
         if (committed || st->now == phase::streaming) {
           record_attempt_end(outcome::stream_interrupted, st->status);
-          interrupt_stream(end == attempt_end::timeout ? "stream interrupted: " + message
-                                                       : "stream interrupted: upstream ended (" +
-                                                             message + ")");
+          interrupt_stream(end == attempt_end::timeout
+                               ? "stream interrupted: " + message
+                               : "stream interrupted: upstream ended (" + message + ")");
           maybe_quit();
           return;
         }

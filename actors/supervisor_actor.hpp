@@ -11,6 +11,7 @@ namespace tether {
 
 // (adopt_atom, actor)  a new request actor to hold and watch
 // (drain_atom) → (drained_atom, uint64 cancelled)  once no request actor is left
-caf::behavior supervisor_actor(caf::event_based_actor* self, std::chrono::milliseconds drain_timeout);
+caf::behavior supervisor_actor(caf::event_based_actor* self,
+                               std::chrono::milliseconds drain_timeout);
 
 }  // namespace tether

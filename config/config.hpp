@@ -79,7 +79,7 @@ struct model_config {
 
 struct key_config {
   std::string name;
-  std::string sha256_hex;          // lower-case hex digest of the bearer token
+  std::string sha256_hex;           // lower-case hex digest of the bearer token
   std::vector<std::string> models;  // "*" = all
   std::uint32_t max_in_flight = 0;  // 0 = no per-key cap
 };

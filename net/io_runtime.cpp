@@ -39,7 +39,9 @@ io_runtime::io_runtime(unsigned threads)
   }
 }
 
-io_runtime::~io_runtime() { join(); }
+io_runtime::~io_runtime() {
+  join();
+}
 
 void io_runtime::join() {
   stop();

@@ -27,9 +27,9 @@ struct upstream_endpoint {
 
 struct upstream_request {
   std::string method = "POST";
-  std::string target;    // path with the upstream's prefix, e.g. "/v1/chat/completions"
-  header_list headers;   // added as given (authorization, x-request-id, traceparent, ...)
-  std::string body;      // sent with Content-Length
+  std::string target;   // path with the upstream's prefix, e.g. "/v1/chat/completions"
+  header_list headers;  // added as given (authorization, x-request-id, traceparent, ...)
+  std::string body;     // sent with Content-Length
 };
 
 enum class upstream_failure {

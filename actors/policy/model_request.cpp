@@ -12,7 +12,9 @@ struct span {
   std::size_t end = 0;
 };
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_ws(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 class scanner {
  public:
@@ -107,7 +109,7 @@ std::vector<span> model_value_spans(std::string_view body) {
 }  // namespace
 
 std::variant<model_request_info, body_error> inspect_model_request(std::string_view body,
-                                                                  std::uint32_t max_depth) {
+                                                                   std::uint32_t max_depth) {
   if (body.empty()) return body_error{"request body is empty; a JSON object is required"};
   boost::json::parse_options opts;
   opts.max_depth = max_depth;

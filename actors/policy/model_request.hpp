@@ -21,7 +21,7 @@ struct body_error {
 
 // Validates: JSON (UTF-8, depth ≤ max_depth), an object, exactly one string `model`.
 std::variant<model_request_info, body_error> inspect_model_request(std::string_view body,
-                                                                  std::uint32_t max_depth);
+                                                                   std::uint32_t max_depth);
 
 // Replaces the value of the top-level "model" key. Precondition: inspect_model_request accepted
 // the body.

@@ -34,7 +34,9 @@ constexpr std::array<outcome_info, outcome_count> infos{{
 
 }  // namespace
 
-std::string_view to_string(outcome o) { return infos[static_cast<std::size_t>(o)].name; }
+std::string_view to_string(outcome o) {
+  return infos[static_cast<std::size_t>(o)].name;
+}
 
 std::optional<outcome> outcome_from_string(std::string_view name) {
   for (std::size_t i = 0; i < infos.size(); ++i) {
@@ -43,9 +45,13 @@ std::optional<outcome> outcome_from_string(std::string_view name) {
   return std::nullopt;
 }
 
-int status_of(outcome o) { return infos[static_cast<std::size_t>(o)].status; }
+int status_of(outcome o) {
+  return infos[static_cast<std::size_t>(o)].status;
+}
 
-std::string_view error_type_of(outcome o) { return infos[static_cast<std::size_t>(o)].type; }
+std::string_view error_type_of(outcome o) {
+  return infos[static_cast<std::size_t>(o)].type;
+}
 
 std::string error_body(outcome o, std::string_view message, std::string_view request_id) {
   boost::json::object err;

@@ -17,7 +17,8 @@ class GatewayTest : public ::testing::Test {
  protected:
   void start(const std::string& request_keys = "deadline_ms = 10000\nattempt_timeout_ms = 5000",
              const std::string& extra_models = "", env_list env = {}) {
-    std::string models = model_entry("chat", "mock") + model_entry("streamer", "mock-stream-5x100") +
+    std::string models = model_entry("chat", "mock") +
+                         model_entry("streamer", "mock-stream-5x100") +
                          model_entry("slow", "mock-delay-800") + extra_models;
     gw_ = std::make_unique<gateway_process>(gateway_config(mock_, request_keys, models),
                                             std::move(env));
@@ -180,7 +181,8 @@ TEST_F(GatewayTest, UpstreamKeyIsSentAndTheCallersAuthorizationIsNot) {
   std::string cfg = gateway_config(mock_, "", model_entry("chat", "mock"));
   auto at = cfg.find("max_in_flight = 64");
   cfg.insert(at, "api_key_env = \"TETHER_TEST_UPSTREAM_KEY\"\n");
-  gw_ = std::make_unique<gateway_process>(cfg, env_list{{"TETHER_TEST_UPSTREAM_KEY", "sk-upstream-123"}});
+  gw_ = std::make_unique<gateway_process>(
+      cfg, env_list{{"TETHER_TEST_UPSTREAM_KEY", "sk-upstream-123"}});
   auto r = request("POST", gw_->port(), "/v1/chat/completions", chat_body("chat"),
                    {{"authorization", "Bearer caller-token"}});
   ASSERT_EQ(r.status, 200);
@@ -259,9 +261,8 @@ TEST(GatewayHttpsTest, UpstreamCertificateFromAnUntrustedCaIs502SayingVerificati
 TEST_F(GatewayTest, SigtermDrainsInFlightRequestsAndRefusesNewOnes) {
   start("deadline_ms = 10000\nattempt_timeout_ms = 5000");
   std::optional<http_response> in_flight;
-  std::thread slow([&] {
-    in_flight = request("POST", gw_->port(), "/v1/chat/completions", chat_body("slow"));
-  });
+  std::thread slow(
+      [&] { in_flight = request("POST", gw_->port(), "/v1/chat/completions", chat_body("slow")); });
   auto busy = mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 1; });
   ASSERT_EQ(busy.at("active").as_int64(), 1);
   gw_->process().send_signal(SIGTERM);
@@ -291,7 +292,8 @@ TEST(GatewayCliTest, CheckPrintsTheEffectiveConfigWithSecretsMasked) {
                              "[[upstreams]]\nname = \"u\"\nbase_url = \"http://127.0.0.1:9\"\n"
                              "api_key_env = \"TETHER_CHECK_KEY\"\n[[models]]\nname = \"m\"\n"
                              "upstream = \"u\"\n");
-  child_process p{TETHER_BINARY, {"check", "--config", path.string()},
+  child_process p{TETHER_BINARY,
+                  {"check", "--config", path.string()},
                   {{"TETHER_CHECK_KEY", "sk-very-secret"}}};
   ASSERT_EQ(p.wait_exit(10s), std::optional<int>(0)) << p.output();
   auto out = p.output();
@@ -302,9 +304,10 @@ TEST(GatewayCliTest, CheckPrintsTheEffectiveConfigWithSecretsMasked) {
 
 TEST(GatewayCliTest, ConfigErrorNamesFileAndKeyAndExitsBeforeListening) {
   temp_dir dir;
-  auto path = dir.write_file("bad.toml",
-                             "[[upstreams]]\nname = \"u\"\nbase_url = \"http://127.0.0.1:9\"\n"
-                             "[[models]]\nname = \"m\"\nupstream = \"nope\"\n[server]\nbogus = 1\n");
+  auto path =
+      dir.write_file("bad.toml",
+                     "[[upstreams]]\nname = \"u\"\nbase_url = \"http://127.0.0.1:9\"\n"
+                     "[[models]]\nname = \"m\"\nupstream = \"nope\"\n[server]\nbogus = 1\n");
   child_process p{TETHER_BINARY, {"--config", path.string()}};
   auto code = p.wait_exit(10s);
   ASSERT_TRUE(code);

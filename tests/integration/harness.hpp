@@ -24,7 +24,8 @@ inline std::string gateway_config(const mock_server& mock, const std::string& re
                                   const std::string& server_keys = "") {
   return "[server]\nlisten = \"127.0.0.1:0\"\n" + server_keys + "\n\n[request]\n" + request_keys +
          "\n\n[[upstreams]]\nname = \"mock\"\nbase_url = \"" + mock.url() +
-         "\"\nmax_in_flight = 64\n\n" + models + "\n" + extra + "\n[telemetry]\nlog_format = \"json\"\n";
+         "\"\nmax_in_flight = 64\n\n" + models + "\n" + extra +
+         "\n[telemetry]\nlog_format = \"json\"\n";
 }
 
 inline std::string model_entry(const std::string& name, const std::string& upstream_model,
@@ -42,17 +43,19 @@ inline std::string chat_body(const std::string& model, bool stream = false) {
 inline double epoch_ms(std::chrono::steady_clock::time_point tp) {
   auto sys_now = std::chrono::system_clock::now();
   auto steady_now = std::chrono::steady_clock::now();
-  auto at = sys_now + std::chrono::duration_cast<std::chrono::system_clock::duration>(tp - steady_now);
+  auto at =
+      sys_now + std::chrono::duration_cast<std::chrono::system_clock::duration>(tp - steady_now);
   return std::chrono::duration<double, std::milli>(at.time_since_epoch()).count();
 }
-inline double epoch_ms_now() { return epoch_ms(std::chrono::steady_clock::now()); }
+inline double epoch_ms_now() {
+  return epoch_ms(std::chrono::steady_clock::now());
+}
 
 // The access-log line of one request (waits for it: the line is written when the request's
 // last upstream connection has closed, which may be after the response).
-inline std::optional<boost::json::object> access_line(gateway_process& gw,
-                                                      const std::string& request_id,
-                                                      std::chrono::milliseconds timeout =
-                                                          std::chrono::seconds(5)) {
+inline std::optional<boost::json::object> access_line(
+    gateway_process& gw, const std::string& request_id,
+    std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
   auto line = gw.process().wait_for_line(
       std::regex("\"type\":\"access\",\"request_id\":\"" + request_id + "\""), timeout);
   if (!line) return std::nullopt;
@@ -74,7 +77,11 @@ inline std::vector<boost::json::object> mock_log(const boost::json::object& stat
   return out;
 }
 
-inline std::string str(const boost::json::value& v) { return std::string(v.as_string()); }
-inline double num(const boost::json::value& v) { return v.to_number<double>(); }
+inline std::string str(const boost::json::value& v) {
+  return std::string(v.as_string());
+}
+inline double num(const boost::json::value& v) {
+  return v.to_number<double>();
+}
 
 }  // namespace tether::test

@@ -13,7 +13,8 @@ using namespace std::chrono_literals;
 boost::json::object only_entry(mock_server& mock, const std::string& upstream_model) {
   auto stats = mock.wait_for_stats([&](const boost::json::object& s) {
     for (const auto& e : mock_log(s)) {
-      if (str(e.at("model")) == upstream_model && str(e.at("outcome")) != "in_progress") return true;
+      if (str(e.at("model")) == upstream_model && str(e.at("outcome")) != "in_progress")
+        return true;
     }
     return false;
   });
@@ -145,9 +146,8 @@ TEST_F(LifecycleTest, AllAttemptsTimingOutIs504UpstreamTimeout) {
   auto r = post(chat_body("hang"));
   ASSERT_EQ(r.status, 504);
   EXPECT_EQ(str(r.json().at("error").at("code")), "upstream_timeout");
-  auto stats = mock_.wait_for_stats([](const auto& s) {
-    return s.at("closed_by_client").as_int64() == 2;
-  });
+  auto stats =
+      mock_.wait_for_stats([](const auto& s) { return s.at("closed_by_client").as_int64() == 2; });
   EXPECT_EQ(stats.at("requests").as_int64(), 2);
   EXPECT_EQ(stats.at("closed_by_client").as_int64(), 2);
 }

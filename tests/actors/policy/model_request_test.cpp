@@ -36,7 +36,9 @@ TEST(ModelRequestTest, BadBodiesSayWhatIsWrongWithoutQuotingTheBody) {
   EXPECT_NE(error("").find("empty"), std::string::npos);
 }
 
-TEST(ModelRequestTest, InvalidUtf8IsRefused) { error("{\"model\":\"a\xff\"}"); }
+TEST(ModelRequestTest, InvalidUtf8IsRefused) {
+  error("{\"model\":\"a\xff\"}");
+}
 
 TEST(ModelRequestTest, DeepNestingBeyondTheLimitIsRefused) {
   std::string deep = R"({"model":"a","x":)" + std::string(50, '[') + std::string(50, ']') + "}";
