@@ -97,6 +97,8 @@ caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, m
       auto w = std::move(it->second);
       st->queued_by.erase(w.who.address());
       it = st->queue.erase(it);
+      st->publish_depth();  // before the grant goes out: a reader never sees a granted waiter
+                            // queued
       st->take(w.who.address(), w.claim);
       if (st->stats) st->stats->queue_wait(static_cast<double>(now_ns() - w.enqueued_ns) / 1e9);
       self->send(w.who, grant_atom::value, true, std::string{});

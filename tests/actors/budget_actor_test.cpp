@@ -1,0 +1,116 @@
+// The budget actor alone, in a real actor system: slots are granted within the caps, queued
+// beyond them, and released only by the holder's exit (its down_msg), never by a message.
+#include "actors/budget_actor.hpp"
+
+#include <gtest/gtest.h>
+
+#include "actors/messages.hpp"
+
+namespace tether {
+namespace {
+
+using namespace std::chrono_literals;
+
+class BudgetActorTest : public ::testing::Test {
+ protected:
+  BudgetActorTest() : system_(cfg_), stats_({"u0", "u1"}) {}
+
+  caf::actor spawn_budget(std::uint32_t global, std::vector<std::uint32_t> per_upstream,
+                          std::vector<std::uint32_t> per_key = {}, std::uint32_t queue_max = 16) {
+    budget_limits l;
+    l.global = global;
+    l.per_upstream = std::move(per_upstream);
+    l.per_key = std::move(per_key);
+    l.queue_max = queue_max;
+    return system_.spawn(budget_actor, l, &stats_);
+  }
+
+  // Asks for a slot as `holder`; the answer is what arrives within `wait` (nullopt: none).
+  static std::optional<bool> acquire(caf::scoped_actor& holder, const caf::actor& budget,
+                                     std::uint64_t upstream, std::int64_t key = -1,
+                                     std::chrono::milliseconds wait = 2s) {
+    holder->send(budget, acquire_atom::value, upstream, key, std::int64_t{0});
+    return await_grant(holder, wait);
+  }
+  static std::optional<bool> await_grant(caf::scoped_actor& holder,
+                                         std::chrono::milliseconds wait = 2s) {
+    std::optional<bool> granted;
+    holder->receive([&](grant_atom, bool ok, const std::string&) { granted = ok; },
+                    caf::after(wait) >> [] {});
+    return granted;
+  }
+
+  caf::actor_system_config cfg_;
+  caf::actor_system system_;
+  metrics stats_;
+};
+
+TEST_F(BudgetActorTest, SlotsWithinTheUpstreamCapAreGrantedAtOnce) {
+  auto budget = spawn_budget(8, {2, 2});
+  caf::scoped_actor a{system_}, b{system_};
+  EXPECT_EQ(acquire(a, budget, 0), std::optional<bool>(true));
+  EXPECT_EQ(acquire(b, budget, 0), std::optional<bool>(true));
+  EXPECT_EQ(stats_.upstream_work(0), 2);
+  EXPECT_EQ(stats_.upstream_work(1), 0);
+}
+
+TEST_F(BudgetActorTest, BeyondTheCapTheRequestWaitsUntilTheHolderExits) {
+  auto budget = spawn_budget(8, {1, 1});
+  auto a = std::make_unique<caf::scoped_actor>(system_);
+  caf::scoped_actor b{system_};
+  ASSERT_EQ(acquire(*a, budget, 0), std::optional<bool>(true));
+  EXPECT_EQ(acquire(b, budget, 0, -1, 150ms), std::nullopt);  // queued, not refused
+  EXPECT_EQ(stats_.queue_depth(), 1);
+  // Another upstream is not blocked behind it.
+  caf::scoped_actor c{system_};
+  EXPECT_EQ(acquire(c, budget, 1), std::optional<bool>(true));
+  a.reset();  // the holder exits: only its down_msg frees the slot
+  EXPECT_EQ(await_grant(b), std::optional<bool>(true));
+  EXPECT_EQ(stats_.upstream_work(0), 1);
+  EXPECT_EQ(stats_.queue_depth(), 0);
+}
+
+TEST_F(BudgetActorTest, GlobalCapSpansUpstreams) {
+  auto budget = spawn_budget(2, {5, 5});
+  caf::scoped_actor a{system_}, b{system_}, c{system_};
+  EXPECT_EQ(acquire(a, budget, 0), std::optional<bool>(true));
+  EXPECT_EQ(acquire(b, budget, 1), std::optional<bool>(true));
+  EXPECT_EQ(acquire(c, budget, 1, -1, 150ms), std::nullopt);
+}
+
+TEST_F(BudgetActorTest, PerKeyCapIsHonoured) {
+  auto budget = spawn_budget(8, {5, 5}, {1, 0});
+  caf::scoped_actor a{system_}, b{system_}, c{system_};
+  EXPECT_EQ(acquire(a, budget, 0, 0), std::optional<bool>(true));
+  EXPECT_EQ(acquire(b, budget, 0, 0, 150ms), std::nullopt);     // key 0 capped at 1
+  EXPECT_EQ(acquire(c, budget, 0, 1), std::optional<bool>(true));  // key 1 uncapped
+}
+
+TEST_F(BudgetActorTest, FullQueueRefusesAtOnce) {
+  auto budget = spawn_budget(1, {1, 1}, {}, 1);
+  caf::scoped_actor a{system_}, b{system_}, c{system_};
+  EXPECT_EQ(acquire(a, budget, 0), std::optional<bool>(true));
+  EXPECT_EQ(acquire(b, budget, 0, -1, 150ms), std::nullopt);
+  EXPECT_EQ(acquire(c, budget, 0), std::optional<bool>(false));
+}
+
+TEST_F(BudgetActorTest, QueuedWaiterThatExitsLeavesTheQueueAndNeverTakesTheSlot) {
+  auto budget = spawn_budget(1, {1, 1});
+  auto a = std::make_unique<caf::scoped_actor>(system_);
+  auto b = std::make_unique<caf::scoped_actor>(system_);
+  caf::scoped_actor c{system_};
+  ASSERT_EQ(acquire(*a, budget, 0), std::optional<bool>(true));
+  EXPECT_EQ(acquire(*b, budget, 0, -1, 100ms), std::nullopt);
+  EXPECT_EQ(acquire(c, budget, 0, -1, 100ms), std::nullopt);
+  b.reset();  // waiter gone
+  a.reset();  // slot freed: it goes to c, the only waiter left
+  EXPECT_EQ(await_grant(c), std::optional<bool>(true));
+  caf::scoped_actor probe{system_};
+  std::uint64_t held = 99;
+  probe->request(budget, 2s, slots_atom::value).receive([&](std::uint64_t n) { held = n; },
+                                                        [](caf::error&) {});
+  EXPECT_EQ(held, 1u);
+}
+
+}  // namespace
+}  // namespace tether
