@@ -135,8 +135,22 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
       return nullptr;
     }
     if (path == "/metrics") {
+      auto text = rt_->stats->render();
+      if (rt_->tracer) {
+        // The exporter drops rather than blocks or grows: what it dropped must be visible.
+        auto t = rt_->tracer->stats();
+        text +=
+            "# HELP tether_trace_spans_exported_total Spans the collector accepted.\n"
+            "# TYPE tether_trace_spans_exported_total counter\n"
+            "tether_trace_spans_exported_total " +
+            std::to_string(t.exported) +
+            "\n# HELP tether_trace_spans_dropped_total Spans dropped: queue full, collector "
+            "failing or slow.\n# TYPE tether_trace_spans_dropped_total counter\n"
+            "tether_trace_spans_dropped_total " +
+            std::to_string(t.dropped) + "\n";
+      }
       channel->send_full(200, {{"content-type", "text/plain; version=0.0.4; charset=utf-8"}},
-                         rt_->stats->render());
+                         std::move(text));
       return nullptr;
     }
     if (path == "/v1/models") {

@@ -18,6 +18,7 @@
 #include "config/loader.hpp"
 #include "net/downstream.hpp"
 #include "net/io_runtime.hpp"
+#include "net/otlp_exporter.hpp"
 #include "net/upstream.hpp"
 
 namespace {
@@ -71,6 +72,12 @@ int serve(tether::config::gateway_config cfg) {
     rt->upstreams.push_back(std::make_unique<net::upstream_client>(io, ep));
   }
   rt->stats = std::make_unique<metrics>(upstream_names);
+  if (!rt->cfg.telemetry.otlp_endpoint.empty()) {
+    net::otlp_options trace_opts;
+    trace_opts.endpoint = rt->cfg.telemetry.otlp_endpoint;
+    trace_opts.service_name = rt->cfg.telemetry.service_name;
+    rt->tracer = std::make_unique<net::otlp_exporter>(io, trace_opts);
+  }
 
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cores));
@@ -123,6 +130,7 @@ int serve(tether::config::gateway_config cfg) {
   }
   server.stop_accepting();
   server.close_all();
+  if (rt->tracer) rt->tracer->shutdown(std::chrono::seconds(1));
   caf::anon_send_exit(rt->budget, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(rt->supervisor, caf::exit_reason::user_shutdown);
   rt->budget = nullptr;

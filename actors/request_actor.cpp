@@ -21,6 +21,7 @@
 #include "actors/policy/deadline.hpp"
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/retry_policy.hpp"
+#include "actors/request_trace.hpp"
 #include "net/sse_framer.hpp"
 
 namespace tether {
@@ -61,6 +62,7 @@ struct request_state {
   outcome result = outcome::internal_error;
   int status = 0;
   std::vector<attempt_record> attempts;
+  std::unique_ptr<request_trace> trace;
 
   double ms_since_arrival(std::int64_t ns) const {
     return static_cast<double>(ns - arrival_ns) / 1e6;
@@ -108,6 +110,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
       std::chrono::duration_cast<std::chrono::nanoseconds>(st->spec.arrival.time_since_epoch())
           .count();
   st->chain = fallback_chain(*rt->routes, st->spec.model);
+  st->trace = std::make_unique<request_trace>(
+      rt->tracer.get(), st->spec.traceparent.empty() ? nullptr : &st->spec.traceparent,
+      st->arrival_ns);
   rt->stats->requests_in_flight_add(1);
 
   // ---- ending -------------------------------------------------------------------------------
@@ -132,6 +137,11 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     r.attempts = st->attempts;
     write_access_log(r);
     st->rt->stats->request_done(st->spec.model, st->result, r.duration_ms / 1000.0);
+    // A 499 is logged, never sent.
+    std::optional<int> sent;
+    if (st->result != outcome::client_disconnected) sent = st->status;
+    st->trace->finish("POST", st->spec.path, st->spec.model, st->spec.request_id, sent, st->result,
+                      now_ns());
     self->quit();
   };
 
@@ -172,8 +182,10 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     auto& a = st->attempts.back();
     a.result = o;
     a.status = status;
-    a.end_ms = st->ms_since_arrival(now_ns());
+    auto at = now_ns();
+    a.end_ms = st->ms_since_arrival(at);
     st->rt->stats->attempt_done(st->rt->routes->at(st->attempt_deployment).upstream, o);
+    st->trace->end_attempt(status, o, at);
   };
 
   // The current attempt has said its last word: its deployment is free for the router's count,
@@ -187,7 +199,10 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
   // Stops the in-flight attempt's tree; its connection actor closes the socket and exits.
   auto cancel_attempt = [self, st, release_attempt] {
     if (!st->cancel_decided_ns) st->cancel_decided_ns = now_ns();
-    if (st->attempt) self->send_exit(st->attempt, caf::exit_reason::user_shutdown);
+    if (st->attempt) {
+      st->trace->event("cancel_sent", now_ns());
+      self->send_exit(st->attempt, caf::exit_reason::user_shutdown);
+    }
     release_attempt();
     ++st->backoff_generation;  // a pending backoff timer is void
   };
@@ -231,7 +246,11 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
       // A chained gateway inherits what is left of this request's budget.
       req.headers.push_back({"x-request-deadline-ms", std::to_string(left->count())});
     }
-    if (!st->spec.traceparent.empty()) req.headers.push_back({"traceparent", st->spec.traceparent});
+    std::string url = std::string{up.url.tls ? "https://" : "http://"} + up.url.host + ":" +
+                      std::to_string(up.url.port) + req.target;
+    req.headers.push_back({"traceparent", st->trace->begin_attempt(
+                                              static_cast<std::uint32_t>(st->attempts.size()),
+                                              up.name, up.url.host, up.url.port, url, now_ns())});
 
     st->tried.push_back(*dep_index);
     st->attempt_deployment = *dep_index;
@@ -407,6 +426,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
       [st, cancel_attempt, answer_error, interrupt_stream, record_attempt_end,
        maybe_quit](deadline_atom) {
         if (st->now == phase::answered) return;
+        st->trace->event("deadline_exceeded", now_ns());
         cancel_attempt();
         record_attempt_end(outcome::deadline_exceeded, std::nullopt);
         if (st->now == phase::streaming) {
@@ -419,6 +439,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
       [st, cancel_attempt, mark_answered, record_attempt_end, maybe_quit](client_gone_atom) {
         if (st->now == phase::answered) return;
         st->caller_left_ns = now_ns();
+        st->trace->event("caller_left", *st->caller_left_ns);
         cancel_attempt();
         record_attempt_end(outcome::client_disconnected, std::nullopt);
         mark_answered(outcome::client_disconnected, 499);
@@ -439,6 +460,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
       [st, rt, maybe_quit](work_ended_atom, std::uint64_t upstream, std::int64_t closed_ns,
                            bool held_slot) {
         st->last_work_end_ns = std::max(st->last_work_end_ns.value_or(0), closed_ns);
+        st->trace->event("work_ended", closed_ns);
         if (held_slot && st->cancel_decided_ns && closed_ns >= *st->cancel_decided_ns) {
           double latency = static_cast<double>(closed_ns - *st->cancel_decided_ns) / 1e9;
           rt->stats->cancel_latency(latency);

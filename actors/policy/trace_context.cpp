@@ -1,0 +1,100 @@
+#include "actors/policy/trace_context.hpp"
+
+#include <random>
+
+namespace tether {
+namespace {
+
+constexpr std::size_t version_00_size = 55;  // 2 + 1 + 32 + 1 + 16 + 1 + 2
+
+bool is_lower_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+bool is_lower_hex(std::string_view s) {
+  for (char c : s) {
+    if (!is_lower_hex(c)) return false;
+  }
+  return true;
+}
+
+bool is_all_zero(std::string_view s) {
+  return s.find_first_not_of('0') == std::string_view::npos;
+}
+
+int hex_value(char c) {
+  return c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+std::string random_hex(std::size_t digits) {
+  // Per-thread generator seeded once: ids must be unique across the trace's systems, not secret.
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string id;
+  id.reserve(digits);
+  for (;;) {
+    id.clear();
+    while (id.size() < digits) {
+      auto bits = rng();
+      for (int i = 0; i < 16 && id.size() < digits; ++i) {
+        id.push_back(hex[bits & 0xf]);
+        bits >>= 4;
+      }
+    }
+    // The spec makes an all-zero id invalid; the odds are 2^-64, but a receiver would drop it.
+    if (!is_all_zero(id)) return id;
+  }
+}
+
+}  // namespace
+
+std::optional<trace_context> parse_traceparent(std::string_view header) {
+  if (header.size() < version_00_size) return std::nullopt;
+  const auto version = header.substr(0, 2);
+  if (!is_lower_hex(version) || version == "ff") return std::nullopt;
+  const bool is_version_00 = version == "00";
+  // Version 00 has nothing after the flags; a later version may append fields after a dash.
+  if (is_version_00 && header.size() != version_00_size) return std::nullopt;
+  if (!is_version_00 && header.size() > version_00_size && header[version_00_size] != '-')
+    return std::nullopt;
+  if (header[2] != '-' || header[35] != '-' || header[52] != '-') return std::nullopt;
+
+  const auto trace_id = header.substr(3, 32);
+  const auto span_id = header.substr(36, 16);
+  const auto flags = header.substr(53, 2);
+  if (!is_lower_hex(trace_id) || !is_lower_hex(span_id) || !is_lower_hex(flags))
+    return std::nullopt;
+  if (is_all_zero(trace_id) || is_all_zero(span_id)) return std::nullopt;
+
+  trace_context context;
+  context.trace_id = std::string(trace_id);
+  context.span_id = std::string(span_id);
+  context.flags = static_cast<std::uint8_t>(hex_value(flags[0]) * 16 + hex_value(flags[1]));
+  // Of a version we do not know, only the sampled bit has a meaning we can vouch for.
+  if (!is_version_00) context.flags &= 0x01;
+  return context;
+}
+
+std::string format_traceparent(const trace_context& context) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(version_00_size);
+  out += "00-";
+  out += context.trace_id;
+  out += '-';
+  out += context.span_id;
+  out += '-';
+  out.push_back(hex[context.flags >> 4]);
+  out.push_back(hex[context.flags & 0xf]);
+  return out;
+}
+
+std::string new_trace_id() {
+  return random_hex(32);
+}
+
+std::string new_span_id() {
+  return random_hex(16);
+}
+
+}  // namespace tether
