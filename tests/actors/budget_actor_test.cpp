@@ -82,7 +82,7 @@ TEST_F(BudgetActorTest, PerKeyCapIsHonoured) {
   auto budget = spawn_budget(8, {5, 5}, {1, 0});
   caf::scoped_actor a{system_}, b{system_}, c{system_};
   EXPECT_EQ(acquire(a, budget, 0, 0), std::optional<bool>(true));
-  EXPECT_EQ(acquire(b, budget, 0, 0, 150ms), std::nullopt);     // key 0 capped at 1
+  EXPECT_EQ(acquire(b, budget, 0, 0, 150ms), std::nullopt);        // key 0 capped at 1
   EXPECT_EQ(acquire(c, budget, 0, 1), std::optional<bool>(true));  // key 1 uncapped
 }
 
@@ -107,8 +107,8 @@ TEST_F(BudgetActorTest, QueuedWaiterThatExitsLeavesTheQueueAndNeverTakesTheSlot)
   EXPECT_EQ(await_grant(c), std::optional<bool>(true));
   caf::scoped_actor probe{system_};
   std::uint64_t held = 99;
-  probe->request(budget, 2s, slots_atom::value).receive([&](std::uint64_t n) { held = n; },
-                                                        [](caf::error&) {});
+  probe->request(budget, 2s, slots_atom::value)
+      .receive([&](std::uint64_t n) { held = n; }, [](caf::error&) {});
   EXPECT_EQ(held, 1u);
 }
 

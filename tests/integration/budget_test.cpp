@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <future>
 #include <random>
 #include <set>
-#include <csignal>
 
 #include "tests/integration/harness.hpp"
 
@@ -17,8 +17,9 @@ using namespace std::chrono_literals;
 
 std::string capped_config(const mock_server& mock, int upstream_cap, const std::string& budget_keys,
                           const std::string& models) {
-  auto cfg = gateway_config(mock, "deadline_ms = 20000\nattempt_timeout_ms = 20000\nmax_retries = 0",
-                            models, "[budget]\n" + budget_keys + "\n");
+  auto cfg =
+      gateway_config(mock, "deadline_ms = 20000\nattempt_timeout_ms = 20000\nmax_retries = 0",
+                     models, "[budget]\n" + budget_keys + "\n");
   auto at = cfg.find("max_in_flight = 64");
   cfg.replace(at, std::string("max_in_flight = 64").size(),
               "max_in_flight = " + std::to_string(upstream_cap));
@@ -34,8 +35,8 @@ double metric(std::uint16_t port, const std::string& series) {
 
 TEST(BudgetTest, NextRequestReachesTheUpstreamOnlyAfterTheCancelledOnesConnectionClosed) {
   mock_server mock;
-  gateway_process gw{capped_config(mock, 1, "", model_entry("slow", "mock-delay-3000") +
-                                                    model_entry("fast", "mock"))};
+  gateway_process gw{capped_config(
+      mock, 1, "", model_entry("slow", "mock-delay-3000") + model_entry("fast", "mock"))};
   // Request 1 takes the only slot; its caller's budget ends while the upstream is still working.
   auto first = std::async(std::launch::async, [&] {
     return request("POST", gw.port(), "/v1/chat/completions", chat_body("slow"),
@@ -187,7 +188,8 @@ TEST(BudgetSoakTest, CapsHoldAndNothingLeaksUnderMixedFailures) {
         auto model = behaviours[rng() % behaviours.size()] + "-" + std::to_string(rng() % 3);
         bool stream = rng() % 2 == 0;
         header_map headers{{"x-request-id", "soak-" + std::to_string(i)}};
-        if (rng() % 3 == 0) headers.push_back({"x-request-deadline-ms", std::to_string(rng() % 300)});
+        if (rng() % 3 == 0)
+          headers.push_back({"x-request-deadline-ms", std::to_string(rng() % 300)});
         stream_options opts;
         opts.timeout = 5s;
         if (rng() % 4 == 0) opts.close_after = std::chrono::milliseconds(rng() % 100);
@@ -218,8 +220,8 @@ TEST(BudgetSoakTest, CapsHoldAndNothingLeaksUnderMixedFailures) {
   EXPECT_EQ(metric(gw.port(), "tether_requests_in_flight"), 0);
   EXPECT_EQ(metric(gw.port(), "tether_queue_depth"), 0);
   for (int u = 0; u < 3; ++u) {
-    EXPECT_EQ(metric(gw.port(), "tether_upstream_work_in_flight{upstream=\"u" +
-                                    std::to_string(u) + "\"}"),
+    EXPECT_EQ(metric(gw.port(),
+                     "tether_upstream_work_in_flight{upstream=\"u" + std::to_string(u) + "\"}"),
               0);
   }
   // The drain's leak report agrees.

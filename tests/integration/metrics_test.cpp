@@ -126,14 +126,15 @@ TEST(MetricsTest, EachLocallyProducibleOutcomeCountsExactlyOnce) {
   std::string models = model_entry("chat", "mock") + model_entry("rejecting", "mock-fail-400") +
                        model_entry("failing", "mock-fail-503") + model_entry("hang", "mock-hang") +
                        model_entry("slow", "mock-delay-1000", "attempt_timeout_ms = 5000");
-  std::string cfg = gateway_config(mock,
-                                   "deadline_ms = 5000\nattempt_timeout_ms = 150\nmax_retries = 0",
-                                   models, "[budget]\nqueue_max = 0\n", "max_request_bytes = 2048");
+  std::string cfg =
+      gateway_config(mock, "deadline_ms = 5000\nattempt_timeout_ms = 150\nmax_retries = 0", models,
+                     "[budget]\nqueue_max = 0\n", "max_request_bytes = 2048");
   auto at = cfg.find("max_in_flight = 64");
   cfg.replace(at, 18, "max_in_flight = 1");
-  cfg += "[[keys]]\nname = \"t\"\nsha256 = \"" +
-         std::string("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08") +  // "test"
-         "\"\nmodels = [\"*\"]\n";
+  cfg +=
+      "[[keys]]\nname = \"t\"\nsha256 = \"" +
+      std::string("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08") +  // "test"
+      "\"\nmodels = [\"*\"]\n";
   gateway_process gw{cfg};
   header_map key{{"authorization", "Bearer test"}};
   auto post = [&](const std::string& body, header_map h) {
@@ -189,8 +190,8 @@ TEST(MetricsTest, EachLocallyProducibleOutcomeCountsExactlyOnce) {
   }
   EXPECT_EQ(total, 12);  // one per model request, nothing else
   EXPECT_EQ(value_of(e, "tether_requests_in_flight"), 0);
-  EXPECT_EQ(value_of(e, "tether_upstream_attempts_total", {{"upstream", "mock"}, {"outcome", "ok"}}),
-            2);
+  EXPECT_EQ(
+      value_of(e, "tether_upstream_attempts_total", {{"upstream", "mock"}, {"outcome", "ok"}}), 2);
 }
 
 }  // namespace
