@@ -11,7 +11,9 @@ std::int64_t steady_now_ns() {
       .count();
 }
 
-bool is_failure(outcome o) { return o != outcome::ok; }
+bool is_failure(outcome o) {
+  return o != outcome::ok;
+}
 
 }  // namespace
 
@@ -54,7 +56,8 @@ std::string request_trace::begin_attempt(std::uint32_t resend_count, const std::
                     {"url.full", url},
                     {"tether.upstream", upstream}};
     if (resend_count > 0) {
-      s.attributes.push_back({"http.request.resend_count", static_cast<std::int64_t>(resend_count)});
+      s.attributes.push_back(
+          {"http.request.resend_count", static_cast<std::int64_t>(resend_count)});
     }
     attempt_ = std::move(s);
   }
@@ -66,7 +69,8 @@ void request_trace::end_attempt(std::optional<int> status, outcome result, std::
   auto s = std::move(*attempt_);
   attempt_.reset();
   s.end_unix_nano = unix_ns(end_ns);
-  if (status) s.attributes.push_back({"http.response.status_code", static_cast<std::int64_t>(*status)});
+  if (status)
+    s.attributes.push_back({"http.response.status_code", static_cast<std::int64_t>(*status)});
   s.attributes.push_back({"tether.outcome", std::string{to_string(result)}});
   if (is_failure(result)) {
     s.attributes.push_back({"error.type", std::string{to_string(result)}});

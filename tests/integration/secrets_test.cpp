@@ -37,12 +37,12 @@ TEST(SecretsTest, NoKeyOrPromptAppearsInLogsSpansOrErrorBodies) {
   std::string models = model_entry("chat", "mock") + model_entry("rejecting", "mock-fail-400") +
                        model_entry("failing", "mock-fail-503") + model_entry("hang", "mock-hang") +
                        model_entry("streamer", "mock-stream-3x20");
-  auto cfg = gateway_config(mock, "deadline_ms = 3000\nattempt_timeout_ms = 200\nmax_retries = 1",
-                            models,
-                            "[[keys]]\nname = \"team\"\nsha256 = \"" + sha256_hex(gateway_token) +
-                                "\"\nmodels = [\"chat\", \"rejecting\", \"failing\", \"hang\", "
-                                "\"streamer\"]\n",
-                            "max_request_bytes = 4096");
+  auto cfg =
+      gateway_config(mock, "deadline_ms = 3000\nattempt_timeout_ms = 200\nmax_retries = 1", models,
+                     "[[keys]]\nname = \"team\"\nsha256 = \"" + sha256_hex(gateway_token) +
+                         "\"\nmodels = [\"chat\", \"rejecting\", \"failing\", \"hang\", "
+                         "\"streamer\"]\n",
+                     "max_request_bytes = 4096");
   cfg.insert(cfg.find("max_in_flight = 64"), "api_key_env = \"TETHER_SECRET_KEY\"\n");
   cfg += "log_level = \"debug\"\notlp_endpoint = \"" + otlp.endpoint() + "\"\n";
   gateway_process gw{cfg, {{"TETHER_SECRET_KEY", upstream_key}}};
@@ -56,18 +56,18 @@ TEST(SecretsTest, NoKeyOrPromptAppearsInLogsSpansOrErrorBodies) {
   auto post = [&](const std::string& b, const header_map& h) {
     answers.push_back(request("POST", gw.port(), "/v1/chat/completions", b, h, 10s));
   };
-  post(body("chat"), auth);                                     // ok
-  post(body("rejecting"), auth);                                // upstream_rejected
-  post(body("failing"), auth);                                  // upstream_failed
-  post(body("hang"), auth);                                     // upstream_timeout
+  post(body("chat"), auth);       // ok
+  post(body("rejecting"), auth);  // upstream_rejected
+  post(body("failing"), auth);    // upstream_failed
+  post(body("hang"), auth);       // upstream_timeout
   header_map short_budget = auth;
   short_budget.push_back({"x-request-deadline-ms", "50"});
-  post(body("hang"), short_budget);                             // deadline_exceeded
+  post(body("hang"), short_budget);                                          // deadline_exceeded
   post(body("chat"), {{"authorization", "Bearer wrong-" + gateway_token}});  // unauthorized
-  post(body("nope"), auth);                                     // unknown_model
+  post(body("nope"), auth);                                                  // unknown_model
   post("{\"model\":\"chat\",\"x\":\"" + prompt_marker + "\" broken", auth);  // bad_request
-  post(body("chat") + std::string(5000, ' '), auth);            // payload_too_large
-  post(body("streamer", true), auth);                           // ok, streamed
+  post(body("chat") + std::string(5000, ' '), auth);                         // payload_too_large
+  post(body("streamer", true), auth);                                        // ok, streamed
   stream_options leave;
   leave.close_after = 100ms;
   stream_request("POST", gw.port(), "/v1/chat/completions", body("hang"), auth, leave);
@@ -104,11 +104,13 @@ TEST(SecretsTest, CheckOutputMasksKeysAndDigests) {
   temp_dir dir;
   auto digest = sha256_hex(gateway_token);
   auto path = dir.write_file(
-      "t.toml", "[[upstreams]]\nname = \"u\"\nbase_url = \"http://127.0.0.1:9\"\napi_key_env = "
-                "\"TETHER_SECRET_KEY\"\n[[models]]\nname = \"m\"\nupstream = \"u\"\n[[keys]]\n"
-                "name = \"k\"\nsha256 = \"" + digest + "\"\nmodels = [\"*\"]\n");
-  child_process p{TETHER_BINARY, {"check", "--config", path.string()},
-                  {{"TETHER_SECRET_KEY", upstream_key}}};
+      "t.toml",
+      "[[upstreams]]\nname = \"u\"\nbase_url = \"http://127.0.0.1:9\"\napi_key_env = "
+      "\"TETHER_SECRET_KEY\"\n[[models]]\nname = \"m\"\nupstream = \"u\"\n[[keys]]\n"
+      "name = \"k\"\nsha256 = \"" +
+          digest + "\"\nmodels = [\"*\"]\n");
+  child_process p{
+      TETHER_BINARY, {"check", "--config", path.string()}, {{"TETHER_SECRET_KEY", upstream_key}}};
   ASSERT_EQ(p.wait_exit(10s), std::optional<int>(0)) << p.output();
   EXPECT_EQ(p.output().find(upstream_key), std::string::npos);
   EXPECT_EQ(p.output().find(digest), std::string::npos);

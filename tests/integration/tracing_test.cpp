@@ -39,7 +39,8 @@ std::int64_t attr_int(const boost::json::object& span, std::string_view key) {
 TEST(TracingTest, ServerSpanOfAnUpstream500Carries502AndErrorType) {
   mock_server mock;
   otlp_receiver otlp;
-  gateway_process gw{traced_config(mock, otlp, "max_retries = 0", model_entry("m", "mock-fail-500"))};
+  gateway_process gw{
+      traced_config(mock, otlp, "max_retries = 0", model_entry("m", "mock-fail-500"))};
   ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 502);
   auto spans = otlp.wait_for_spans([](const auto& s) { return s.size() >= 2; });
   auto servers = of_kind(spans, 2);
@@ -78,7 +79,8 @@ TEST(TracingTest, RetriedRequestHasOneClientSpanPerAttemptWithIncreasingResendCo
     EXPECT_EQ(clients[i].at("parentSpanId"), servers[0].at("spanId"));
     EXPECT_EQ(clients[i].at("traceId"), servers[0].at("traceId"));
     auto tp = str(seen[i].at("headers").at("traceparent"));
-    EXPECT_EQ(tp, "00-" + str(clients[i].at("traceId")) + "-" + str(clients[i].at("spanId")) + "-01");
+    EXPECT_EQ(tp,
+              "00-" + str(clients[i].at("traceId")) + "-" + str(clients[i].at("spanId")) + "-01");
   }
 }
 
@@ -141,7 +143,8 @@ TEST(TracingTest, HangingCollectorNeitherSlowsRequestsNorGrowsMemoryItDropsAndCo
     off_ms += median_latency_ms(off.port(), 200);
     traced_ms += median_latency_ms(traced.port(), 200);
   }
-  EXPECT_LT(traced_ms, off_ms * 1.5 + 3.0) << "off " << off_ms / 3 << " ms, traced " << traced_ms / 3;
+  EXPECT_LT(traced_ms, off_ms * 1.5 + 3.0)
+      << "off " << off_ms / 3 << " ms, traced " << traced_ms / 3;
   // 1,200 requests = 2,400 spans, plus 2,000 more requests: past the 4,096-span bound.
   http_connection conn{traced.port()};
   for (int i = 0; i < 2000; ++i) conn.request("POST", "/v1/chat/completions", chat_body("m"));
