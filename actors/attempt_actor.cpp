@@ -1,5 +1,6 @@
 #include "actors/attempt_actor.hpp"
 
+#include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/retry_policy.hpp"
 #include "net/sse_framer.hpp"
@@ -20,6 +21,8 @@ struct attempt_state {
   std::string body;
   net::sse_framer framer{max_sse_event_bytes};
   std::uint64_t idle_generation = 0;
+  std::shared_ptr<actor_timers> timers;
+  std::shared_ptr<net::timer> idle_timer;
 };
 
 attempt_end failure_kind(std::int32_t net_kind) {
@@ -41,6 +44,8 @@ attempt_end failure_kind(std::int32_t net_kind) {
 caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor request,
                             attempt_spec spec) {
   auto st = std::make_shared<attempt_state>();
+  st->timers = std::make_shared<actor_timers>(rt->timers.get(), self->address());
+  self->attach_functor([timers = st->timers](const caf::error&) { timers->cancel_all(); });
 
   auto fail = [self, st, request](attempt_end kind, std::string message) {
     if (st->done) return;
@@ -51,9 +56,10 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
     self->quit(caf::exit_reason::user_shutdown);
   };
 
-  auto arm_idle = [self, st, idle = spec.idle_timeout] {
+  auto arm_idle = [st, idle = spec.idle_timeout] {
     if (idle.count() <= 0) return;
-    self->delayed_send(self, idle, idle_timeout_atom::value, ++st->idle_generation);
+    if (st->idle_timer) st->idle_timer->cancel();
+    st->idle_timer = st->timers->after(idle, idle_timeout_atom::value, ++st->idle_generation);
   };
 
   auto relay_events = [self, st, request, arm_idle, fail](std::vector<std::string> events) {
@@ -75,14 +81,18 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
         self->send(request, queued_atom::value, wait_ns);
         // The per-try clock starts once the attempt may use the upstream; queue wait is bounded
         // by the queue limit and the request deadline instead.
-        if (timeout.count() > 0) self->delayed_send(self, timeout, attempt_timeout_atom::value);
+        if (timeout.count() > 0) st->timers->after(timeout, attempt_timeout_atom::value);
       },
       [](up_connected_atom, bool) {},
       [st, stream = spec.stream](up_head_atom, int status, net::header_list& headers) {
         st->status = status;
         st->headers = std::move(headers);
         st->have_head = true;
-        st->streaming = stream && status >= 200 && status < 300;
+        // Relayed event by event only when it is an event stream; an upstream that ignores
+        // `stream: true` and answers plain JSON is passed on whole, like any other response.
+        const auto* type = net::find_header(st->headers, "content-type");
+        st->streaming = stream && status >= 200 && status < 300 && type != nullptr &&
+                        type->find("text/event-stream") != std::string::npos;
       },
       [st, relay_events, fail, max = spec.max_response_bytes](up_body_atom, std::string& bytes) {
         if (st->done) return;
@@ -102,11 +112,15 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
         }
         st->body += bytes;
       },
-      [self, st, request, relay_events](up_end_atom) {
+      [self, st, request, relay_events, fail](up_end_atom) {
         if (st->done) return;
         if (st->streaming) {
           // An unterminated tail is not a whole event; it is dropped rather than cut into.
           relay_events(st->framer.finish());
+          if (!st->committed && st->framer.has_partial()) {
+            fail(attempt_end::malformed, "upstream stream ended inside its first event");
+            return;
+          }
           if (!st->committed) {
             // A 2xx stream with an empty body: nothing was relayed, so it is an ordinary answer.
             st->done = true;

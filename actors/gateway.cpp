@@ -1,7 +1,9 @@
 #include "actors/gateway.hpp"
 
 #include <openssl/crypto.h>
+
 #include <openssl/evp.h>
+#include <cctype>
 
 #include <boost/json.hpp>
 
@@ -66,9 +68,16 @@ std::int64_t gateway::match_key(const net::incoming_request& req) const {
   const auto* auth = net::find_header(req.headers, "authorization");
   if (auth == nullptr) return -1;
   std::string_view v = *auth;
-  constexpr std::string_view bearer = "Bearer ";
-  if (v.size() <= bearer.size() || v.substr(0, bearer.size()) != bearer) return -1;
-  auto digest = sha256_hex(v.substr(bearer.size()));
+  // The scheme is case-insensitive (RFC 7235 §2.1); the token is what follows the spaces.
+  constexpr std::string_view bearer = "bearer";
+  if (v.size() <= bearer.size() || v[bearer.size()] != ' ') return -1;
+  for (std::size_t i = 0; i < bearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(v[i])) != bearer[i]) return -1;
+  }
+  v.remove_prefix(bearer.size());
+  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+  if (v.empty()) return -1;
+  auto digest = sha256_hex(v);
   std::int64_t found = -1;
   // Every key is compared, so the time taken does not depend on which one matched.
   for (std::size_t i = 0; i < rt_->cfg.keys.size(); ++i) {

@@ -11,6 +11,7 @@
 
 #include "actors/access_log.hpp"
 #include "actors/budget_actor.hpp"
+#include "actors/budget_link_actor.hpp"
 #include "actors/gateway.hpp"
 #include "actors/messages.hpp"
 #include "actors/runtime.hpp"
@@ -38,6 +39,12 @@ std::optional<tether::config::gateway_config> load_or_report(const std::string& 
     return std::nullopt;
   }
   return std::move(result.config);
+}
+
+// "host:port" (validated by config/) → parts.
+std::pair<std::string, std::uint16_t> split_host_port(const std::string& hp) {
+  auto colon = hp.rfind(':');
+  return {hp.substr(0, colon), static_cast<std::uint16_t>(std::stoi(hp.substr(colon + 1)))};
 }
 
 int serve(tether::config::gateway_config cfg) {
@@ -72,6 +79,7 @@ int serve(tether::config::gateway_config cfg) {
     rt->upstreams.push_back(std::make_unique<net::upstream_client>(io, ep));
   }
   rt->stats = std::make_unique<metrics>(upstream_names);
+  rt->timers = std::make_unique<net::timer_service>(io);
   if (!rt->cfg.telemetry.otlp_endpoint.empty()) {
     net::otlp_options trace_opts;
     trace_opts.endpoint = rt->cfg.telemetry.otlp_endpoint;
@@ -82,9 +90,28 @@ int serve(tether::config::gateway_config cfg) {
   caf::actor_system_config sys_cfg;
   sys_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cores));
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
+  const auto& cluster = rt->cfg.cluster;
+  bool clustered = !cluster.budget_listen.empty() || !cluster.budget_host.empty();
+  // The middleman (CAF's distribution layer) is loaded only where a shared budget is configured.
+  if (clustered) sys_cfg.load<caf::io::middleman>();
   auto system = std::make_unique<caf::actor_system>(sys_cfg);
 
-  rt->budget = system->spawn(budget_actor, budget_limits_from(rt->cfg), rt->stats.get());
+  auto local_budget = system->spawn(budget_actor, budget_limits_from(rt->cfg), rt->stats.get());
+  rt->budget = local_budget;
+  if (!cluster.budget_listen.empty()) {
+    auto [host, port] = split_host_port(cluster.budget_listen);
+    auto published = system->middleman().publish(local_budget, port, host.c_str(), true);
+    if (!published) {
+      log_error("cannot publish the shared budget on " + cluster.budget_listen + ": " +
+                system->render(published.error()));
+      return 1;
+    }
+    log_info("shared budget listening on " + host + ":" + std::to_string(*published));
+  }
+  if (!cluster.budget_host.empty()) {
+    auto [host, port] = split_host_port(cluster.budget_host);
+    rt->budget = system->spawn(budget_link_actor, local_budget, host, port, rt->stats.get());
+  }
   rt->supervisor = system->spawn(supervisor_actor, rt->cfg.server.drain_timeout);
 
   gateway gw{*system, rt};
@@ -132,6 +159,8 @@ int serve(tether::config::gateway_config cfg) {
   server.close_all();
   if (rt->tracer) rt->tracer->shutdown(std::chrono::seconds(1));
   caf::anon_send_exit(rt->budget, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(local_budget, caf::exit_reason::user_shutdown);
+  local_budget = nullptr;
   caf::anon_send_exit(rt->supervisor, caf::exit_reason::user_shutdown);
   rt->budget = nullptr;
   rt->supervisor = nullptr;

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "actors/access_log.hpp"
+#include "actors/actor_timers.hpp"
 #include "actors/attempt_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/deadline.hpp"
@@ -37,6 +38,7 @@ struct request_state {
   request_spec spec;
   request_deadline deadline{std::chrono::steady_clock::time_point{}, std::nullopt};
   std::int64_t arrival_ns = 0;
+  std::int64_t arrival_wall_ns = 0;  // queue priority: comparable across cluster nodes
 
   std::vector<std::string> chain;  // requested model, then its fallbacks
   std::size_t chain_pos = 0;
@@ -63,6 +65,7 @@ struct request_state {
   int status = 0;
   std::vector<attempt_record> attempts;
   std::unique_ptr<request_trace> trace;
+  std::shared_ptr<actor_timers> timers;
 
   double ms_since_arrival(std::int64_t ns) const {
     return static_cast<double>(ns - arrival_ns) / 1e6;
@@ -109,7 +112,13 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
   st->arrival_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(st->spec.arrival.time_since_epoch())
           .count();
+  st->arrival_wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count() -
+                        (now_ns() - st->arrival_ns);
   st->chain = fallback_chain(*rt->routes, st->spec.model);
+  st->timers = std::make_shared<actor_timers>(rt->timers.get(), self->address());
+  self->attach_functor([timers = st->timers](const caf::error&) { timers->cancel_all(); });
   st->trace = std::make_unique<request_trace>(
       rt->tracer.get(), st->spec.traceparent.empty() ? nullptr : &st->spec.traceparent,
       st->arrival_ns);
@@ -233,7 +242,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     a.max_response_bytes = settings.max_response_bytes;
     a.connection.upstream = dep.upstream;
     a.connection.key = st->spec.key;
-    a.connection.priority = st->arrival_ns;
+    a.connection.priority = st->arrival_wall_ns;
     auto& req = a.connection.request;
     req.method = "POST";
     req.target = up.url.path_prefix + st->spec.path;
@@ -284,7 +293,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
         if (d.delay.count() <= 0) {
           (*start_attempt)();
         } else {
-          self->delayed_send(self, d.delay, backoff_atom::value, ++st->backoff_generation);
+          st->timers->after(d.delay, backoff_atom::value, ++st->backoff_generation);
         }
         return;
       case act::fallback:
@@ -336,8 +345,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     answer_error(outcome::deadline_exceeded, "the caller's deadline budget is already spent");
   } else {
     if (st->spec.deadline) {
-      self->delayed_send(self, *st->deadline.remaining(std::chrono::steady_clock::now()),
-                         deadline_atom::value);
+      st->timers->after(*st->deadline.remaining(std::chrono::steady_clock::now()),
+                        deadline_atom::value);
     }
     (*start_attempt)();
   }

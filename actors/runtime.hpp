@@ -11,6 +11,7 @@
 #include "actors/policy/router.hpp"
 #include "config/config.hpp"
 #include "net/otlp_exporter.hpp"
+#include "net/timer_service.hpp"
 #include "net/upstream.hpp"
 
 namespace tether {
@@ -20,6 +21,7 @@ struct gateway_runtime {
   std::unique_ptr<router> routes;
   std::unique_ptr<metrics> stats;
   std::vector<std::unique_ptr<net::upstream_client>> upstreams;  // by upstream index
+  std::unique_ptr<net::timer_service> timers;  // cancellable timers for the request actors
   std::unique_ptr<net::otlp_exporter> tracer;  // null when telemetry.otlp_endpoint is empty
   caf::actor budget;
   caf::actor supervisor;

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <limits>
+#include <utility>
 
 namespace tether::mock {
 namespace {
@@ -24,6 +25,8 @@ bool consume_prefix(std::string_view& text, std::string_view prefix) {
 
 // A day is far longer than any test or benchmark waits, and keeps timer arithmetic safe.
 constexpr std::uint64_t max_ms = 24ULL * 3600 * 1000;
+// The body is built in memory before it is sent; a GiB is more than any size limit worth testing.
+constexpr std::uint64_t max_huge_mebibytes = 1024;
 
 }  // namespace
 
@@ -32,6 +35,31 @@ std::optional<behaviour> parse_behaviour(std::string_view model) {
   if (model == "mock") return b;
   if (model == "mock-hang") {
     b.kind = behaviour_kind::hang;
+    return b;
+  }
+  static constexpr std::pair<std::string_view, behaviour_kind> fixed[] = {
+      {"mock-badstatus", behaviour_kind::bad_status}, {"mock-garbage", behaviour_kind::garbage},
+      {"mock-truncated", behaviour_kind::truncated},  {"mock-sse-cut", behaviour_kind::sse_cut},
+      {"mock-badchunk", behaviour_kind::bad_chunk},   {"mock-reset", behaviour_kind::reset},
+  };
+  for (const auto& [name, kind] : fixed) {
+    if (model == name) {
+      b.kind = kind;
+      return b;
+    }
+  }
+  if (consume_prefix(model, "mock-huge-")) {
+    auto mb = parse_number(model, max_huge_mebibytes);
+    if (!mb || *mb == 0) return std::nullopt;
+    b.kind = behaviour_kind::huge;
+    b.mebibytes = static_cast<std::uint32_t>(*mb);
+    return b;
+  }
+  if (consume_prefix(model, "mock-drip-")) {
+    auto ms = parse_number(model, max_ms);
+    if (!ms) return std::nullopt;
+    b.kind = behaviour_kind::drip;
+    b.delay = std::chrono::milliseconds(*ms);
     return b;
   }
   if (consume_prefix(model, "mock-delay-")) {

@@ -16,6 +16,15 @@ enum class behaviour_kind {
   rate_limit,  // mock-ratelimit-<secs>
   hang,        // mock-hang
   flaky,       // mock-flaky-<percent>
+  // Hostile upstreams (issue #8): each breaks HTTP or SSE in one specific way.
+  bad_status,  // mock-badstatus: a garbage status line, then close
+  garbage,     // mock-garbage: 200 application/json whose body is not JSON
+  truncated,   // mock-truncated: Content-Length larger than the bytes sent, then close
+  sse_cut,     // mock-sse-cut: a few events, then half an event, then close
+  bad_chunk,   // mock-badchunk: a few events, then an invalid chunk, then close
+  huge,        // mock-huge-<mb>: a 200 JSON body of that many MiB
+  reset,       // mock-reset: a few events, then RST (SO_LINGER 0)
+  drip,        // mock-drip-<ms>: the response body one byte every ms
 };
 
 struct behaviour {
@@ -25,7 +34,14 @@ struct behaviour {
   unsigned status = 0;                    // fail
   std::uint32_t retry_after_seconds = 0;  // rate_limit
   unsigned percent = 0;                   // flaky
+  std::uint32_t mebibytes = 0;            // huge
 };
+
+// How many whole events the broken streams (sse_cut, bad_chunk, reset) send before they break,
+// and the gap before each of them and before the break: long enough that a relay has passed
+// every event on before the failure reaches it.
+constexpr std::uint32_t hostile_stream_events = 3;
+constexpr std::chrono::milliseconds hostile_stream_interval{30};
 
 // nullopt for a name the mock does not serve (answered 404 model_not_found).
 std::optional<behaviour> parse_behaviour(std::string_view model);

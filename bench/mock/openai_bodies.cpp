@@ -56,8 +56,9 @@ std::string error_body(std::string_view message, std::string_view type, std::str
   return json::serialize(json::object{{"error", std::move(error)}});
 }
 
-std::string completion_body(const completion_context& ctx) {
-  auto text = full_text(ctx);
+namespace {
+
+json::object completion_object(const completion_context& ctx, std::string_view text) {
   json::object choice;
   choice["index"] = 0;
   if (ctx.api == api_kind::chat) {
@@ -71,7 +72,21 @@ std::string completion_body(const completion_context& ctx) {
   auto body = envelope(ctx, ctx.api == api_kind::chat ? "chat.completion" : "text_completion");
   body["choices"] = json::array{std::move(choice)};
   body["usage"] = usage(prompt_tokens(ctx), 5);
-  return json::serialize(body);
+  return body;
+}
+
+}  // namespace
+
+std::string completion_body(const completion_context& ctx) {
+  return json::serialize(completion_object(ctx, full_text(ctx)));
+}
+
+std::string padded_completion_body(const completion_context& ctx, std::size_t total_bytes) {
+  auto text = full_text(ctx);
+  const auto base = json::serialize(completion_object(ctx, text)).size();
+  // 'x' needs no escaping, so each one adds exactly one byte to the serialized body.
+  if (total_bytes > base) text.append(total_bytes - base, 'x');
+  return json::serialize(completion_object(ctx, text));
 }
 
 std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index,

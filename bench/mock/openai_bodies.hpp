@@ -24,6 +24,10 @@ std::string error_body(std::string_view message, std::string_view type, std::str
 // A whole (non-streaming) chat.completion or text_completion object.
 std::string completion_body(const completion_context& ctx);
 
+// The same, its text padded so that the serialized body is total_bytes long (or the unpadded
+// body, when that is already longer).
+std::string padded_completion_body(const completion_context& ctx, std::size_t total_bytes);
+
 // Streamed piece `index` of `count`: a chat.completion.chunk or text_completion object, the JSON
 // only (the caller frames it as an SSE event). The first chat piece carries the role, the last
 // one finish_reason "stop".

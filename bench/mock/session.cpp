@@ -55,6 +55,9 @@ constexpr std::size_t read_chunk_bytes = 64 * 1024;
 // Pipelined bytes buffered while a request is worked on; beyond this the read pauses (and with
 // it close detection, which only a misbehaving client can cause).
 constexpr std::size_t buffered_limit = 1024 * 1024;
+// mock-truncated promises this many bytes more than it sends.
+constexpr std::size_t truncated_missing_bytes = 100;
+constexpr std::size_t mebibyte = 1024 * 1024;
 
 tcp::socket& socket_of(tcp::socket& s) {
   return s;
@@ -110,6 +113,7 @@ struct outgoing {
   std::string bytes;
   bool is_chunk = false;  // an SSE data event of the simulated work (counted in chunks_sent)
   bool last = false;      // the response's final write
+  bool reset = false;     // with last: end the connection with RST, not FIN (mock-reset)
 };
 
 struct head_fields {
@@ -345,6 +349,21 @@ class session : public std::enable_shared_from_this<session<Stream>> {
           return send_whole(503, error_body("mock flaky failure", "mock_error", "mock_flaky_503"));
         }
         return answer();
+      case behaviour_kind::bad_status:
+        return send_and_close("HTTP/1.1 2x0 Hostile Status\r\ncontent-length: 0\r\n\r\n");
+      case behaviour_kind::garbage:
+        return send_whole(200, "<html>this is not JSON</html>\n{\"choices\": [{\"message\"");
+      case behaviour_kind::truncated:
+        return send_truncated();
+      case behaviour_kind::sse_cut:
+      case behaviour_kind::bad_chunk:
+      case behaviour_kind::reset:
+        broken_ = b->kind;
+        return start_stream(hostile_stream_events, hostile_stream_interval);
+      case behaviour_kind::huge:
+        return send_whole(200, padded_completion_body(ctx_, b->mebibytes * mebibyte));
+      case behaviour_kind::drip:
+        return start_drip(b->delay);
     }
   }
 
@@ -388,11 +407,85 @@ class session : public std::enable_shared_from_this<session<Stream>> {
       self->enqueue(
           {sse_event(stream_chunk_body(self->ctx_, k, self->stream_chunks_)), true, false});
       if (k + 1 == self->stream_chunks_) {
+        if (self->broken_) return self->schedule_break();
         self->enqueue({done_and_last_chunk(), false, true});
       } else {
         self->schedule_tick(k + 1);
       }
     });
+  }
+
+  // The broken streams break one interval after their last whole event.
+  void schedule_break() {
+    planned_end_ = stream_start_ + stream_interval_ * (stream_chunks_ + 1);
+    timer_.expires_at(*planned_end_);
+    timer_.async_wait([self = this->shared_from_this()](error_code ec) {
+      if (ec || self->closed_) return;
+      self->keep_alive_ = false;
+      switch (*self->broken_) {
+        case behaviour_kind::sse_cut:
+          // A whole chunk holding half an SSE event, and no last chunk.
+          return self->enqueue(
+              {chunk_frame(R"(data: {"choices":[{"delta":{"content":"cut-mid-event)"), false,
+               true});
+        case behaviour_kind::bad_chunk:
+          return self->enqueue({"zz; not a chunk size\r\ngarbage\r\n", false, true});
+        default:
+          return self->enqueue({std::string(), false, true, true});
+      }
+    });
+  }
+
+  // Body bytes one at a time: a whole completion (Content-Length) or, for a streaming request,
+  // one event and [DONE] with a chunk per byte.
+  void start_drip(std::chrono::milliseconds interval) {
+    head_fields head;
+    if (streaming_) {
+      head.content_type = "text/event-stream";
+      drip_body_ = "data: " + stream_chunk_body(ctx_, 0, 1) + "\n\ndata: [DONE]\n\n";
+    } else {
+      drip_body_ = ctx_.api == api_kind::embedding ? embeddings_body(ctx_, embedding_inputs_)
+                                                   : completion_body(ctx_);
+      head.content_length = drip_body_.size();
+    }
+    stream_start_ = steady::now();
+    stream_interval_ = interval;
+    planned_end_ = stream_start_ + interval * static_cast<std::int64_t>(drip_body_.size());
+    enqueue({format_head(head), false, false});
+    schedule_drip(0);
+  }
+
+  void schedule_drip(std::size_t i) {
+    timer_.expires_at(stream_start_ + stream_interval_ * static_cast<std::int64_t>(i + 1));
+    timer_.async_wait([self = this->shared_from_this(), i](error_code ec) {
+      if (ec || self->closed_) return;
+      auto byte = self->drip_body_.substr(i, 1);
+      const bool last = i + 1 == self->drip_body_.size();
+      if (self->streaming_) {
+        self->enqueue({chunk_frame(byte), false, false});
+        if (last) self->enqueue({"0\r\n\r\n", false, true});
+      } else {
+        self->enqueue({std::move(byte), false, last});
+      }
+      if (!last) self->schedule_drip(i + 1);
+    });
+  }
+
+  // Content-Length promises more than is sent; the connection then closes.
+  void send_truncated() {
+    auto body = completion_body(ctx_);
+    head_fields head;
+    head.content_length = body.size() + truncated_missing_bytes;
+    keep_alive_ = false;
+    auto bytes = format_head(head);
+    bytes.append(body);
+    enqueue({std::move(bytes), false, true});
+  }
+
+  // Bytes that are not a well-formed response; the connection then closes.
+  void send_and_close(std::string bytes) {
+    keep_alive_ = false;
+    enqueue({std::move(bytes), false, true});
   }
 
   void send_stream_head() {
@@ -455,17 +548,28 @@ class session : public std::enable_shared_from_this<session<Stream>> {
       ++chunks_sent_;
       if (record_) record_->chunks_sent = chunks_sent_;
     }
-    if (item.last) return finish_response();
+    if (item.last) return finish_response(item.reset);
     do_write();
   }
 
-  void finish_response() {
+  void finish_response(bool reset = false) {
     if (record_) {
       record_->chunks_sent = chunks_sent_;
       stats_.request_completed(*record_);
     }
     record_.reset();
     working_ = false;
+    broken_.reset();
+    if (reset) {
+      // SO_LINGER 0 makes close() send RST; no shutdown first, which would send a FIN.
+      error_code ignored;
+      socket_of(stream_).set_option(asio::socket_base::linger(true, 0), ignored);
+      closed_ = true;
+      timer_.cancel();
+      socket_of(stream_).close(ignored);
+      stats_.connection_closed(ticket_);
+      return;
+    }
     if (!keep_alive_) {
       error_code ignored;
       socket_of(stream_).shutdown(tcp::socket::shutdown_send, ignored);
@@ -501,6 +605,8 @@ class session : public std::enable_shared_from_this<session<Stream>> {
   std::uint32_t stream_chunks_ = 0;
   std::chrono::milliseconds stream_interval_{0};
   std::uint32_t chunks_sent_ = 0;
+  std::optional<behaviour_kind> broken_;  // sse_cut, bad_chunk or reset: how the stream ends
+  std::string drip_body_;
 };
 
 }  // namespace

@@ -1,0 +1,21 @@
+// A cluster member's way to the shared budget (issue #7). Connection actors send it their
+// (acquire_atom, ...) exactly as they would to a local budget; it delegates the message to the
+// budget host's actor through CAF's middleman while joined, so the host sees — and monitors — the
+// member's connection actor itself: when that actor exits, or the member dies, or the link
+// breaks, the host's down_msg frees the slot. While the host is unreachable it delegates to a
+// local budget with the same caps, reports tether_cluster_connected 0, and reconnects with backoff.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "actors/metrics.hpp"
+
+namespace tether {
+
+caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_budget,
+                                std::string host, std::uint16_t port, metrics* stats);
+
+}  // namespace tether

@@ -1,0 +1,101 @@
+// What every scenario shares: the targets, the mock's control endpoint, the one io_context the
+// load runs on, the run's options and its random source.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/json/object.hpp>
+
+#include "bench/bench/client_connection.hpp"
+#include "bench/bench/control_client.hpp"
+
+namespace tether::bench {
+
+using tcp = boost::asio::ip::tcp;
+using std::chrono::milliseconds;
+
+struct target {
+  std::string name;  // direct | nginx | tether
+  tcp::endpoint endpoint;
+  std::optional<int> pid;  // a proxy's (master) process, for RSS
+};
+
+struct bench_options {
+  bool quick = false;
+  std::vector<int> scenarios{1, 2, 3, 4, 5, 6};
+  unsigned budget_cap = 8;
+  steady::time_point hard_deadline;  // no phase starts after this
+};
+
+// The model names the bench sends. A proxy forwards them unchanged; tether's config (printed by
+// `tether-bench --print-tether-config`) maps each onto the mock model of the same name, and the
+// `capped-` ones onto a second upstream with max_in_flight = budget_cap.
+struct bench_models {
+  static constexpr const char* immediate = "mock";
+  static constexpr const char* stream = "mock-stream-20x10";
+  static constexpr double stream_interval_ms = 10;
+  static constexpr const char* waiting = "mock-delay-1000";
+  static constexpr const char* long_stream = "mock-stream-100x10";
+  static constexpr const char* hang = "mock-hang";
+  static constexpr const char* slow_stream = "mock-stream-600x1000";
+  static constexpr const char* capped_work = "capped-mock-delay-20";
+  static constexpr double capped_work_ms = 20;
+  static constexpr const char* capped_hang = "capped-mock-hang";
+  static constexpr const char* capped_queued = "capped-mock-delay-50";
+};
+
+std::string tether_config(const std::string& listen, const std::string& mock, unsigned cap);
+
+class bench_context {
+ public:
+  bench_context(std::vector<target> targets, tcp::endpoint mock, bench_options options);
+
+  boost::asio::io_context& ioc() { return ioc_; }
+  const std::vector<target>& targets() const { return targets_; }
+  const target* find(const std::string& name) const;
+  // The targets in an order that rotates with `round`, so no target always runs first.
+  std::vector<const target*> rotation(std::size_t round) const;
+  const mock_control& mock() const { return mock_; }
+  const bench_options& options() const { return options_; }
+  std::mt19937_64& rng() { return rng_; }
+  double uniform(double lo, double hi);
+  bool out_of_time() const { return steady::now() >= options_.hard_deadline; }
+
+  // Runs the load until done() holds or `limit` passes; true if done() held.
+  bool run_until(const std::function<bool()>& done, milliseconds limit);
+  // Runs the load for `d` (timers, in-flight exchanges), whatever happens.
+  void run_for(milliseconds d);
+  // Lets time pass with the load loop idle (the mock and the proxies settle).
+  void pause(milliseconds d) { run_for(d); }
+
+  // A request with a per-request id, so the mock's log can be matched with the caller's view.
+  std::string next_request_id(const std::string& prefix);
+  std::shared_ptr<const std::string> request(const target& t, const std::string& model, bool stream,
+                                             const std::vector<std::string>& headers = {}) const;
+
+  // Resident set of a target's processes (an nginx master and its workers), in KiB.
+  std::optional<double> rss_kib(const target& t) const;
+
+ private:
+  boost::asio::io_context ioc_;
+  std::vector<target> targets_;
+  mock_control mock_;
+  bench_options options_;
+  std::mt19937_64 rng_{20240611};
+  std::uint64_t next_id_ = 0;
+};
+
+// Matches the mock's log (from GET /_stats) to requests by the x-request-id the bench sent.
+std::unordered_map<std::string, boost::json::object> mock_log_by_request_id(
+    const boost::json::value& stats);
+
+}  // namespace tether::bench

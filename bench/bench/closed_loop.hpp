@@ -1,0 +1,33 @@
+// Closed-loop load: N keep-alive connections, each sending its next request as soon as the
+// previous answer is complete. Bounded by a duration and by a request count.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench/bench_context.hpp"
+
+namespace tether::bench {
+
+struct closed_loop_spec {
+  unsigned concurrency = 1;
+  milliseconds duration{1000};
+  std::size_t max_requests = 1'000'000;
+  // The request to send as the k-th of the run (k from 0).
+  std::function<std::shared_ptr<const std::string>(std::size_t)> make;
+};
+
+struct closed_loop_result {
+  std::vector<exchange_result> results;  // completed exchanges, ok or not
+  double elapsed_s = 0;                  // first send to last completion
+  std::size_t ok = 0;
+  std::size_t failed = 0;
+  std::size_t unfinished = 0;  // still running when the drain limit passed (then aborted)
+};
+
+closed_loop_result run_closed_loop(bench_context& ctx, const target& t,
+                                   const closed_loop_spec& spec);
+
+}  // namespace tether::bench

@@ -1,0 +1,294 @@
+// tether-bench: runs the scenarios of bench/README against direct / nginx / tether and writes
+// <out-dir>/<stamp>.json, .md and .svg. bench/run.sh starts the processes and calls it:
+//
+//   tether-bench --mock HOST:PORT --target direct=HOST:PORT --target nginx=HOST:PORT@PID
+//                --target tether=HOST:PORT@PID --out-dir DIR --stamp NAME
+//                [--quick] [--scenarios 1,2,...] [--time-limit-s S] [--cap N] [--placement TEXT]
+//   tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]
+//   tether-bench --render DIR/NAME.json      (rewrites NAME.md and NAME.svg from the JSON)
+#include <sys/resource.h>
+#include <sys/utsname.h>
+
+#include <charconv>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/json.hpp>
+
+#include "bench/bench/bench_context.hpp"
+#include "bench/bench/report.hpp"
+#include "bench/bench/scenarios.hpp"
+
+namespace {
+
+namespace json = boost::json;
+using namespace tether::bench;
+
+constexpr const char* usage =
+    "usage: tether-bench --mock HOST:PORT --target NAME=HOST:PORT[@PID]... --out-dir DIR\n"
+    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6] [--time-limit-s S]\n"
+    "                    [--cap N] [--placement TEXT]\n"
+    "       tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]\n";
+
+std::optional<tcp::endpoint> parse_endpoint(std::string_view text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  boost::system::error_code ec;
+  auto addr = boost::asio::ip::make_address(std::string(text.substr(0, colon)), ec);
+  unsigned port = 0;
+  auto p = text.substr(colon + 1);
+  auto [ptr, perr] = std::from_chars(p.data(), p.data() + p.size(), port);
+  if (ec || perr != std::errc{} || ptr != p.data() + p.size() || port == 0 || port > 65535) {
+    return std::nullopt;
+  }
+  return tcp::endpoint(addr, static_cast<std::uint16_t>(port));
+}
+
+std::string read_first_line(const std::string& path, const std::string& prefix = "") {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (prefix.empty()) return line;
+    if (line.rfind(prefix, 0) == 0) {
+      auto colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+std::string loadavg() {
+  auto l = read_first_line("/proc/loadavg");
+  std::istringstream in(l);
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+// Indented JSON, for a results file people diff and read.
+void pretty(std::ostream& os, const json::value& v, int indent = 0) {
+  const std::string pad(indent, ' ');
+  if (v.is_object()) {
+    const auto& o = v.as_object();
+    if (o.empty()) {
+      os << "{}";
+      return;
+    }
+    os << "{\n";
+    std::size_t i = 0;
+    for (const auto& [k, val] : o) {
+      os << pad << "  " << json::serialize(json::value(k)) << ": ";
+      pretty(os, val, indent + 2);
+      os << (++i < o.size() ? ",\n" : "\n");
+    }
+    os << pad << "}";
+  } else if (v.is_array() && !v.as_array().empty() && !v.as_array().front().is_number()) {
+    const auto& a = v.as_array();
+    os << "[\n";
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      os << pad << "  ";
+      pretty(os, a[i], indent + 2);
+      os << (i + 1 < a.size() ? ",\n" : "\n");
+    }
+    os << pad << "]";
+  } else {
+    os << json::serialize(v);
+  }
+}
+
+void raise_descriptor_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  std::optional<tcp::endpoint> mock;
+  std::vector<target> targets;
+  bench_options options;
+  std::string out_dir, stamp, listen, placement = "Placement not given.";
+  bool print_config = false;
+  double time_limit_s = 540;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << usage;
+      return 0;
+    }
+    if (arg == "--quick") {
+      options.quick = true;
+      continue;
+    }
+    if (arg == "--render") {
+      // Re-renders the .md and .svg of an earlier run from its .json.
+      if (i + 1 >= argc) return 2;
+      std::string path = argv[++i];
+      std::ifstream in(path);
+      std::stringstream text;
+      text << in.rdbuf();
+      auto run = json::parse(text.str()).as_object();
+      auto base = path.substr(0, path.size() - std::string(".json").size());
+      auto name = base.substr(base.rfind('/') + 1);
+      std::ofstream(base + ".svg") << latency_svg(run);
+      std::ofstream(base + ".md") << markdown_report(run, name + ".svg");
+      return 0;
+    }
+    if (arg == "--print-tether-config") {
+      print_config = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::cerr << "tether-bench: " << arg << " needs a value\n" << usage;
+      return 2;
+    }
+    std::string value = argv[++i];
+    if (arg == "--mock") {
+      mock = parse_endpoint(value);
+      if (!mock) {
+        std::cerr << "tether-bench: bad --mock " << value << "\n";
+        return 2;
+      }
+    } else if (arg == "--listen") {
+      listen = value;
+    } else if (arg == "--target") {
+      auto eq = value.find('=');
+      auto at = value.find('@');
+      auto ep = eq == std::string::npos
+                    ? std::nullopt
+                    : parse_endpoint(std::string_view(value).substr(eq + 1, at - eq - 1));
+      if (!ep) {
+        std::cerr << "tether-bench: bad --target " << value << "\n";
+        return 2;
+      }
+      target t{value.substr(0, eq), *ep, std::nullopt};
+      if (at != std::string::npos) t.pid = std::stoi(value.substr(at + 1));
+      targets.push_back(t);
+    } else if (arg == "--out-dir") {
+      out_dir = value;
+    } else if (arg == "--stamp") {
+      stamp = value;
+    } else if (arg == "--scenarios") {
+      options.scenarios.clear();
+      std::istringstream in(value);
+      std::string n;
+      while (std::getline(in, n, ',')) options.scenarios.push_back(std::stoi(n));
+    } else if (arg == "--time-limit-s") {
+      time_limit_s = std::stod(value);
+    } else if (arg == "--cap") {
+      options.budget_cap = static_cast<unsigned>(std::stoul(value));
+    } else if (arg == "--placement") {
+      placement = value;
+    } else {
+      std::cerr << "tether-bench: unknown option " << arg << "\n" << usage;
+      return 2;
+    }
+  }
+  if (print_config) {
+    if (listen.empty() || !mock) {
+      std::cerr << usage;
+      return 2;
+    }
+    std::cout << tether_config(listen,
+                               mock->address().to_string() + ":" + std::to_string(mock->port()),
+                               options.budget_cap);
+    return 0;
+  }
+  if (!mock || targets.empty() || out_dir.empty() || stamp.empty()) {
+    std::cerr << usage;
+    return 2;
+  }
+  raise_descriptor_limit();
+  const auto started = steady::now();
+  options.hard_deadline =
+      started + std::chrono::milliseconds(static_cast<long>(time_limit_s * 1000));
+  bench_context ctx(targets, *mock, options);
+
+  json::object machine;
+  utsname uts{};
+  uname(&uts);
+  machine["cpu"] = read_first_line("/proc/cpuinfo", "model name");
+  machine["cores"] = std::thread::hardware_concurrency();
+  machine["kernel"] = std::string(uts.release);
+  machine["loadavg_start"] = loadavg();
+  machine["placement"] = placement;
+
+  // Idle resident sets, before any request: the baseline of the memory scenario.
+  std::map<std::string, double> idle_kib;
+  for (const auto& t : ctx.targets()) {
+    if (auto rss = ctx.rss_kib(t)) idle_kib[t.name] = *rss;
+  }
+
+  json::object scenarios;
+  auto wanted = [&](int n) {
+    return std::find(options.scenarios.begin(), options.scenarios.end(), n) !=
+           options.scenarios.end();
+  };
+  auto run = [&](int n, const char* name, auto&& fn) {
+    if (!wanted(n)) return;
+    if (ctx.out_of_time()) {
+      std::cerr << "tether-bench: time limit reached, skipping " << name << "\n";
+      scenarios[name] = json::object{{"name", name}, {"skipped", "time limit"}};
+      return;
+    }
+    auto t0 = steady::now();
+    std::cerr << "tether-bench: scenario " << n << " (" << name << ")...\n";
+    try {
+      scenarios[name] = fn();
+    } catch (const std::exception& e) {
+      std::cerr << "tether-bench: scenario " << name << " failed: " << e.what() << "\n";
+      scenarios[name] = json::object{{"name", name}, {"error", e.what()}};
+    }
+    std::cerr << "tether-bench:   " << name << " took "
+              << std::chrono::duration<double>(steady::now() - t0).count() << " s\n";
+  };
+  run(1, "overhead", [&] { return run_overhead(ctx); });
+  run(2, "streaming", [&] { return run_streaming(ctx); });
+  run(3, "cancellation", [&] { return run_cancellation(ctx); });
+  run(4, "deadline_storm", [&] { return run_deadline_storm(ctx); });
+  run(5, "budget", [&] { return run_budget(ctx); });
+  // Last: it grows every proxy's memory for good.
+  run(6, "memory", [&] { return run_memory(ctx, idle_kib); });
+
+  machine["loadavg_end"] = loadavg();
+  json::object result{{"date", stamp},
+                      {"mode", options.quick ? "quick" : "full"},
+                      {"elapsed_s", std::chrono::duration<double>(steady::now() - started).count()},
+                      {"machine", std::move(machine)},
+                      {"scenarios", std::move(scenarios)}};
+
+  bool all_met = true;
+  for (const auto& [name, s] : result.at("scenarios").as_object()) {
+    if (const auto* checks = s.as_object().if_contains("checks")) {
+      for (const auto& c : checks->as_array()) {
+        const auto& o = c.as_object();
+        bool met = o.at("met").as_bool();
+        all_met = all_met && met;
+        std::cerr << (met ? "  met    " : "  MISSED ") << name << ": "
+                  << json::value_to<std::string>(o.at("target")) << " "
+                  << json::value_to<std::string>(o.at("what")) << " = "
+                  << o.at("value").to_number<double>() << " ("
+                  << json::value_to<std::string>(o.at("limit")) << ")\n";
+      }
+    }
+  }
+  const std::string base = out_dir + "/" + stamp;
+  {
+    std::ofstream out(base + ".json");
+    pretty(out, result);
+    out << "\n";
+  }
+  std::ofstream(base + ".svg") << latency_svg(result);
+  std::ofstream(base + ".md") << markdown_report(result, stamp + ".svg");
+  std::cerr << "tether-bench: wrote " << base << ".{json,md,svg}\n";
+  return all_met ? 0 : 3;
+}

@@ -1,0 +1,332 @@
+#include "bench/bench/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <boost/json.hpp>
+
+namespace tether::bench {
+namespace {
+
+namespace json = boost::json;
+
+const json::value* at_path(const json::value& root, std::initializer_list<std::string_view> path) {
+  const json::value* v = &root;
+  for (auto key : path) {
+    const auto* o = v->if_object();
+    if (o == nullptr) return nullptr;
+    v = o->if_contains(key);
+    if (v == nullptr) return nullptr;
+  }
+  return v;
+}
+
+std::string num(const json::value& root, std::initializer_list<std::string_view> path,
+                int decimals = 2) {
+  const auto* v = at_path(root, path);
+  if (v == nullptr || !(v->is_number())) return "–";
+  return fmt::format("{:.{}f}", v->to_number<double>(), decimals);
+}
+
+const char* target_names[] = {"direct", "nginx", "tether"};
+
+void checks_table(std::ostringstream& md, const json::object& scenarios) {
+  md << "| scenario | target | what | value | limit | met |\n|---|---|---|---|---|---|\n";
+  for (const auto& [name, s] : scenarios) {
+    const auto* checks = at_path(s, {"checks"});
+    if (checks == nullptr) continue;
+    for (const auto& c : checks->as_array()) {
+      const auto& o = c.as_object();
+      md << "| " << name << " | " << json::value_to<std::string>(o.at("target")) << " | "
+         << json::value_to<std::string>(o.at("what")) << " | "
+         << fmt::format("{:.3f}", o.at("value").to_number<double>()) << " | "
+         << json::value_to<std::string>(o.at("limit")) << " | "
+         << (o.at("met").as_bool() ? "**yes**" : "**NO**") << " |\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::string markdown_report(const json::object& run, const std::string& svg_name) {
+  const json::value root = run;
+  std::ostringstream md;
+  md << "# tether bench — " << json::value_to<std::string>(run.at("date")) << "\n\n";
+  const auto& m = run.at("machine").as_object();
+  md << "Machine: " << json::value_to<std::string>(m.at("cpu")) << ", "
+     << m.at("cores").to_number<int>() << " cores, kernel "
+     << json::value_to<std::string>(m.at("kernel")) << "; load average at start "
+     << json::value_to<std::string>(m.at("loadavg_start")) << ", at end "
+     << json::value_to<std::string>(m.at("loadavg_end")) << ".  \n"
+     << json::value_to<std::string>(m.at("placement")) << "  \n"
+     << "Mode: " << json::value_to<std::string>(run.at("mode")) << ", "
+     << fmt::format("{:.0f}", run.at("elapsed_s").to_number<double>()) << " s. Raw figures: the "
+     << "`.json` next to this file. Latencies in ms.\n\n";
+  const auto& scenarios = run.at("scenarios").as_object();
+
+  md << "## Targets\n\n";
+  checks_table(md, scenarios);
+
+  if (scenarios.contains("overhead")) {
+    md << "\n## 1. Overhead — non-streaming chat, mock answers at once, closed loop\n\n"
+       << "![latency percentiles](" << svg_name << ")\n\n"
+       << "| concurrency | target | p50 | p99 | p99.9 | req/s | added p50 | added p99 |\n"
+       << "|---|---|---|---|---|---|---|---|\n";
+    for (const char* c : {"c1", "c16", "c64"}) {
+      for (const char* t : target_names) {
+        bool proxy = std::string_view(t) != "direct";
+        md << "| " << (c + 1) << " | " << t << " | "
+           << num(root, {"scenarios", "overhead", "targets", c, t, "p50"}, 3) << " | "
+           << num(root, {"scenarios", "overhead", "targets", c, t, "p99"}, 3) << " | "
+           << num(root, {"scenarios", "overhead", "targets", c, t, "p999"}, 3) << " | "
+           << num(root, {"scenarios", "overhead", "targets", c, t, "throughput_rps"}, 0) << " | "
+           << (proxy
+                   ? num(root,
+                         {"scenarios", "overhead", "derived", c, std::string(t) + "_added_p50_ms"},
+                         3)
+                   : "")
+           << " | "
+           << (proxy
+                   ? num(root,
+                         {"scenarios", "overhead", "derived", c, std::string(t) + "_added_p99_ms"},
+                         3)
+                   : "")
+           << " |\n";
+      }
+    }
+    md << "\ntether's added p50 / nginx's added p50: c=1 "
+       << num(root, {"scenarios", "overhead", "derived", "c1", "added_p50_ratio_tether_over_nginx"})
+       << ", c=16 "
+       << num(root,
+              {"scenarios", "overhead", "derived", "c16", "added_p50_ratio_tether_over_nginx"})
+       << ", c=64 "
+       << num(root,
+              {"scenarios", "overhead", "derived", "c64", "added_p50_ratio_tether_over_nginx"})
+       << ". Throughput tether / nginx: c=1 "
+       << num(root,
+              {"scenarios", "overhead", "derived", "c1", "throughput_ratio_tether_over_nginx"})
+       << ", c=16 "
+       << num(root,
+              {"scenarios", "overhead", "derived", "c16", "throughput_ratio_tether_over_nginx"})
+       << ", c=64 "
+       << num(root,
+              {"scenarios", "overhead", "derived", "c64", "throughput_ratio_tether_over_nginx"})
+       << ".\n";
+  }
+  if (scenarios.contains("streaming")) {
+    md << "\n## 2. Streaming — 20 events, one every 10 ms, 16 streams at a time\n\n"
+       << "| target | streams | head p50 | TTFB p50 | TTFB p99 | added TTFB p50 | gap p50 | gap "
+          "p99 "
+          "| gap max | |gap−10| p99 |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const char* t : target_names) {
+      auto base = [&](std::string_view a, std::string_view b) {
+        return num(root, {"scenarios", "streaming", "targets", t, a, b}, 3);
+      };
+      bool proxy = std::string_view(t) != "direct";
+      md << "| " << t << " | " << num(root, {"scenarios", "streaming", "targets", t, "streams"}, 0)
+         << " | " << base("head_ms", "p50") << " | " << base("ttfb_ms", "p50") << " | "
+         << base("ttfb_ms", "p99") << " | "
+         << (proxy
+                 ? num(root,
+                       {"scenarios", "streaming", "derived", std::string(t) + "_added_ttfb_p50_ms"},
+                       3)
+                 : "")
+         << " | " << base("gap_ms", "p50") << " | " << base("gap_ms", "p99") << " | "
+         << base("gap_ms", "max") << " | " << base("gap_jitter_ms", "p99") << " |\n";
+    }
+  }
+  if (scenarios.contains("cancellation")) {
+    md << "\n## 3. Cancellation — callers leave while waiting, mid-stream, queued\n\n"
+       << "Client close → the mock sees its upstream connection close (both clocks are this "
+          "machine's wall clock).\n\n"
+       << "| target | cancelled | p50 | p99 | max | orphaned requests | orphaned events | "
+          "queued cancels reaching upstream | never reached upstream |\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
+    for (const char* t : target_names) {
+      auto v = [&](std::string_view a, std::string_view b = {}, int d = 3) {
+        return b.empty() ? num(root, {"scenarios", "cancellation", "targets", t, a}, d)
+                         : num(root, {"scenarios", "cancellation", "targets", t, a, b}, d);
+      };
+      md << "| " << t << " | " << v("cancelled", {}, 0) << " | "
+         << v("close_to_upstream_close_ms", "p50") << " | "
+         << v("close_to_upstream_close_ms", "p99") << " | "
+         << v("close_to_upstream_close_ms", "max") << " | " << v("orphaned_requests", {}, 0)
+         << " | " << v("orphaned_events", {}, 0) << " | "
+         << (std::string_view(t) == "tether"
+                 ? v("queued_reached_upstream", {}, 0) + " of " + v("queued_cancelled", {}, 0)
+                 : "n/a (no queue)")
+         << " | " << v("never_reached_upstream", {}, 0) << " |\n";
+    }
+    md << "\ntether's own `tether_cancel_latency_seconds` over the same requests: mean "
+       << num(root,
+              {"scenarios", "cancellation", "targets", "tether",
+               "tether_cancel_latency_metric_mean_ms"},
+              3)
+       << " ms (from its cancel decision to its socket closed).\n";
+  }
+  if (scenarios.contains("deadline_storm")) {
+    auto v = [&](std::string_view a, std::string_view b = {}, int d = 3) {
+      return b.empty() ? num(root, {"scenarios", "deadline_storm", "targets", "tether", a}, d)
+                       : num(root, {"scenarios", "deadline_storm", "targets", "tether", a, b}, d);
+    };
+    md << "\n## 4. Deadline storm — upstream hangs, `X-Request-Deadline-Ms: 200`, bursts of "
+       << num(root, {"scenarios", "deadline_storm", "config", "burst_size"}, 0)
+       << " (tether only)\n\n"
+       << "| requests | answer overshoot p50 | p99 | max | upstream close overshoot p50 | p99 | "
+          "max | upstream connections outliving the deadline (> 5 ms) |\n"
+       << "|---|---|---|---|---|---|---|---|\n"
+       << "| " << v("requests", {}, 0) << " | " << v("answer_overshoot_ms", "p50") << " | "
+       << v("answer_overshoot_ms", "p99") << " | " << v("answer_overshoot_ms", "max") << " | "
+       << v("upstream_close_overshoot_ms", "p50") << " | "
+       << v("upstream_close_overshoot_ms", "p99") << " | "
+       << v("upstream_close_overshoot_ms", "max") << " | " << v("upstream_outlived_deadline", {}, 0)
+       << " |\n"
+       << "\nOvershoot is measured from the bench's send, so it includes the connection set-up "
+          "(the deadline runs from tether's arrival).\n";
+  }
+  if (scenarios.contains("budget")) {
+    auto v = [&](std::string_view a, std::string_view b = {}, int d = 3) {
+      return b.empty() ? num(root, {"scenarios", "budget", "targets", "tether", a}, d)
+                       : num(root, {"scenarios", "budget", "targets", "tether", a, b}, d);
+    };
+    md << "\n## 5. Budget accuracy — cap " << num(root, {"scenarios", "budget", "config", "cap"}, 0)
+       << ", " << num(root, {"scenarios", "budget", "config", "callers"}, 0)
+       << " callers, 20 ms of upstream work each (tether only)\n\n"
+       << "| requests | mock's peak concurrency | slot utilisation | queue wait p50 | p99 | "
+          "latency p50 | p99 |\n|---|---|---|---|---|---|---|\n"
+       << "| " << v("requests_ok", {}, 0) << " | " << v("observed_peak", {}, 0) << " | "
+       << v("slot_utilisation") << " | " << v("queue_wait_ms", "p50") << " | "
+       << v("queue_wait_ms", "p99") << " | " << v("latency_ms", "p50") << " | "
+       << v("latency_ms", "p99") << " |\n";
+  }
+  if (scenarios.contains("memory")) {
+    md << "\n## 6. Memory — concurrent slow streams (an event a second)\n\n";
+    const auto* ceiling = at_path(root, {"scenarios", "memory", "config", "descriptor_ceiling"});
+    if (ceiling && ceiling->to_number<double>() < 10000) {
+      md << "10,000 streams were asked for; the processes' descriptor limit (a hard limit this "
+            "machine does not let the script raise) allows "
+         << ceiling->to_number<std::int64_t>()
+         << " through a proxy (two sockets each), so that is the largest size.\n\n";
+    }
+    md << "Bytes per stream = (RSS − idle RSS before the bench's first request) / streams: an "
+          "upper bound, charging the growth left by the earlier scenarios to the streams.\n\n";
+    md << "| target | streams | held | idle RSS (MiB) | RSS (MiB) | bytes per stream | ramp (s) | "
+          "mock streams still open after the callers left |\n"
+       << "|---|---|---|---|---|---|---|---|\n";
+    const auto* targets = at_path(root, {"scenarios", "memory", "targets"});
+    for (const char* t : target_names) {
+      const auto* levels = targets ? at_path(*targets, {t}) : nullptr;
+      if (levels == nullptr) continue;
+      for (const auto& [n, lv] : levels->as_object()) {
+        md << "| " << t << " | " << num(lv, {"streams"}, 0) << " | " << num(lv, {"held"}, 0)
+           << " | " << fmt::format("{:.1f}", lv.at("idle_rss_kib").to_number<double>() / 1024)
+           << " | " << fmt::format("{:.1f}", lv.at("rss_kib").to_number<double>() / 1024) << " | "
+           << num(lv, {"bytes_per_stream"}, 0) << " | " << num(lv, {"ramp_s"}, 2) << " | "
+           << num(lv, {"mock_active_after_close"}, 0) << " |\n";
+      }
+    }
+  }
+  return md.str();
+}
+
+std::string latency_svg(const json::object& run) {
+  const json::value root = run;
+  const char* colors[] = {"#4c78a8", "#f58518", "#54a24b"};
+  const char* pcts[] = {"p50", "p90", "p99", "p999"};
+  const char* pct_labels[] = {"p50", "p90", "p99", "p99.9"};
+  struct panel {
+    std::string title;
+    std::vector<std::string> path;  // to the per-target summaries
+  };
+  std::vector<panel> panels = {
+      {"overhead, concurrency 1", {"scenarios", "overhead", "targets", "c1"}},
+      {"overhead, concurrency 16", {"scenarios", "overhead", "targets", "c16"}},
+      {"overhead, concurrency 64", {"scenarios", "overhead", "targets", "c64"}},
+      {"streaming: time to first event", {"scenarios", "streaming", "targets"}}};
+  const int pw = 300, ph = 260, ml = 56, mt = 50, gap = 30;
+  const int width = ml + static_cast<int>(panels.size()) * (pw + gap) + 20;
+  const int height = mt + ph + 90;
+  std::ostringstream svg;
+  svg << fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
+      "fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">tether "
+      "bench {}: latency percentiles (ms) by target</text>\n",
+      width, height, ml, json::value_to<std::string>(run.at("date")));
+  for (std::size_t p = 0; p < panels.size(); ++p) {
+    const int x0 = ml + static_cast<int>(p) * (pw + gap), y0 = mt;
+    const json::value* base = &root;
+    for (const auto& k : panels[p].path) {
+      base = base && base->is_object() ? base->as_object().if_contains(k) : nullptr;
+    }
+    auto value = [&](const char* t, const char* pct) -> std::optional<double> {
+      if (base == nullptr) return std::nullopt;
+      const auto* v = at_path(*base, {t});
+      if (v && p == 3) v = at_path(*v, {"ttfb_ms"});
+      if (v) v = at_path(*v, {pct});
+      if (v == nullptr || !v->is_number()) return std::nullopt;
+      return v->to_number<double>();
+    };
+    double ymax = 0;
+    for (const char* t : target_names) {
+      for (const char* pct : pcts) ymax = std::max(ymax, value(t, pct).value_or(0));
+    }
+    if (ymax <= 0) ymax = 1;
+    // A round upper bound: 1, 2 or 5 times a power of ten.
+    double mag = std::pow(10, std::floor(std::log10(ymax)));
+    double top = mag;
+    for (double f : {1.0, 2.0, 5.0, 10.0}) {
+      top = f * mag;
+      if (top >= ymax) break;
+    }
+    svg << fmt::format(
+        "<g><text x=\"{}\" y=\"{}\" font-weight=\"bold\">{}</text>\n<rect x=\"{}\" y=\"{}\" "
+        "width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n",
+        x0, y0 - 8, panels[p].title, x0, y0, pw, ph);
+    for (int i = 0; i <= 5; ++i) {
+      double v = top * i / 5;
+      int y = y0 + ph - static_cast<int>(ph * i / 5.0);
+      svg << fmt::format(
+          "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{}\" "
+          "text-anchor=\"end\" font-size=\"10\">{:.3g}</text>\n",
+          x0, y, x0 + pw, y, x0 - 4, y + 3, v);
+    }
+    auto px = [&](std::size_t i) { return x0 + 30 + static_cast<int>(i) * (pw - 60) / 3; };
+    for (std::size_t i = 0; i < 4; ++i) {
+      svg << fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(i),
+                         y0 + ph + 16, pct_labels[i]);
+    }
+    for (std::size_t ti = 0; ti < 3; ++ti) {
+      std::string points;
+      for (std::size_t i = 0; i < 4; ++i) {
+        auto v = value(target_names[ti], pcts[i]);
+        if (!v) continue;
+        int y = y0 + ph - static_cast<int>(ph * (*v / top));
+        points += fmt::format("{},{} ", px(i), y);
+        svg << fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\"/>\n", px(i), y,
+                           colors[ti]);
+      }
+      svg << fmt::format(
+          "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", points,
+          colors[ti]);
+    }
+    svg << "</g>\n";
+  }
+  for (std::size_t ti = 0; ti < 3; ++ti) {
+    int x = ml + static_cast<int>(ti) * 110, y = mt + ph + 50;
+    svg << fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"4\" fill=\"{}\"/><text x=\"{}\" "
+        "y=\"{}\">{}</text>\n",
+        x, y - 4, colors[ti], x + 20, y + 2, target_names[ti]);
+  }
+  svg << fmt::format(
+      "<text x=\"{}\" y=\"{}\" font-size=\"10\" fill=\"#555\">y: ms (linear, per panel). "
+      "Closed loop, keep-alive; streaming panel: 16 streams, events every 10 ms.</text>\n",
+      ml, mt + ph + 75);
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+}  // namespace tether::bench

@@ -1,0 +1,28 @@
+// The six scenarios of issue #6. Each runs its load against the targets interleaved (the order
+// rotates every round) and returns its raw figures and verdicts as one JSON object:
+//   {"name", "config", "targets": {<target>: {...}}, "derived": {...}, "checks": [...]}
+// A check is {"target", "what", "value", "limit", "met"}: the report lists them all.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <boost/json/object.hpp>
+
+#include "bench/bench/bench_context.hpp"
+
+namespace tether::bench {
+
+boost::json::object run_overhead(bench_context& ctx);
+boost::json::object run_streaming(bench_context& ctx);
+boost::json::object run_cancellation(bench_context& ctx);
+boost::json::object run_deadline_storm(bench_context& ctx);
+boost::json::object run_budget(bench_context& ctx);
+// idle_kib: each proxy's RSS before the bench sent it anything.
+boost::json::object run_memory(bench_context& ctx, const std::map<std::string, double>& idle_kib);
+
+// A check for the report: `value` against `limit`, met as the scenario judged it.
+boost::json::object check(const std::string& target, const std::string& what, double value,
+                          const std::string& limit, bool met);
+
+}  // namespace tether::bench

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The benchmark: tether against nginx and against the direct path, on this machine.
+#
+#   bash bench/run.sh            full run (≈ 5 min), writes bench/results/<date>.{md,json,svg}
+#   bash bench/run.sh --quick    short run (< 90 s) for iterating, written under /tmp
+#   extra arguments go to tether-bench (e.g. --scenarios 1,3)
+#
+# It installs nginx if missing, builds tether, tether-mock and tether-bench, starts the mock,
+# nginx (bench/nginx.conf.template) and tether on 127.0.0.1, runs every scenario against the
+# three targets interleaved, and stops everything it started, whatever happens.
+#
+# Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 io thread + CAF workers)
+# share CPU 0, one at a time under load; the load generator and the mock share CPU 1. Both
+# proxies thus get the same single core. Environment: BUILD_DIR (default build/), JOBS (2),
+# MOCK_PORT/NGINX_PORT/TETHER_PORT (18100..18102), SKIP_BUILD=1 (use the binaries as built).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$here/build}"
+jobs="${JOBS:-2}"
+mock_port="${MOCK_PORT:-18100}"
+nginx_port="${NGINX_PORT:-18101}"
+tether_port="${TETHER_PORT:-18102}"
+cap=8
+
+quick=0
+bench_args=()
+for arg in "$@"; do
+  if [ "$arg" = "--quick" ]; then quick=1; else bench_args+=("$arg"); fi
+done
+if [ "$quick" = 1 ]; then
+  time_limit=75
+  out_dir="${TMPDIR:-/tmp}/tether-bench-quick"
+  stamp="$(date -u +%Y-%m-%d)-quick"
+  bench_args+=(--quick)
+else
+  time_limit=480
+  out_dir="$here/bench/results"
+  stamp="$(date -u +%Y-%m-%d)"
+fi
+mkdir -p "$out_dir"
+
+log() { echo "bench: $*" >&2; }
+
+# ---- what it needs -------------------------------------------------------------------------
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  log "installing nginx"
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
+fi
+nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
+
+export CCACHE_BASEDIR="$here" CCACHE_NOHASHDIR=1
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  fi
+  log "building (cmake --build $build -j$jobs)"
+  cmake --build "$build" -j"$jobs" --target tether tether-mock tether-bench >/dev/null
+fi
+
+# 10,000 streams through a proxy: 10,000 client sockets + 10,000 upstream sockets per process.
+ulimit -Hn 65536 2>/dev/null || true
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+log "open files limit $(ulimit -n)"
+
+if [ "$(nproc)" -ge 2 ]; then
+  proxy_cpus=(taskset -c 0)
+  load_cpus=(taskset -c 1)
+  placement="Pinned with taskset: nginx (1 worker) and tether (1 io thread + CAF workers) on CPU 0, one of them loaded at a time; tether-bench (1 thread) and tether-mock (1 thread) on CPU 1."
+else
+  proxy_cpus=()
+  load_cpus=()
+  placement="One CPU: no pinning; every process shares it."
+fi
+
+# ---- processes, always cleaned up ----------------------------------------------------------
+work="$(mktemp -d "${TMPDIR:-/tmp}/tether-bench.XXXXXX")"
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for p in "$mock_port" "$nginx_port" "$tether_port"; do
+  port_free "$p" || { log "port $p is in use (set MOCK_PORT/NGINX_PORT/TETHER_PORT)"; exit 1; }
+done
+
+# Waits (bounded) until `curl URL` answers 200.
+wait_ready() {
+  for _ in $(seq 100); do
+    curl -sf -o /dev/null --max-time 1 "$1" && return 0
+    sleep 0.1
+  done
+  log "not ready: $1"
+  return 1
+}
+
+"${load_cpus[@]}" "$build/bench/tether-mock" --listen "127.0.0.1:$mock_port" \
+  >"$work/mock.log" 2>&1 &
+pids+=($!)
+wait_ready "http://127.0.0.1:$mock_port/_stats"
+
+mkdir -p "$work/nginx-tmp"
+sed -e "s|@WORKDIR@|$work|g" -e "s|@MOCK_PORT@|$mock_port|g" -e "s|@NGINX_PORT@|$nginx_port|g" \
+  "$here/bench/nginx.conf.template" >"$work/nginx.conf"
+"${proxy_cpus[@]}" "$nginx_bin" -p "$work" -c "$work/nginx.conf" >"$work/nginx.out" 2>&1 &
+nginx_pid=$!
+pids+=("$nginx_pid")
+wait_ready "http://127.0.0.1:$nginx_port/_stats"
+
+"$build/bench/tether-bench" --print-tether-config --listen "127.0.0.1:$tether_port" \
+  --mock "127.0.0.1:$mock_port" --cap "$cap" >"$work/tether.toml"
+"${proxy_cpus[@]}" "$build/actors/tether" --config "$work/tether.toml" >"$work/tether.log" 2>&1 &
+tether_pid=$!
+pids+=("$tether_pid")
+wait_ready "http://127.0.0.1:$tether_port/healthz"
+
+rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [ -n "$(git -C "$here" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  rev="$rev + uncommitted changes"
+fi
+placement="$placement Source: $rev; nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||')."
+log "mock :$mock_port, nginx :$nginx_port (pid $nginx_pid), tether :$tether_port (pid $tether_pid)"
+status=0
+"${load_cpus[@]}" timeout --kill-after=10 $((time_limit + 60)) "$build/bench/tether-bench" \
+  --mock "127.0.0.1:$mock_port" \
+  --target "direct=127.0.0.1:$mock_port" \
+  --target "nginx=127.0.0.1:$nginx_port@$nginx_pid" \
+  --target "tether=127.0.0.1:$tether_port@$tether_pid" \
+  --cap "$cap" --time-limit-s "$time_limit" --placement "$placement" \
+  --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
+
+for pid in "$nginx_pid" "$tether_pid"; do
+  kill -0 "$pid" 2>/dev/null || { log "a proxy died during the run (pid $pid)"; status=1; }
+done
+if grep -q '"level":"error"' "$work/tether.log"; then
+  log "tether logged errors:"; grep '"level":"error"' "$work/tether.log" | head -5 >&2
+fi
+log "results: $out_dir/$stamp.md (exit $status: 0 all targets met, 3 some missed)"
+exit "$status"

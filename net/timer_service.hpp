@@ -1,0 +1,36 @@
+// Cancellable timers on the io threads. Actors use these instead of CAF 0.17's delayed_send,
+// whose pending message holds a strong reference to the receiver until it fires: with a 300 s
+// deadline every finished request's actor state stayed in memory for 300 s (bench, issue #6).
+// A cancelled timer is freed at once; a fired one runs its callback on an io thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+namespace tether::net {
+
+class io_runtime;
+
+class timer {
+ public:
+  virtual ~timer() = default;
+  // Thread-safe, idempotent: after it returns the callback will not start.
+  virtual void cancel() = 0;
+};
+
+class timer_service {
+ public:
+  explicit timer_service(io_runtime& io);
+  ~timer_service();
+  timer_service(const timer_service&) = delete;
+  timer_service& operator=(const timer_service&) = delete;
+
+  std::shared_ptr<timer> start(std::chrono::nanoseconds delay, std::function<void()> fire);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace tether::net
