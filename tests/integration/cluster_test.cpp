@@ -1,0 +1,137 @@
+// A budget shared across gateway nodes through CAF's middleman (issue #7): real processes on
+// 127.0.0.1 — one budget host, two members — in front of one mock whose cap is 4.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <future>
+
+#include "tests/integration/harness.hpp"
+
+namespace tether::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string node_config(const mock_server& mock, const std::string& cluster) {
+  auto cfg = gateway_config(mock, "deadline_ms = 20000\nattempt_timeout_ms = 20000\nmax_retries = 0",
+                            model_entry("slow", "mock-delay-300") +
+                                model_entry("long", "mock-delay-5000"),
+                            "[cluster]\n" + cluster + "\n");
+  cfg.replace(cfg.find("max_in_flight = 64"), 18, "max_in_flight = 4");
+  return cfg;
+}
+
+double metric(std::uint16_t port, const std::string& series) {
+  auto r = request("GET", port, "/metrics");
+  auto at = r.body.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(r.body.substr(at + series.size() + 2));
+}
+
+bool wait_metric(std::uint16_t port, const std::string& series, double value,
+                 std::chrono::milliseconds timeout) {
+  auto until = test_clock::now() + timeout;
+  while (test_clock::now() < until) {
+    if (metric(port, series) == value) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+std::vector<std::future<http_response>> fire(gateway_process& gw, const std::string& model, int n,
+                                             const std::string& id_prefix) {
+  std::vector<std::future<http_response>> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(std::async(std::launch::async, [&gw, model, id = id_prefix + std::to_string(i)] {
+      return request("POST", gw.port(), "/v1/chat/completions", chat_body(model),
+                     {{"x-request-id", id}}, 30s);
+    }));
+  }
+  return out;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    budget_port_ = free_port();
+    host_ = std::make_unique<gateway_process>(
+        node_config(mock_, "budget_listen = \"127.0.0.1:" + std::to_string(budget_port_) + "\""));
+    for (auto* m : {&a_, &b_}) {
+      *m = std::make_unique<gateway_process>(
+          node_config(mock_, "budget_host = \"127.0.0.1:" + std::to_string(budget_port_) + "\""));
+      ASSERT_TRUE(wait_metric((*m)->port(), "tether_cluster_connected", 1, 5s));
+    }
+  }
+  mock_server mock_;
+  std::uint16_t budget_port_ = 0;
+  std::unique_ptr<gateway_process> host_, a_, b_;
+};
+
+TEST_F(ClusterTest, SharedCapHoldsAcrossMembersAndBothGetWork) {
+  auto from_a = fire(*a_, "slow", 8, "a");
+  auto from_b = fire(*b_, "slow", 8, "b");
+  for (auto& f : from_a) EXPECT_EQ(f.get().status, 200);
+  for (auto& f : from_b) EXPECT_EQ(f.get().status, 200);
+  auto stats = mock_.stats();
+  EXPECT_EQ(stats.at("requests").as_int64(), 16);
+  EXPECT_LE(stats.at("max_active").as_int64(), 4);
+  EXPECT_EQ(access_lines(*a_).size(), 8u);
+  EXPECT_EQ(access_lines(*b_).size(), 8u);
+}
+
+TEST_F(ClusterTest, KilledMembersSlotsAreFreedWithinOneSecond) {
+  auto held = fire(*a_, "long", 4, "a");
+  mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 4; });
+  ASSERT_EQ(mock_.stats().at("active").as_int64(), 4);
+  a_->process().send_signal(SIGKILL);
+  auto killed_at = epoch_ms_now();
+  auto from_b = fire(*b_, "slow", 4, "b");
+  for (auto& f : from_b) EXPECT_EQ(f.get().status, 200);
+  for (const auto& e : mock_log(mock_.stats())) {
+    if (str(e.at("headers").at("x-request-id")).rfind("b", 0) != 0) continue;
+    EXPECT_LT(num(e.at("started_ms")) - killed_at, 1000.0);
+  }
+  for (auto& f : held) f.wait();  // the killed member's callers saw their connections drop
+}
+
+TEST_F(ClusterTest, MembersServeAloneWhileTheHostIsDownAndRejoinWhenItIsBack) {
+  host_->process().send_signal(SIGKILL);
+  host_->process().wait_exit(5s);
+  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 0, 5s));
+  ASSERT_TRUE(wait_metric(b_->port(), "tether_cluster_connected", 0, 5s));
+  // Still serving, each within its own copy of the cap.
+  auto alone = fire(*a_, "slow", 6, "alone");
+  for (auto& f : alone) EXPECT_EQ(f.get().status, 200);
+  EXPECT_LE(mock_.stats().at("max_active").as_int64(), 4);
+  EXPECT_TRUE(a_->process().wait_for_line(std::regex("unreachable|lost the shared budget"), 1s));
+
+  host_ = std::make_unique<gateway_process>(
+      node_config(mock_, "budget_listen = \"127.0.0.1:" + std::to_string(budget_port_) + "\""));
+  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 1, 10s));
+  ASSERT_TRUE(wait_metric(b_->port(), "tether_cluster_connected", 1, 10s));
+  EXPECT_TRUE(a_->process().wait_for_line(std::regex("rejoined the shared budget"), 1s));
+  mock_.reset();
+  auto from_a = fire(*a_, "slow", 8, "ra");
+  auto from_b = fire(*b_, "slow", 8, "rb");
+  for (auto& f : from_a) EXPECT_EQ(f.get().status, 200);
+  for (auto& f : from_b) EXPECT_EQ(f.get().status, 200);
+  EXPECT_LE(mock_.stats().at("max_active").as_int64(), 4);
+}
+
+}  // namespace
+}  // namespace tether::test
