@@ -26,13 +26,6 @@ std::string capped_config(const mock_server& mock, int upstream_cap, const std::
   return cfg;
 }
 
-double metric(std::uint16_t port, const std::string& series) {
-  auto r = request("GET", port, "/metrics");
-  auto at = r.body.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(r.body.substr(at + series.size() + 2));
-}
-
 TEST(BudgetTest, NextRequestReachesTheUpstreamOnlyAfterTheCancelledOnesConnectionClosed) {
   mock_server mock;
   gateway_process gw{capped_config(
@@ -59,6 +52,12 @@ TEST(BudgetTest, NextRequestReachesTheUpstreamOnlyAfterTheCancelledOnesConnectio
   auto line = access_line(gw, "second");
   ASSERT_TRUE(line);
   EXPECT_GT(num(line->at("queue_wait_ms")), 100.0);  // it really waited for the slot
+  // Request 1's upstream work outlived its caller's answer, if only by the cancel's travel time:
+  // that is late work, counted and visible.
+  auto first_line = access_line(gw, "first");
+  ASSERT_TRUE(first_line);
+  EXPECT_GE(num(first_line->at("work_ended_ms")), num(first_line->at("duration_ms")));
+  EXPECT_GT(metric(gw.port(), "tether_late_work_seconds_total{upstream=\"mock\"}"), 0.0);
 }
 
 TEST(BudgetTest, CapacityTwoRunsTwoAtATimeAndQueuesTheRestInArrivalOrder) {

@@ -29,18 +29,12 @@ std::uint16_t free_port() {
 }
 
 std::string node_config(const mock_server& mock, const std::string& cluster) {
-  auto cfg = gateway_config(mock, "deadline_ms = 20000\nattempt_timeout_ms = 20000\nmax_retries = 0",
-                            model_entry("slow", "mock-delay-300") +
-                                model_entry("long", "mock-delay-5000"),
-                            "[cluster]\n" + cluster + "\n");
+  auto cfg =
+      gateway_config(mock, "deadline_ms = 20000\nattempt_timeout_ms = 20000\nmax_retries = 0",
+                     model_entry("slow", "mock-delay-300") + model_entry("long", "mock-delay-5000"),
+                     "[cluster]\n" + cluster + "\n");
   cfg.replace(cfg.find("max_in_flight = 64"), 18, "max_in_flight = 4");
   return cfg;
-}
-
-double metric(std::uint16_t port, const std::string& series) {
-  auto r = request("GET", port, "/metrics");
-  auto at = r.body.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::stod(r.body.substr(at + series.size() + 2));
 }
 
 bool wait_metric(std::uint16_t port, const std::string& series, double value,

@@ -77,6 +77,15 @@ inline std::vector<boost::json::object> mock_log(const boost::json::object& stat
   return out;
 }
 
+// One series of the gateway's /metrics, e.g. `tether_queue_depth` or
+// `tether_upstream_work_in_flight{upstream="mock"}`; -1 when absent.
+inline double metric(std::uint16_t port, const std::string& series) {
+  auto body = request("GET", port, "/metrics").body;
+  auto at = body.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(body.substr(at + series.size() + 2));
+}
+
 inline std::string str(const boost::json::value& v) {
   return std::string(v.as_string());
 }

@@ -14,11 +14,7 @@ using namespace std::chrono_literals;
 const std::string chat_path = "/v1/chat/completions";
 
 double work_in_flight(std::uint16_t port) {
-  const std::string series = "tether_upstream_work_in_flight{upstream=\"mock\"}";
-  auto body = request("GET", port, "/metrics").body;
-  auto at = body.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(body.substr(at + series.size() + 2));
+  return metric(port, "tether_upstream_work_in_flight{upstream=\"mock\"}");
 }
 
 class HostileUpstreamTest : public ::testing::Test {

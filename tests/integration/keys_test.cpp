@@ -49,13 +49,6 @@ header_map bearer(const std::string& token, const std::string& request_id = "") 
   return h;
 }
 
-double metric(std::uint16_t port, const std::string& series) {
-  auto body = request("GET", port, "/metrics").body;
-  auto at = body.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(body.substr(at + series.size() + 2));
-}
-
 std::string error_code_of(const http_response& r) {
   return str(r.json().at("error").at("code"));
 }
