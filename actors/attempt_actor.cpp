@@ -83,7 +83,6 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
         // by the queue limit and the request deadline instead.
         if (timeout.count() > 0) st->timers->after(timeout, attempt_timeout_atom::value);
       },
-      [](up_connected_atom, bool) {},
       [st, stream = spec.stream](up_head_atom, int status, net::header_list& headers) {
         st->status = status;
         st->headers = std::move(headers);

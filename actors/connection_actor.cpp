@@ -11,9 +11,8 @@ class relay_events final : public net::upstream_events {
  public:
   explicit relay_events(caf::actor owner) : owner_(std::move(owner)) {}
 
-  void on_connected(bool reused) override {
-    caf::anon_send(owner_, up_connected_atom::value, reused);
-  }
+  // Nothing downstream needs it yet; not sending it saves two messages per request.
+  void on_connected(bool) override {}
   void on_head(int status, net::header_list headers) override {
     caf::anon_send(owner_, up_head_atom::value, status, std::move(headers));
   }
@@ -98,9 +97,6 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
         st->granted = true;
         auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self));
         st->exchange = rt->upstreams[upstream]->start(std::move(*request_to_send), events);
-      },
-      [self, attempt](up_connected_atom, bool reused) {
-        self->send(attempt, up_connected_atom::value, reused);
       },
       [self, attempt](up_head_atom, int status, net::header_list& headers) {
         self->send(attempt, up_head_atom::value, status, std::move(headers));

@@ -26,7 +26,6 @@ using queue_timeout_atom = caf::atom_constant<caf::atom("q_tmo")>;
 using slots_atom = caf::atom_constant<caf::atom("slots")>;
 
 // net/ (an io thread) → upstream connection actor
-using up_connected_atom = caf::atom_constant<caf::atom("up_conn")>;
 using up_head_atom = caf::atom_constant<caf::atom("up_head")>;
 using up_body_atom = caf::atom_constant<caf::atom("up_body")>;
 using up_end_atom = caf::atom_constant<caf::atom("up_end")>;
