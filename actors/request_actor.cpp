@@ -237,7 +237,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
 
     attempt_spec a;
     a.stream = st->spec.stream;
-    a.timeout = st->deadline.attempt_budget(settings.attempt_timeout, now);
+    a.timeout = st->deadline.attempt_timer(settings.attempt_timeout, now);
     a.idle_timeout = settings.stream_idle_timeout;
     a.max_response_bytes = settings.max_response_bytes;
     a.connection.upstream = dep.upstream;
@@ -326,8 +326,10 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
       [st, after_failure, record_attempt_end, release_attempt, maybe_quit](caf::down_msg& msg) {
         if (st->live_attempts.erase(msg.source) > 0) {
           // An attempt that is still current never reported: it crashed. A failed attempt.
+          // An earlier attempt's down_msg can arrive after its successor started (a retry
+          // without backoff): that one is not the current attempt and must not release it.
           bool unreported = st->attempt && msg.source == st->attempt.address();
-          release_attempt();
+          if (unreported) release_attempt();
           if (unreported && st->now == phase::attempting) {
             record_attempt_end(outcome::internal_error, std::nullopt);
             attempt_report r;

@@ -14,7 +14,7 @@ set -euo pipefail
 seconds="${1:-60}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TETHER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
-jobs="${TETHER_FUZZ_JOBS:-1}"
+jobs="${TETHER_FUZZ_JOBS:-2}"
 targets=(model_request http_request config sse_framer)
 
 cxx="$(command -v clang++-14 || command -v clang++ || true)"
@@ -23,6 +23,8 @@ if [[ -z "$cxx" ]]; then
   exit 1
 fi
 
+# Paths relative to the checkout, so a fresh clone reuses what ccache holds.
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
 cmake -S "$root/tests/fuzz" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$jobs"

@@ -4,9 +4,11 @@
 set -euo pipefail
 
 want_e2e=0
+want_fuzz=0
 for arg in "$@"; do
   case "$arg" in
     --e2e) want_e2e=1 ;;
+    --fuzz) want_fuzz=1 ;;
   esac
 done
 
@@ -17,6 +19,10 @@ packages=(
   libspdlog-dev libtomlplusplus-dev libssl-dev libgtest-dev libgmock-dev
   clang-format
 )
+# libFuzzer comes with clang's runtime libraries.
+if [ "$want_fuzz" = 1 ]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
 if [ "$want_e2e" = 1 ] && ! command -v npm >/dev/null 2>&1; then
   packages+=(nodejs npm)
 fi

@@ -1,10 +1,32 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, checks formatting and runs every test (unit, integration,
-# the openai-SDK end-to-end suite). Every test has a timeout, so a hang fails fast.
+# The whole test suite, as CI runs it: installs what is missing, checks formatting, then
+#  1. builds (ccache) and runs every test — unit, integration, the openai-SDK end-to-end suite;
+#  2. builds again with AddressSanitizer + UBSan (build-asan/) and runs the same suite there;
+#  3. runs each libFuzzer target for TETHER_FUZZ_SECONDS (default 60) from its seed corpus.
+# Every test has a timeout, so a hang fails fast. Set TETHER_QUICK=1 to run step 1 only.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$here/scripts/install-deps.sh" --e2e
+quick="${TETHER_QUICK:-0}"
+if [ "$quick" = 1 ]; then
+  bash "$here/scripts/install-deps.sh" --e2e
+else
+  bash "$here/scripts/install-deps.sh" --e2e --fuzz
+fi
 bash "$here/scripts/format-check.sh"
+
+started=$SECONDS
 bash "$here/scripts/build.sh" "$here/build" -DTETHER_REQUIRE_E2E=ON
-cd "$here/build"
-ctest --output-on-failure --timeout 120 -j2
+(cd "$here/build" && ctest --output-on-failure --timeout 120 -j2)
+echo "test.sh: suite passed ($((SECONDS - started)) s)"
+[ "$quick" = 1 ] && exit 0
+
+started=$SECONDS
+# The bench harness is not part of the suite; the mock it shares with the tests is built.
+bash "$here/scripts/build.sh" "$here/build-asan" -DTETHER_SANITIZE=ON -DTETHER_BUILD_BENCH=OFF \
+  -DTETHER_REQUIRE_E2E=ON
+(cd "$here/build-asan" && ctest --output-on-failure --timeout 240 -j2)
+echo "test.sh: suite passed under ASan+UBSan ($((SECONDS - started)) s)"
+
+started=$SECONDS
+bash "$here/scripts/fuzz.sh" "${TETHER_FUZZ_SECONDS:-60}"
+echo "test.sh: fuzzing clean ($((SECONDS - started)) s)"

@@ -42,11 +42,11 @@ bool request_deadline::expired(steady_time now) const {
   return budget_ && now - arrival_ >= *budget_;
 }
 
-millis request_deadline::attempt_budget(millis attempt_timeout, steady_time now) const {
+millis request_deadline::attempt_timer(millis attempt_timeout, steady_time now) const {
+  if (attempt_timeout.count() <= 0) return millis{0};
   auto left = remaining(now);
-  if (!left) return attempt_timeout;
-  if (attempt_timeout.count() <= 0) return *left;
-  return std::min(attempt_timeout, *left);
+  if (left && *left <= attempt_timeout) return millis{0};
+  return attempt_timeout;
 }
 
 }  // namespace tether

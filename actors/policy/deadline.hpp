@@ -33,8 +33,10 @@ class request_deadline {
   // Time left at `now`, floored at 0; nullopt when unbounded.
   std::optional<millis> remaining(steady_time now) const;
   bool expired(steady_time now) const;
-  // An attempt's timeout never outlives the request: min(attempt_timeout, remaining).
-  millis attempt_budget(millis attempt_timeout, steady_time now) const;
+  // The attempt timer to arm for an attempt starting at `now`; 0 = none. An attempt timeout that
+  // would not end before the request's deadline is not armed: the deadline ends the attempt, and
+  // the outcome is then deadline_exceeded, not a race between two timers due at the same moment.
+  millis attempt_timer(millis attempt_timeout, steady_time now) const;
 
  private:
   steady_time arrival_;

@@ -13,7 +13,7 @@ using namespace std::chrono_literals;
 
 class BudgetActorTest : public ::testing::Test {
  protected:
-  BudgetActorTest() : system_(cfg_), stats_({"u0", "u1"}) {}
+  BudgetActorTest() : stats_({"u0", "u1"}), system_(cfg_) {}
 
   caf::actor spawn_budget(std::uint32_t global, std::vector<std::uint32_t> per_upstream,
                           std::vector<std::uint32_t> per_key = {}, std::uint32_t queue_max = 16) {
@@ -40,9 +40,10 @@ class BudgetActorTest : public ::testing::Test {
     return granted;
   }
 
+  // Declared first so it is destroyed last: the budget actor updates it until the system stops.
+  metrics stats_;
   caf::actor_system_config cfg_;
   caf::actor_system system_;
-  metrics stats_;
 };
 
 TEST_F(BudgetActorTest, SlotsWithinTheUpstreamCapAreGrantedAtOnce) {

@@ -210,9 +210,13 @@ TEST(BudgetSoakTest, CapsHoldAndNothingLeaksUnderMixedFailures) {
     if (lines.size() >= static_cast<std::size_t>(total)) break;
     std::this_thread::sleep_for(20ms);
   }
-  ASSERT_EQ(lines.size(), static_cast<std::size_t>(total));
   std::set<std::string> ids;
   for (const auto& l : lines) ids.insert(str(l.at("request_id")));
+  std::string missing;
+  for (int i = 0; i < total; ++i) {
+    if (ids.count("soak-" + std::to_string(i)) == 0) missing += " soak-" + std::to_string(i);
+  }
+  ASSERT_EQ(lines.size(), static_cast<std::size_t>(total)) << "no access line for" << missing;
   EXPECT_EQ(ids.size(), static_cast<std::size_t>(total));
 
   for (const auto& m : mocks) EXPECT_LE(m->stats().at("max_active").as_int64(), 3);

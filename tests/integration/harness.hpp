@@ -51,6 +51,13 @@ inline double epoch_ms_now() {
   return epoch_ms(std::chrono::steady_clock::now());
 }
 
+// How long after the caller got its answer the upstream may still see its connection close:
+// tether sends the answer and cancels the work at the same moment, on different actors, and the
+// suite runs two tests at a time on two cores. Far below any timeout that could have closed it
+// instead (they are seconds here); the bench measures the real figure (p99 < 1 ms). An
+// instrumented (ASan/UBSan) build runs several times slower, so it gets more room.
+inline constexpr double close_slack_ms = TETHER_SANITIZED ? 50.0 : 20.0;
+
 // The access-log line of one request (waits for it: the line is written when the request's
 // last upstream connection has closed, which may be after the response).
 inline std::optional<boost::json::object> access_line(
@@ -84,6 +91,18 @@ inline double metric(std::uint16_t port, const std::string& series) {
   auto at = body.find("\n" + series + " ");
   if (at == std::string::npos) return -1;
   return std::stod(body.substr(at + series.size() + 2));
+}
+
+// Polls `metric(port, series)` until it equals `value` (bounded); true if it did. For gauges
+// that settle when the work ends, which is after the response by design.
+inline bool await_metric(std::uint16_t port, const std::string& series, double value,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (metric(port, series) != value) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 inline std::string str(const boost::json::value& v) {

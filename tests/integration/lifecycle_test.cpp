@@ -50,7 +50,7 @@ TEST_F(LifecycleTest, DeadlineCutsTheInFlightAttemptAndClosesItsUpstreamConnecti
   auto e = only_entry(mock_, "mock-hang");
   EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
   // The upstream saw its connection close no later than the caller got the 504.
-  EXPECT_LE(num(e.at("closed_ms")), answered + 5.0);
+  EXPECT_LE(num(e.at("closed_ms")), answered + close_slack_ms);
 }
 
 TEST_F(LifecycleTest, SpentCallerBudgetReachesNoUpstream) {
@@ -158,6 +158,26 @@ TEST_F(LifecycleTest, AllAttemptsTimingOutIs504UpstreamTimeout) {
       mock_.wait_for_stats([](const auto& s) { return s.at("closed_by_client").as_int64() == 2; });
   EXPECT_EQ(stats.at("requests").as_int64(), 2);
   EXPECT_EQ(stats.at("closed_by_client").as_int64(), 2);
+}
+
+// The retry starts at once, so the timed-out attempt's exit reaches the request actor after its
+// successor started; the deadline must still reach and close the successor's connection.
+TEST_F(LifecycleTest, DeadlineCutsTheRetryThatFollowedATimedOutAttempt) {
+  start("deadline_ms = 400\nattempt_timeout_ms = 250\nmax_retries = 1\nretry_backoff_ms = 0",
+        model_entry("hang", "mock-hang"));
+  auto r = post(chat_body("hang"), {{"x-request-id", "cut-retry"}});
+  auto answered = epoch_ms_now();
+  ASSERT_EQ(r.status, 504);
+  EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
+  auto stats =
+      mock_.wait_for_stats([](const auto& s) { return s.at("closed_by_client").as_int64() == 2; });
+  auto log = mock_log(stats);
+  ASSERT_EQ(log.size(), 2u);
+  ASSERT_FALSE(log[1].at("closed_ms").is_null()) << "the retry's upstream connection stayed open";
+  EXPECT_LE(num(log[1].at("closed_ms")), answered + close_slack_ms);
+  auto line = access_line(*gw_, "cut-retry");
+  ASSERT_TRUE(line);
+  EXPECT_EQ(str(line->at("outcome")), "deadline_exceeded");
 }
 
 TEST_F(LifecycleTest, AllAttempts503Is502UpstreamFailed) {
@@ -288,7 +308,7 @@ TEST_F(LifecycleTest, DeadlineMidStreamEndsWithAnSseErrorEventAndClosesTheUpstre
   EXPECT_LT(data.size(), 20u);
   auto e = only_entry(mock_, "mock-stream-20x100");
   EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
-  EXPECT_LE(num(e.at("closed_ms")), epoch_ms(r.ended_at) + 5.0);
+  EXPECT_LE(num(e.at("closed_ms")), epoch_ms(r.ended_at) + close_slack_ms);
 }
 
 TEST_F(LifecycleTest, StreamIdleTimeoutEndsTheStreamWithAnSseErrorEvent) {

@@ -137,7 +137,13 @@ TEST(MetricsTest, EachLocallyProducibleOutcomeCountsExactlyOnce) {
       "\"\nmodels = [\"*\"]\n";
   gateway_process gw{cfg};
   header_map key{{"authorization", "Bearer test"}};
+  // The single slot is free again only when the previous request's upstream connection has
+  // closed, which may be just after its answer; without this wait the next one is "overloaded".
+  auto settle = [&] {
+    EXPECT_TRUE(await_metric(gw.port(), "tether_upstream_work_in_flight{upstream=\"mock\"}", 0));
+  };
   auto post = [&](const std::string& body, header_map h) {
+    settle();
     return request("POST", gw.port(), "/v1/chat/completions", body, h, 10s);
   };
   EXPECT_EQ(post(chat_body("chat"), key).status, 200);
@@ -150,6 +156,7 @@ TEST(MetricsTest, EachLocallyProducibleOutcomeCountsExactlyOnce) {
   {
     stream_options opts;
     opts.close_after = 100ms;
+    settle();
     stream_request("POST", gw.port(), "/v1/chat/completions", chat_body("hang"),
                    {{"authorization", "Bearer test"}, {"x-request-id", "gone"}}, opts);
     ASSERT_TRUE(access_line(gw, "gone"));
@@ -158,7 +165,9 @@ TEST(MetricsTest, EachLocallyProducibleOutcomeCountsExactlyOnce) {
     // The only slot is busy and the queue holds nobody: overloaded.
     auto busy = std::async(std::launch::async, [&] { return post(chat_body("slow"), key); });
     mock.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 1; });
-    EXPECT_EQ(post(chat_body("chat"), key).status, 503);
+    EXPECT_EQ(
+        request("POST", gw.port(), "/v1/chat/completions", chat_body("chat"), key, 10s).status,
+        503);
     EXPECT_EQ(busy.get().status, 200);
   }
   EXPECT_EQ(post("{not json", key).status, 400);

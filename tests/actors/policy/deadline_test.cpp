@@ -63,10 +63,15 @@ TEST(DeadlineTest, RemainingCountsFromArrivalAndFloorsAtZero) {
 TEST(DeadlineTest, AttemptTimeoutNeverOutlivesTheRequest) {
   auto t0 = std::chrono::steady_clock::time_point{} + 1h;
   request_deadline d{t0, 500ms};
-  EXPECT_EQ(d.attempt_budget(200ms, t0), 200ms);
-  EXPECT_EQ(d.attempt_budget(200ms, t0 + 400ms), 100ms);
+  EXPECT_EQ(d.attempt_timer(200ms, t0), 200ms);
+  // 100 ms left: the deadline comes first, so no attempt timer races it.
+  EXPECT_EQ(d.attempt_timer(200ms, t0 + 400ms), 0ms);
+  EXPECT_EQ(d.attempt_timer(100ms, t0 + 400ms), 0ms);
+  EXPECT_EQ(d.attempt_timer(99ms, t0 + 400ms), 99ms);
+  EXPECT_EQ(d.attempt_timer(0ms, t0), 0ms);  // attempt timeout off
   request_deadline unbounded{t0, std::nullopt};
-  EXPECT_EQ(unbounded.attempt_budget(200ms, t0 + 10h), 200ms);
+  EXPECT_EQ(unbounded.attempt_timer(200ms, t0 + 10h), 200ms);
+  EXPECT_EQ(unbounded.attempt_timer(0ms, t0), 0ms);
 }
 
 }  // namespace

@@ -1,0 +1,99 @@
+#include "actors/scheduler.hpp"
+
+#include <caf/detail/set_thread_name.hpp>
+#include <caf/detail/thread_safe_actor_clock.hpp>
+#include <caf/policy/work_stealing.hpp>
+#include <caf/scheduler/coordinator.hpp>
+
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+namespace tether {
+namespace {
+
+// CAF 0.17 calls clock().cancel_timeouts(self) from every actor's cleanup. Its clock answers that
+// by queueing an event for its own thread and waking it: one futex wake and two context switches
+// per actor exit, three actors per request, for nothing — tether's actors set no CAF timeouts
+// (their timers live on the io threads). This clock remembers which actors did set one (request
+// timeouts of the cluster link, receive timeouts) and forwards the cancellation only for those:
+// CAF's clock keeps per-actor entries only for set_{ordinary,multi,request}_timeout.
+class quiet_clock final : public caf::detail::thread_safe_actor_clock {
+ public:
+  using super = caf::detail::thread_safe_actor_clock;
+
+  void set_ordinary_timeout(time_point t, caf::abstract_actor* self, caf::atom_value type,
+                            std::uint64_t id) override {
+    note(self);
+    super::set_ordinary_timeout(t, self, type, id);
+  }
+
+  void set_request_timeout(time_point t, caf::abstract_actor* self, caf::message_id id) override {
+    note(self);
+    super::set_request_timeout(t, self, id);
+  }
+
+  void set_multi_timeout(time_point t, caf::abstract_actor* self, caf::atom_value type,
+                         std::uint64_t id) override {
+    note(self);
+    super::set_multi_timeout(t, self, type, id);
+  }
+
+  void cancel_timeouts(caf::abstract_actor* self) override {
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      if (users_.erase(self) == 0) return;
+    }
+    super::cancel_timeouts(self);
+  }
+
+ private:
+  void note(caf::abstract_actor* self) {
+    std::lock_guard<std::mutex> guard{mutex_};
+    users_.insert(self);
+  }
+
+  std::mutex mutex_;
+  // Removed in cancel_timeouts, which CAF calls before the actor is destroyed: no stale pointer.
+  std::unordered_set<caf::abstract_actor*> users_;
+};
+
+class coordinator final : public caf::scheduler::coordinator<caf::policy::work_stealing> {
+ public:
+  using super = caf::scheduler::coordinator<caf::policy::work_stealing>;
+
+  explicit coordinator(caf::actor_system& sys) : super(sys) {}
+
+  quiet_clock& clock() noexcept override { return clock_; }
+
+ protected:
+  void start() override {
+    // The base class still runs a dispatch thread for its own (now unused) clock; it sleeps.
+    thread_ = std::thread{[this] {
+      caf::detail::set_thread_name("tether.clock");
+      system().thread_started();
+      clock_.run_dispatch_loop();
+      system().thread_terminates();
+    }};
+    super::start();
+  }
+
+  void stop() override {
+    super::stop();
+    clock_.cancel_dispatch_loop();
+    thread_.join();
+  }
+
+ private:
+  quiet_clock clock_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+void use_tether_scheduler(caf::actor_system_config& cfg) {
+  cfg.module_factories.push_back(
+      [](caf::actor_system& sys) -> caf::actor_system::module* { return new coordinator(sys); });
+}
+
+}  // namespace tether
