@@ -7,12 +7,14 @@
 #
 # It installs nginx if missing, builds tether, tether-mock and tether-bench, starts the mock,
 # nginx (bench/nginx.conf.template) and tether on 127.0.0.1, runs every scenario against the
-# three targets interleaved, and stops everything it started, whatever happens.
+# three targets interleaved, and stops everything it started, whatever happens. Scenario 7 also
+# starts a budget host and a member node (issue #7) and compares the member with tether.
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 io thread + CAF workers)
 # share CPU 0, one at a time under load; the load generator and the mock share CPU 1. Both
 # proxies thus get the same single core. Environment: BUILD_DIR (default build/), JOBS (2),
-# MOCK_PORT/NGINX_PORT/TETHER_PORT (18100..18102), SKIP_BUILD=1 (use the binaries as built).
+# MOCK_PORT/NGINX_PORT/TETHER_PORT (18100..18102), TETHER_HOST_PORT/TETHER_BUDGET_PORT/
+# TETHER_MEMBER_PORT (18103..18105), SKIP_BUILD=1 (use the binaries as built).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
@@ -20,6 +22,10 @@ jobs="${JOBS:-2}"
 mock_port="${MOCK_PORT:-18100}"
 nginx_port="${NGINX_PORT:-18101}"
 tether_port="${TETHER_PORT:-18102}"
+# Scenario 7: a budget host (a full gateway publishing its budget actor) and a member node.
+host_port="${TETHER_HOST_PORT:-18103}"
+budget_port="${TETHER_BUDGET_PORT:-18104}"
+member_port="${TETHER_MEMBER_PORT:-18105}"
 cap=8
 
 quick=0
@@ -49,6 +55,7 @@ fi
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 
 export CCACHE_BASEDIR="$here" CCACHE_NOHASHDIR=1
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -89,7 +96,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "$mock_port" "$nginx_port" "$tether_port"; do
+for p in "$mock_port" "$nginx_port" "$tether_port" "$host_port" "$budget_port" "$member_port"; do
   port_free "$p" || { log "port $p is in use (set MOCK_PORT/NGINX_PORT/TETHER_PORT)"; exit 1; }
 done
 
@@ -116,12 +123,25 @@ nginx_pid=$!
 pids+=("$nginx_pid")
 wait_ready "http://127.0.0.1:$nginx_port/_stats"
 
-"$build/bench/tether-bench" --print-tether-config --listen "127.0.0.1:$tether_port" \
-  --mock "127.0.0.1:$mock_port" --cap "$cap" >"$work/tether.toml"
-"${proxy_cpus[@]}" "$build/actors/tether" --config "$work/tether.toml" >"$work/tether.log" 2>&1 &
-tether_pid=$!
-pids+=("$tether_pid")
-wait_ready "http://127.0.0.1:$tether_port/healthz"
+# Starts a tether node NAME listening on PORT (extra arguments go to --print-tether-config), on
+# the proxies' CPU, and waits until it answers; its pid is left in $started_pid.
+start_tether() {
+  local name="$1" port="$2"
+  shift 2
+  "$build/bench/tether-bench" --print-tether-config --listen "127.0.0.1:$port" \
+    --mock "127.0.0.1:$mock_port" --cap "$cap" "$@" >"$work/$name.toml"
+  "${proxy_cpus[@]}" "$build/actors/tether" --config "$work/$name.toml" >"$work/$name.log" 2>&1 &
+  started_pid=$!
+  pids+=("$started_pid")
+  wait_ready "http://127.0.0.1:$port/healthz"
+}
+start_tether tether "$tether_port"
+tether_pid=$started_pid
+# The shared-budget pair (scenario 7): a full gateway publishing its budget actor, and a member
+# node taking every slot from it. Idle outside scenario 7.
+start_tether tether-host "$host_port" --budget-listen "127.0.0.1:$budget_port"
+start_tether tether-member "$member_port" --budget-host "127.0.0.1:$budget_port"
+member_pid=$started_pid
 
 rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [ -n "$(git -C "$here" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
@@ -135,6 +155,7 @@ status=0
   --target "direct=127.0.0.1:$mock_port" \
   --target "nginx=127.0.0.1:$nginx_port@$nginx_pid" \
   --target "tether=127.0.0.1:$tether_port@$tether_pid" \
+  --cluster-member "127.0.0.1:$member_port@$member_pid" \
   --cap "$cap" --time-limit-s "$time_limit" --placement "$placement" \
   --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
 

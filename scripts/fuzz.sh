@@ -25,6 +25,7 @@ fi
 
 # Paths relative to the checkout, so a fresh clone reuses what ccache holds.
 export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+export CCACHE_SLOPPINESS=include_file_mtime,include_file_ctime,time_macros
 cmake -S "$root/tests/fuzz" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$jobs"

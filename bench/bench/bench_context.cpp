@@ -9,7 +9,8 @@
 
 namespace tether::bench {
 
-std::string tether_config(const std::string& listen, const std::string& mock, unsigned cap) {
+std::string tether_config(const std::string& listen, const std::string& mock, unsigned cap,
+                          const std::string& cluster) {
   // Budget and connection limits far above the bench's 10,000 streams, so that only the `capped`
   // upstream ever queues; the access log stays on (info), as nginx's does.
   std::ostringstream out;
@@ -34,6 +35,7 @@ std::string tether_config(const std::string& listen, const std::string& mock, un
         << name.substr(std::string("capped-").size()) << "\"\n\n";
   }
   out << "[telemetry]\nlog_format = \"json\"\nlog_level = \"info\"\n";
+  if (!cluster.empty()) out << "\n[cluster]\n" << cluster << "\n";
   return out.str();
 }
 

@@ -31,8 +31,11 @@ struct target {
 
 struct bench_options {
   bool quick = false;
-  std::vector<int> scenarios{1, 2, 3, 4, 5, 6};
+  std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7};
   unsigned budget_cap = 8;
+  // A tether node that takes its slots from another node's budget (scenario 7); not a target of
+  // the other scenarios.
+  std::optional<target> cluster_member;
   steady::time_point hard_deadline;  // no phase starts after this
 };
 
@@ -53,7 +56,9 @@ struct bench_models {
   static constexpr const char* capped_queued = "capped-mock-delay-50";
 };
 
-std::string tether_config(const std::string& listen, const std::string& mock, unsigned cap);
+// `cluster`: a line of the [cluster] table (`budget_listen = "…"` or `budget_host = "…"`), or "".
+std::string tether_config(const std::string& listen, const std::string& mock, unsigned cap,
+                          const std::string& cluster = "");
 
 class bench_context {
  public:

@@ -39,4 +39,39 @@ closed_loop_result run_closed_loop(bench_context& ctx, const target& t,
   return out;
 }
 
+double level_samples::rps(const std::string& name) const {
+  auto s = seconds.find(name);
+  auto n = ok.find(name);
+  if (s == seconds.end() || n == ok.end() || s->second <= 0) return 0;
+  return static_cast<double>(n->second) / s->second;
+}
+
+level_samples sample_level(bench_context& ctx, const std::vector<const target*>& targets,
+                           unsigned concurrency, std::size_t rounds, milliseconds slice) {
+  level_samples out;
+  for (std::size_t r = 0; r < rounds && !ctx.out_of_time(); ++r) {
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const target& t = *targets[(i + r) % targets.size()];
+      auto req = ctx.request(t, bench_models::immediate, false);
+      auto res = run_closed_loop(ctx, t,
+                                 {concurrency, slice, 2'000'000, [&](std::size_t) { return req; }});
+      for (const auto& e : res.results) {
+        if (e.ok && e.status == 200) out.latencies_ms[t.name].push_back(e.latency_ms);
+      }
+      out.ok[t.name] += res.ok;
+      out.failed[t.name] += res.failed + res.unfinished;
+      out.seconds[t.name] += res.elapsed_s;
+    }
+  }
+  return out;
+}
+
+void warm_up(bench_context& ctx, const std::vector<const target*>& targets, unsigned concurrency) {
+  for (const auto* t : targets) {
+    auto req = ctx.request(*t, bench_models::immediate, false);
+    run_closed_loop(ctx, *t,
+                    {concurrency, milliseconds(300), 100000, [&](std::size_t) { return req; }});
+  }
+}
+
 }  // namespace tether::bench

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,5 +30,19 @@ struct closed_loop_result {
 
 closed_loop_result run_closed_loop(bench_context& ctx, const target& t,
                                    const closed_loop_spec& spec);
+
+// One concurrency level of a comparison: `rounds` closed loops of the immediate-answer request
+// through each of `targets` in turn (the order rotates every round), keyed by target name.
+struct level_samples {
+  std::map<std::string, std::vector<double>> latencies_ms;  // 2xx answers only
+  std::map<std::string, std::size_t> ok, failed;
+  std::map<std::string, double> seconds;
+  double rps(const std::string& name) const;
+};
+level_samples sample_level(bench_context& ctx, const std::vector<const target*>& targets,
+                           unsigned concurrency, std::size_t rounds, milliseconds slice);
+
+// Opens and warms every target's connections and pools, unmeasured.
+void warm_up(bench_context& ctx, const std::vector<const target*>& targets, unsigned concurrency);
 
 }  // namespace tether::bench

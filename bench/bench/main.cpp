@@ -4,7 +4,9 @@
 //   tether-bench --mock HOST:PORT --target direct=HOST:PORT --target nginx=HOST:PORT@PID
 //                --target tether=HOST:PORT@PID --out-dir DIR --stamp NAME
 //                [--quick] [--scenarios 1,2,...] [--time-limit-s S] [--cap N] [--placement TEXT]
+//                [--cluster-member HOST:PORT@PID]   (scenario 7: a node of a shared budget)
 //   tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]
+//                [--budget-listen HOST:PORT | --budget-host HOST:PORT]
 //   tether-bench --render DIR/NAME.json      (rewrites NAME.md and NAME.svg from the JSON)
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -31,9 +33,10 @@ using namespace tether::bench;
 
 constexpr const char* usage =
     "usage: tether-bench --mock HOST:PORT --target NAME=HOST:PORT[@PID]... --out-dir DIR\n"
-    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6] [--time-limit-s S]\n"
-    "                    [--cap N] [--placement TEXT]\n"
-    "       tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]\n";
+    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7] [--time-limit-s S]\n"
+    "                    [--cap N] [--placement TEXT] [--cluster-member HOST:PORT[@PID]]\n"
+    "       tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]\n"
+    "                    [--budget-listen HOST:PORT | --budget-host HOST:PORT]\n";
 
 std::optional<tcp::endpoint> parse_endpoint(std::string_view text) {
   auto colon = text.rfind(':');
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
   bench_options options;
   std::string out_dir, stamp, listen, placement = "Placement not given.";
   bool print_config = false;
+  std::string cluster;
   double time_limit_s = 540;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -186,6 +190,19 @@ int main(int argc, char** argv) {
       time_limit_s = std::stod(value);
     } else if (arg == "--cap") {
       options.budget_cap = static_cast<unsigned>(std::stoul(value));
+    } else if (arg == "--budget-listen") {
+      cluster = "budget_listen = \"" + value + "\"";
+    } else if (arg == "--budget-host") {
+      cluster = "budget_host = \"" + value + "\"";
+    } else if (arg == "--cluster-member") {
+      auto at = value.find('@');
+      auto ep = parse_endpoint(std::string_view(value).substr(0, at));
+      if (!ep) {
+        std::cerr << "tether-bench: bad --cluster-member " << value << "\n";
+        return 2;
+      }
+      options.cluster_member = target{"tether-member", *ep, std::nullopt};
+      if (at != std::string::npos) options.cluster_member->pid = std::stoi(value.substr(at + 1));
     } else if (arg == "--placement") {
       placement = value;
     } else {
@@ -200,7 +217,7 @@ int main(int argc, char** argv) {
     }
     std::cout << tether_config(listen,
                                mock->address().to_string() + ":" + std::to_string(mock->port()),
-                               options.budget_cap);
+                               options.budget_cap, cluster);
     return 0;
   }
   if (!mock || targets.empty() || out_dir.empty() || stamp.empty()) {
@@ -256,6 +273,7 @@ int main(int argc, char** argv) {
   run(3, "cancellation", [&] { return run_cancellation(ctx); });
   run(4, "deadline_storm", [&] { return run_deadline_storm(ctx); });
   run(5, "budget", [&] { return run_budget(ctx); });
+  run(7, "shared_budget", [&] { return run_shared_budget(ctx); });
   // Last: it grows every proxy's memory for good.
   run(6, "memory", [&] { return run_memory(ctx, idle_kib); });
 

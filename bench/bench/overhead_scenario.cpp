@@ -26,41 +26,22 @@ boost::json::object run_overhead(bench_context& ctx) {
   const milliseconds slice{quick ? 1000 : 3000};
   const unsigned levels[] = {1, 16, 64};
 
-  // Warm-up: connections, pools and caches of every target, not measured.
-  for (const auto* t : ctx.rotation(0)) {
-    auto req = ctx.request(*t, bench_models::immediate, false);
-    run_closed_loop(ctx, *t, {16, milliseconds(300), 100000, [&](std::size_t) { return req; }});
-  }
+  warm_up(ctx, ctx.rotation(0), 16);
 
   json::object targets;
   json::object derived;
   json::array checks;
   for (unsigned c : levels) {
-    std::map<std::string, std::vector<double>> latencies;
-    std::map<std::string, std::size_t> ok, failed;
-    std::map<std::string, double> seconds;
-    for (std::size_t r = 0; r < rounds && !ctx.out_of_time(); ++r) {
-      for (const auto* t : ctx.rotation(r)) {
-        auto req = ctx.request(*t, bench_models::immediate, false);
-        auto res =
-            run_closed_loop(ctx, *t, {c, slice, 2'000'000, [&](std::size_t) { return req; }});
-        for (const auto& e : res.results) {
-          if (e.ok && e.status == 200) latencies[t->name].push_back(e.latency_ms);
-        }
-        ok[t->name] += res.ok;
-        failed[t->name] += res.failed + res.unfinished;
-        seconds[t->name] += res.elapsed_s;
-      }
-    }
+    auto samples = sample_level(ctx, ctx.rotation(0), c, rounds, slice);
     json::object level;
     std::map<std::string, summary> sums;
     std::map<std::string, double> rps;
     for (const auto& t : ctx.targets()) {
-      sums[t.name] = summarize(latencies[t.name]);
-      rps[t.name] = seconds[t.name] > 0 ? static_cast<double>(ok[t.name]) / seconds[t.name] : 0;
+      sums[t.name] = summarize(samples.latencies_ms[t.name]);
+      rps[t.name] = samples.rps(t.name);
       auto o = to_json(sums[t.name]);
       o["throughput_rps"] = std::round(rps[t.name]);
-      o["failed"] = failed[t.name];
+      o["failed"] = samples.failed[t.name];
       level[t.name] = std::move(o);
     }
     targets["c" + std::to_string(c)] = std::move(level);

@@ -201,6 +201,31 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << v("queue_wait_ms", "p99") << " | " << v("latency_ms", "p50") << " | "
        << v("latency_ms", "p99") << " |\n";
   }
+  if (scenarios.contains("shared_budget") &&
+      at_path(root, {"scenarios", "shared_budget", "targets"}) != nullptr) {
+    md << "\n## 7. Shared budget — a member node acquiring every slot from a budget host "
+          "(CAF middleman, loopback)\n\n"
+       << "Same load as scenario 1 through the standalone tether and through the member; the "
+          "difference is what the remote acquire adds.\n\n"
+       << "| concurrency | node | p50 | p99 | p99.9 | req/s | added p50 | added p99 |\n"
+       << "|---|---|---|---|---|---|---|---|\n";
+    for (const char* c : {"c1", "c16"}) {
+      for (const char* t : {"tether", "tether-member"}) {
+        auto v = [&](std::string_view a, int d = 3) {
+          return num(root, {"scenarios", "shared_budget", "targets", c, t, a}, d);
+        };
+        bool is_member = std::string_view(t) == "tether-member";
+        auto added = [&](std::string_view a) {
+          return is_member ? num(root, {"scenarios", "shared_budget", "derived", c, a}, 3)
+                           : std::string();
+        };
+        md << "| " << std::string_view(c).substr(1) << " | " << t << " | " << v("p50") << " | "
+           << v("p99") << " | " << v("p999") << " | " << v("throughput_rps", 0) << " | "
+           << added("remote_acquire_added_p50_ms") << " | " << added("remote_acquire_added_p99_ms")
+           << " |\n";
+      }
+    }
+  }
   if (scenarios.contains("memory")) {
     md << "\n## 6. Memory — concurrent slow streams (an event a second)\n\n";
     const auto* ceiling = at_path(root, {"scenarios", "memory", "config", "descriptor_ceiling"});

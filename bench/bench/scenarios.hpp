@@ -18,6 +18,9 @@ boost::json::object run_streaming(bench_context& ctx);
 boost::json::object run_cancellation(bench_context& ctx);
 boost::json::object run_deadline_storm(bench_context& ctx);
 boost::json::object run_budget(bench_context& ctx);
+// A member node (options().cluster_member) against the standalone tether target: what acquiring
+// each slot from a remote budget actor adds.
+boost::json::object run_shared_budget(bench_context& ctx);
 // idle_kib: each proxy's RSS before the bench sent it anything.
 boost::json::object run_memory(bench_context& ctx, const std::map<std::string, double>& idle_kib);
 

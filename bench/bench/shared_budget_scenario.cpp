@@ -1,0 +1,71 @@
+// Scenario 7: a shared budget across nodes (issue #7). The same closed loop as scenario 1, at
+// concurrency 1 and 16, through the standalone tether (slots from its own budget actor) and
+// through a member node that acquires every slot from a budget host over CAF's middleman
+// (loopback). The difference is what a remote acquire adds to a request.
+#include <map>
+
+#include <boost/json.hpp>
+
+#include "bench/bench/closed_loop.hpp"
+#include "bench/bench/percentiles.hpp"
+#include "bench/bench/scenarios.hpp"
+
+namespace tether::bench {
+
+boost::json::object run_shared_budget(bench_context& ctx) {
+  namespace json = boost::json;
+  const target* local = ctx.find("tether");
+  const auto& member = ctx.options().cluster_member;
+  if (local == nullptr || !member) {
+    return {{"name", "shared_budget"}, {"skipped", "needs the tether target and --cluster-member"}};
+  }
+  const bool quick = ctx.options().quick;
+  const std::size_t rounds = quick ? 2 : 4;
+  const milliseconds slice{quick ? 750 : 2000};
+  const unsigned levels[] = {1, 16};
+  const double limit_ms = 0.5;
+  const std::vector<const target*> both{local, &*member};
+
+  warm_up(ctx, both, 4);  // connections, and the member's link to the budget host
+
+  json::object targets;
+  json::object derived;
+  json::array checks;
+  for (unsigned c : levels) {
+    auto samples = sample_level(ctx, both, c, rounds, slice);
+    json::object level;
+    std::map<std::string, summary> sums;
+    for (const auto* t : both) {
+      sums[t->name] = summarize(samples.latencies_ms[t->name]);
+      auto o = to_json(sums[t->name]);
+      o["throughput_rps"] = std::round(samples.rps(t->name));
+      o["failed"] = samples.failed[t->name];
+      level[t->name] = std::move(o);
+    }
+    targets["c" + std::to_string(c)] = std::move(level);
+    const auto& l = sums[local->name];
+    const auto& m = sums[member->name];
+    double added_p50 = m.p50 - l.p50;
+    double added_p99 = m.p99 - l.p99;
+    derived["c" + std::to_string(c)] =
+        json::object{{"remote_acquire_added_p50_ms", std::round(added_p50 * 1000) / 1000},
+                     {"remote_acquire_added_p99_ms", std::round(added_p99 * 1000) / 1000}};
+    if (c == 1) {
+      bool measured = l.n > 0 && m.n > 0 && samples.failed[member->name] == 0;
+      checks.push_back(check("tether-member", "remote acquire: added p99 latency (ms), c=1",
+                             added_p99, "<= 0.5", measured && added_p99 <= limit_ms));
+    }
+  }
+  return {{"name", "shared_budget"},
+          {"config",
+           {{"model", bench_models::immediate},
+            {"rounds", rounds},
+            {"slice_ms", slice.count()},
+            {"member", member->endpoint.address().to_string() + ":" +
+                           std::to_string(member->endpoint.port())}}},
+          {"targets", std::move(targets)},
+          {"derived", std::move(derived)},
+          {"checks", std::move(checks)}};
+}
+
+}  // namespace tether::bench
