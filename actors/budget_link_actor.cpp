@@ -3,6 +3,7 @@
 #include <caf/io/all.hpp>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "actors/access_log.hpp"
 #include "actors/messages.hpp"
@@ -15,8 +16,18 @@ using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 constexpr std::chrono::milliseconds first_backoff{100};
 constexpr std::chrono::milliseconds max_backoff{2000};
 
+// What a connection actor asked the host for, kept until that actor exits.
+struct remote_claim {
+  std::uint64_t upstream = 0;
+  std::int64_t key = -1;
+  std::int64_t priority = 0;
+};
+
 struct link_state {
   caf::actor remote;
+  // Connection actors whose slot was asked of the host and that are still alive: granted (at
+  // work) or still queued there.
+  std::unordered_map<caf::actor_addr, remote_claim> remote_claims;
   bool connecting = false;
   bool ever_joined = false;
   bool reported_down = false;
@@ -71,9 +82,22 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
             });
   };
 
-  self->set_down_handler([st, where, stats, connect](caf::down_msg& msg) {
+  self->set_down_handler([st, where, stats, connect, local_budget](caf::down_msg& msg) {
+    if (st->remote_claims.erase(msg.source) > 0) return;  // that connection actor is done
     if (!st->remote || msg.source != st->remote.address()) return;
     st->remote = nullptr;
+    // The host is gone, and with it its record of what this node runs. Every claim still alive
+    // is asked again of the local budget, as its own connection actor: work already granted by
+    // the host is then counted here until it ends (the connection actor ignores the second
+    // grant), and work still queued at the host queues here. So the local caps hold from the
+    // first moment of the outage, not only for requests that arrive after it.
+    for (const auto& [addr, claim] : st->remote_claims) {
+      if (auto holder = caf::actor_cast<caf::actor>(addr)) {
+        caf::send_as(holder, local_budget, acquire_atom::value, claim.upstream, claim.key,
+                     claim.priority);
+      }
+    }
+    st->remote_claims.clear();
     stats->cluster_connected_set(0);
     if (!st->reported_down) {
       log_warn("lost the shared budget at " + where +
@@ -90,6 +114,11 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
                                std::int64_t priority) {
         // delegate keeps the connection actor as the sender: the budget monitors it directly.
         if (st->remote) {
+          auto holder = caf::actor_cast<caf::actor>(self->current_sender());
+          if (holder) {
+            st->remote_claims.emplace(holder.address(), remote_claim{upstream, key, priority});
+            self->monitor(holder);
+          }
           self->delegate(st->remote, a, upstream, key, priority);
         } else {
           self->delegate(local_budget, a, upstream, key, priority);

@@ -35,6 +35,7 @@ class relay_events final : public net::upstream_events {
 
 struct connection_state {
   std::shared_ptr<net::upstream_exchange> exchange;
+  bool answered = false;  // the budget's first answer decides; a later one is a duplicate
   bool granted = false;
   bool closing = false;
   bool closed = false;
@@ -87,7 +88,10 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   return {
       [self, rt, st, attempt, request_to_send, upstream, finish](grant_atom, bool granted,
                                                                  const std::string& reason) {
-        if (st->closing || st->closed) return;
+        // A second answer comes only when a lost budget host's claims were re-asked locally
+        // (budget_link_actor); the local budget counts this actor either way.
+        if (st->closing || st->closed || st->answered) return;
+        st->answered = true;
         self->send(attempt, queued_atom::value, now_ns() - st->asked_ns);
         if (!granted) {
           self->send(attempt, up_fail_atom::value, std::int32_t{-1}, reason);

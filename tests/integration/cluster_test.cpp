@@ -103,6 +103,34 @@ TEST_F(ClusterTest, KilledMembersSlotsAreFreedWithinOneSecond) {
   for (auto& f : held) f.wait();  // the killed member's callers saw their connections drop
 }
 
+// Work the host granted keeps counting against the member's own cap once the host is gone: a
+// member running 4 long requests (its cap) when the host dies starts nothing new until one ends.
+TEST_F(ClusterTest, WorkGrantedByALostHostStillCountsAgainstTheMembersOwnCap) {
+  auto held = fire(*a_, "long", 4, "held");
+  mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 4; });
+  ASSERT_EQ(mock_.stats().at("active").as_int64(), 4);
+  host_->process().send_signal(SIGKILL);
+  host_->process().wait_exit(5s);
+  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 0, 5s));
+  auto after = fire(*a_, "slow", 2, "after");
+  for (auto& f : after) EXPECT_EQ(f.get().status, 200);
+  for (auto& f : held) EXPECT_EQ(f.get().status, 200);
+  auto stats = mock_.stats();
+  EXPECT_EQ(stats.at("requests").as_int64(), 6);
+  EXPECT_LE(stats.at("max_active").as_int64(), 4);
+  // The two later requests started only when the long ones had ended.
+  double first_long_end = 1e300;
+  for (const auto& e : mock_log(stats)) {
+    if (str(e.at("headers").at("x-request-id")).rfind("held", 0) == 0) {
+      first_long_end = std::min(first_long_end, num(e.at("ended_ms")));
+    }
+  }
+  for (const auto& e : mock_log(stats)) {
+    if (str(e.at("headers").at("x-request-id")).rfind("after", 0) != 0) continue;
+    EXPECT_GE(num(e.at("started_ms")) + 1.0, first_long_end);
+  }
+}
+
 TEST_F(ClusterTest, MembersServeAloneWhileTheHostIsDownAndRejoinWhenItIsBack) {
   host_->process().send_signal(SIGKILL);
   host_->process().wait_exit(5s);
