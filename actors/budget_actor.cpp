@@ -125,6 +125,9 @@ caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, m
       [self, st](acquire_atom, std::uint64_t upstream, std::int64_t key, std::int64_t priority) {
         auto who = caf::actor_cast<caf::actor>(self->current_sender());
         if (!who) return;
+        // Idempotent per holder: a cluster member may ask again on behalf of a connection
+        // actor that already holds or awaits a slot here (budget_link_actor after an outage).
+        if (st->holders.count(who.address()) > 0 || st->queued_by.count(who.address()) > 0) return;
         slot_claim claim{static_cast<std::size_t>(upstream), key};
         if (claim.upstream >= st->limits.per_upstream.size()) claim.upstream = 0;
         // Monitor once per holder: each connection actor acquires exactly once.
@@ -161,6 +164,19 @@ caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, m
                    std::string{"waited longer than budget.queue_timeout_ms for a slot"});
       },
       [st](slots_atom) { return static_cast<std::uint64_t>(st->held); },
+      [st](holders_atom) {
+        std::vector<caf::actor> who;
+        std::vector<std::uint64_t> upstreams;
+        std::vector<std::int64_t> keys;
+        for (const auto& [addr, claim] : st->holders) {
+          auto a = caf::actor_cast<caf::actor>(addr);
+          if (!a) continue;  // exiting: its down_msg is on the way
+          who.push_back(std::move(a));
+          upstreams.push_back(claim.upstream);
+          keys.push_back(claim.key);
+        }
+        return caf::make_message(std::move(who), std::move(upstreams), std::move(keys));
+      },
   };
 }
 

@@ -23,9 +23,13 @@ struct budget_limits {
 
 budget_limits budget_limits_from(const config::gateway_config& cfg);
 
+using holders_atom = caf::atom_constant<caf::atom("holders")>;
+
 // Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), priority: int64) from the
 // connection actor; answered later with (grant_atom, granted: bool, reason: string) sent to it.
 // (slots_atom) → the number of slots held (for drain's leak report).
+// (holders_atom) → (vector<actor> holders, vector<uint64> upstreams, vector<int64> keys): who holds
+// a slot now (a cluster member that rejoins its budget host registers them there).
 caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, metrics* stats);
 
 }  // namespace tether

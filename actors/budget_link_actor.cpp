@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "actors/access_log.hpp"
+#include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
 
 namespace tether {
@@ -47,15 +48,32 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
     st->backoff = std::min(st->backoff * 2, max_backoff);
   };
 
+  // After a rejoin: the work this node started alone during the outage is registered with the
+  // host as a claim of its own connection actor (priority 0: it runs already, so it goes before
+  // any waiter), so the shared cap counts it until it ends. The holder ignores the grant.
+  auto register_local_work = [self, st, local_budget] {
+    self->request(local_budget, std::chrono::seconds(2), holders_atom::value)
+        .then([self, st](std::vector<caf::actor>& who, std::vector<std::uint64_t>& upstreams,
+                         std::vector<std::int64_t>& keys) {
+          if (!st->remote) return;
+          for (std::size_t i = 0; i < who.size(); ++i) {
+            caf::send_as(who[i], st->remote, acquire_atom::value, upstreams[i], keys[i],
+                         std::int64_t{0});
+            st->remote_claims.emplace(who[i].address(), remote_claim{upstreams[i], keys[i], 0});
+            self->monitor(who[i]);
+          }
+        });
+  };
+
   // Non-blocking connect through the middleman actor (never a blocking remote_actor here).
-  auto connect = [self, st, host, port, where, stats, retry_later] {
+  auto connect = [self, st, host, port, where, stats, retry_later, register_local_work] {
     if (st->connecting || st->remote) return;
     st->connecting = true;
     auto mm = self->system().middleman().actor_handle();
     self->request(mm, std::chrono::seconds(2), caf::connect_atom::value, host, port)
         .then(
-            [self, st, where, stats, retry_later](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                                                  const std::set<std::string>&) {
+            [self, st, where, stats, retry_later, register_local_work](
+                const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
               st->connecting = false;
               if (!ptr) {
                 retry_later();
@@ -63,6 +81,7 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
               }
               st->remote = caf::actor_cast<caf::actor>(ptr);
               self->monitor(st->remote);
+              if (st->ever_joined) register_local_work();
               st->backoff = first_backoff;
               st->reported_down = false;
               stats->cluster_connected_set(1);

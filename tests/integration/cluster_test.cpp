@@ -131,6 +131,28 @@ TEST_F(ClusterTest, WorkGrantedByALostHostStillCountsAgainstTheMembersOwnCap) {
   }
 }
 
+// The other way round: work a member started alone during the outage is registered with the host
+// when the member rejoins, so the shared cap counts it until it ends.
+TEST_F(ClusterTest, WorkStartedDuringTheOutageCountsAgainstTheSharedCapAfterTheRejoin) {
+  host_->process().send_signal(SIGKILL);
+  host_->process().wait_exit(5s);
+  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 0, 5s));
+  auto alone = fire(*a_, "long", 4, "alone");
+  mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 4; });
+  ASSERT_EQ(mock_.stats().at("active").as_int64(), 4);
+  host_ = std::make_unique<gateway_process>(
+      node_config(mock_, "budget_listen = \"127.0.0.1:" + std::to_string(budget_port_) + "\""));
+  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 1, 10s));
+  ASSERT_TRUE(wait_metric(b_->port(), "tether_cluster_connected", 1, 10s));
+  ASSERT_TRUE(
+      wait_metric(host_->port(), "tether_upstream_work_in_flight{upstream=\"mock\"}", 4, 5s))
+      << "the host does not count the member's running work";
+  auto from_b = fire(*b_, "slow", 2, "b");
+  for (auto& f : from_b) EXPECT_EQ(f.get().status, 200);
+  for (auto& f : alone) EXPECT_EQ(f.get().status, 200);
+  EXPECT_LE(mock_.stats().at("max_active").as_int64(), 4);
+}
+
 TEST_F(ClusterTest, MembersServeAloneWhileTheHostIsDownAndRejoinWhenItIsBack) {
   host_->process().send_signal(SIGKILL);
   host_->process().wait_exit(5s);

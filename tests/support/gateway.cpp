@@ -11,7 +11,8 @@ gateway_process::gateway_process(const std::string& toml, env_list extra_env,
   std::vector<std::string> args{"--config", config_path_};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   process_ = std::make_unique<child_process>(TETHER_BINARY, std::move(args), std::move(extra_env));
-  static const std::regex listening(R"(listening on 127\.0\.0\.1:(\d+))");
+  // "tether 0.1.0 listening on …", not "shared budget listening on …" (a budget host logs both).
+  static const std::regex listening(R"(tether \S+ listening on 127\.0\.0\.1:(\d+))");
   auto line = process_->wait_for_line(listening, std::chrono::seconds(10));
   if (!line) {
     throw std::runtime_error("tether did not start listening; output:\n" + process_->output());
