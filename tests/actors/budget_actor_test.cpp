@@ -113,5 +113,20 @@ TEST_F(BudgetActorTest, QueuedWaiterThatExitsLeavesTheQueueAndNeverTakesTheSlot)
   EXPECT_EQ(held, 1u);
 }
 
+// A cluster member may ask again on behalf of a connection actor that already holds a slot
+// (after a budget host outage): the second ask changes nothing; the one exit frees the one slot.
+TEST_F(BudgetActorTest, AskingAgainForAHeldSlotCountsItOnce) {
+  auto budget = spawn_budget(8, {2, 2});
+  auto a = std::make_unique<caf::scoped_actor>(system_);
+  ASSERT_EQ(acquire(*a, budget, 0), std::optional<bool>(true));
+  EXPECT_EQ(acquire(*a, budget, 0, -1, 100ms), std::nullopt);  // no second answer
+  EXPECT_EQ(stats_.upstream_work(0), 1);
+  a.reset();
+  caf::scoped_actor b{system_}, c{system_};
+  EXPECT_EQ(acquire(b, budget, 0), std::optional<bool>(true));
+  EXPECT_EQ(acquire(c, budget, 0), std::optional<bool>(true));  // both slots free again
+  EXPECT_EQ(stats_.upstream_work(0), 2);
+}
+
 }  // namespace
 }  // namespace tether
