@@ -144,8 +144,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     if (st->last_work_end_ns) r.work_ended_ms = st->ms_since_arrival(*st->last_work_end_ns);
     r.cancel_latency_ms = st->cancel_latency_ms;
     r.attempts = st->attempts;
-    write_access_log(r);
+    // Counted before the line is written: whoever has seen the line sees it in /metrics too.
     st->rt->stats->request_done(st->spec.model, st->result, r.duration_ms / 1000.0);
+    write_access_log(r);
     // A 499 is logged, never sent.
     std::optional<int> sent;
     if (st->result != outcome::client_disconnected) sent = st->status;

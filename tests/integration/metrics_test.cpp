@@ -83,7 +83,13 @@ double value_of(const exposition& e, const std::string& name,
 TEST(MetricsTest, ExpositionIsStrictPrometheusTextWithEveryContractMetric) {
   mock_server mock;
   gateway_process gw{gateway_config(mock, "", model_entry("chat", "mock"))};
-  ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("chat")).status, 200);
+  ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("chat"),
+                    {{"x-request-id", "counted"}})
+                .status,
+            200);
+  // The request is counted when its tree is gone (its upstream connection closed), which can be
+  // a moment after the answer; its access line is written after it is counted.
+  ASSERT_TRUE(access_line(gw, "counted"));
   auto r = request("GET", gw.port(), "/metrics");
   ASSERT_EQ(r.status, 200);
   ASSERT_NE(r.header("content-type"), nullptr);
