@@ -37,16 +37,6 @@ std::string node_config(const mock_server& mock, const std::string& cluster) {
   return cfg;
 }
 
-bool wait_metric(std::uint16_t port, const std::string& series, double value,
-                 std::chrono::milliseconds timeout) {
-  auto until = test_clock::now() + timeout;
-  while (test_clock::now() < until) {
-    if (metric(port, series) == value) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
 std::vector<std::future<http_response>> fire(gateway_process& gw, const std::string& model, int n,
                                              const std::string& id_prefix) {
   std::vector<std::future<http_response>> out;
@@ -68,7 +58,7 @@ class ClusterTest : public ::testing::Test {
     for (auto* m : {&a_, &b_}) {
       *m = std::make_unique<gateway_process>(
           node_config(mock_, "budget_host = \"127.0.0.1:" + std::to_string(budget_port_) + "\""));
-      ASSERT_TRUE(wait_metric((*m)->port(), "tether_cluster_connected", 1, 5s));
+      ASSERT_TRUE(await_metric((*m)->port(), "tether_cluster_connected", 1, 5s));
     }
   }
   mock_server mock_;
@@ -111,7 +101,7 @@ TEST_F(ClusterTest, WorkGrantedByALostHostStillCountsAgainstTheMembersOwnCap) {
   ASSERT_EQ(mock_.stats().at("active").as_int64(), 4);
   host_->process().send_signal(SIGKILL);
   host_->process().wait_exit(5s);
-  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 0, 5s));
+  ASSERT_TRUE(await_metric(a_->port(), "tether_cluster_connected", 0, 5s));
   auto after = fire(*a_, "slow", 2, "after");
   for (auto& f : after) EXPECT_EQ(f.get().status, 200);
   for (auto& f : held) EXPECT_EQ(f.get().status, 200);
@@ -136,16 +126,16 @@ TEST_F(ClusterTest, WorkGrantedByALostHostStillCountsAgainstTheMembersOwnCap) {
 TEST_F(ClusterTest, WorkStartedDuringTheOutageCountsAgainstTheSharedCapAfterTheRejoin) {
   host_->process().send_signal(SIGKILL);
   host_->process().wait_exit(5s);
-  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 0, 5s));
+  ASSERT_TRUE(await_metric(a_->port(), "tether_cluster_connected", 0, 5s));
   auto alone = fire(*a_, "long", 4, "alone");
   mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 4; });
   ASSERT_EQ(mock_.stats().at("active").as_int64(), 4);
   host_ = std::make_unique<gateway_process>(
       node_config(mock_, "budget_listen = \"127.0.0.1:" + std::to_string(budget_port_) + "\""));
-  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 1, 10s));
-  ASSERT_TRUE(wait_metric(b_->port(), "tether_cluster_connected", 1, 10s));
+  ASSERT_TRUE(await_metric(a_->port(), "tether_cluster_connected", 1, 10s));
+  ASSERT_TRUE(await_metric(b_->port(), "tether_cluster_connected", 1, 10s));
   ASSERT_TRUE(
-      wait_metric(host_->port(), "tether_upstream_work_in_flight{upstream=\"mock\"}", 4, 5s))
+      await_metric(host_->port(), "tether_upstream_work_in_flight{upstream=\"mock\"}", 4, 5s))
       << "the host does not count the member's running work";
   auto from_b = fire(*b_, "slow", 2, "b");
   for (auto& f : from_b) EXPECT_EQ(f.get().status, 200);
@@ -156,8 +146,8 @@ TEST_F(ClusterTest, WorkStartedDuringTheOutageCountsAgainstTheSharedCapAfterTheR
 TEST_F(ClusterTest, MembersServeAloneWhileTheHostIsDownAndRejoinWhenItIsBack) {
   host_->process().send_signal(SIGKILL);
   host_->process().wait_exit(5s);
-  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 0, 5s));
-  ASSERT_TRUE(wait_metric(b_->port(), "tether_cluster_connected", 0, 5s));
+  ASSERT_TRUE(await_metric(a_->port(), "tether_cluster_connected", 0, 5s));
+  ASSERT_TRUE(await_metric(b_->port(), "tether_cluster_connected", 0, 5s));
   // Still serving, each within its own copy of the cap.
   auto alone = fire(*a_, "slow", 6, "alone");
   for (auto& f : alone) EXPECT_EQ(f.get().status, 200);
@@ -166,8 +156,8 @@ TEST_F(ClusterTest, MembersServeAloneWhileTheHostIsDownAndRejoinWhenItIsBack) {
 
   host_ = std::make_unique<gateway_process>(
       node_config(mock_, "budget_listen = \"127.0.0.1:" + std::to_string(budget_port_) + "\""));
-  ASSERT_TRUE(wait_metric(a_->port(), "tether_cluster_connected", 1, 10s));
-  ASSERT_TRUE(wait_metric(b_->port(), "tether_cluster_connected", 1, 10s));
+  ASSERT_TRUE(await_metric(a_->port(), "tether_cluster_connected", 1, 10s));
+  ASSERT_TRUE(await_metric(b_->port(), "tether_cluster_connected", 1, 10s));
   EXPECT_TRUE(a_->process().wait_for_line(std::regex("rejoined the shared budget"), 1s));
   mock_.reset();
   auto from_a = fire(*a_, "slow", 8, "ra");
