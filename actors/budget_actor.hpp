@@ -24,12 +24,25 @@ struct budget_limits {
 budget_limits budget_limits_from(const config::gateway_config& cfg);
 
 using holders_atom = caf::atom_constant<caf::atom("holders")>;
+// budget host ⇄ a cluster member's budget_link_actor (lease_book)
+using lease_atom = caf::atom_constant<caf::atom("lease")>;
+using lease_grant_atom = caf::atom_constant<caf::atom("lease_ok")>;
+using lease_return_atom = caf::atom_constant<caf::atom("lease_ret")>;
+using recall_atom = caf::atom_constant<caf::atom("recall")>;
 
 // Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), priority: int64) from the
 // connection actor; answered later with (grant_atom, granted: bool, reason: string) sent to it.
 // (slots_atom) → the number of slots held (for drain's leak report).
 // (holders_atom) → (vector<actor> holders, vector<uint64> upstreams, vector<int64> keys): who holds
 // a slot now (a cluster member that rejoins its budget host registers them there).
+// Leases, from a cluster member's link actor, which may hold many slots:
+// (lease_atom, upstream, key, priority, lease: uint64) asks for one slot under that id, answered
+// with (lease_grant_atom, lease, granted: bool, reason) sent to the link; (lease_return_atom,
+// lease) gives a held slot back or withdraws a queued ask. The link is monitored: its down_msg
+// frees all it holds. While anyone but that link waits in the queue, the link is sent
+// (recall_atom, true), and (recall_atom, false) when that is no longer so.
+// The work and queue gauges count this node's own connection actors only: a member counts the
+// work it runs itself, so the sum over the cluster's nodes is the cluster's work.
 caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, metrics* stats);
 
 }  // namespace tether

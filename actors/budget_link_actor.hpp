@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -16,6 +17,7 @@
 namespace tether {
 
 caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_budget,
-                                std::string host, std::uint16_t port, metrics* stats);
+                                std::string host, std::uint16_t port,
+                                std::chrono::milliseconds lease_idle, metrics* stats);
 
 }  // namespace tether

@@ -131,11 +131,13 @@ int serve(tether::config::gateway_config cfg) {
                 system->render(published.error()));
       return 1;
     }
+    rt->stats->export_cluster_slots();
     log_info("shared budget listening on " + host + ":" + std::to_string(*published));
   }
   if (!cluster.budget_host.empty()) {
     auto [host, port] = split_host_port(cluster.budget_host);
-    rt->budget = system->spawn(budget_link_actor, local_budget, host, port, rt->stats.get());
+    rt->budget = system->spawn(budget_link_actor, local_budget, host, port, cluster.lease_idle,
+                               rt->stats.get());
   }
   rt->supervisor = system->spawn(supervisor_actor, rt->cfg.server.drain_timeout);
 

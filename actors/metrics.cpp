@@ -46,7 +46,11 @@ void histogram::render(std::string& out, const std::string& name, const std::str
 metrics::metrics(std::vector<std::string> upstream_names)
     : upstreams_(std::move(upstream_names)), late_work_(upstreams_.size(), 0.0) {
   upstream_work_ = std::make_unique<std::atomic<std::int64_t>[]>(upstreams_.size());
-  for (std::size_t i = 0; i < upstreams_.size(); ++i) upstream_work_[i].store(0);
+  cluster_slots_ = std::make_unique<std::atomic<std::int64_t>[]>(upstreams_.size());
+  for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+    upstream_work_[i].store(0);
+    cluster_slots_[i].store(0);
+  }
 }
 
 void metrics::request_done(const std::string& model, outcome o, double seconds) {
@@ -77,6 +81,14 @@ void metrics::cancel_latency(double seconds) {
 
 void metrics::upstream_work_add(std::size_t upstream, int delta) {
   if (upstream < upstreams_.size()) upstream_work_[upstream].fetch_add(delta);
+}
+
+void metrics::cluster_slots_set(std::size_t upstream, std::int64_t n) {
+  if (upstream < upstreams_.size()) cluster_slots_[upstream].store(n);
+}
+
+std::int64_t metrics::cluster_slots(std::size_t upstream) const {
+  return upstream < upstreams_.size() ? cluster_slots_[upstream].load() : 0;
 }
 
 std::int64_t metrics::upstream_work(std::size_t upstream) const {
@@ -135,6 +147,14 @@ std::string metrics::render() const {
   if (auto c = cluster_connected_.load(); c >= 0) {
     header(out, "tether_cluster_connected", "gauge", "1 while joined to the budget host.");
     out += fmt::format("tether_cluster_connected {}\n", c);
+  }
+  if (cluster_slots_exported_.load()) {
+    header(out, "tether_cluster_slots_held", "gauge",
+           "Budget host: slots held across the cluster, members' leases included.");
+    for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+      out += fmt::format("tether_cluster_slots_held{{upstream=\"{}\"}} {}\n",
+                         escape_label(upstreams_[i]), cluster_slots_[i].load());
+    }
   }
   return out;
 }

@@ -43,6 +43,10 @@ class metrics {
   void upstream_work_add(std::size_t upstream, int delta);
   void queue_depth_set(std::int64_t depth) { queue_depth_.store(depth); }
   void cluster_connected_set(int v) { cluster_connected_.store(v); }
+  // A budget host exports the slots its budget holds for the whole cluster (leases included).
+  void export_cluster_slots() { cluster_slots_exported_.store(true); }
+  void cluster_slots_set(std::size_t upstream, std::int64_t n);
+  std::int64_t cluster_slots(std::size_t upstream) const;
 
   std::int64_t requests_in_flight() const { return requests_in_flight_.load(); }
   std::int64_t upstream_work(std::size_t upstream) const;
@@ -64,6 +68,8 @@ class metrics {
   std::unique_ptr<std::atomic<std::int64_t>[]> upstream_work_;
   std::atomic<std::int64_t> queue_depth_{0};
   std::atomic<int> cluster_connected_{-1};  // -1: standalone, the gauge is not exported
+  std::unique_ptr<std::atomic<std::int64_t>[]> cluster_slots_;
+  std::atomic<bool> cluster_slots_exported_{false};
 };
 
 }  // namespace tether

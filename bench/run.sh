@@ -26,6 +26,7 @@ tether_port="${TETHER_PORT:-18102}"
 host_port="${TETHER_HOST_PORT:-18103}"
 budget_port="${TETHER_BUDGET_PORT:-18104}"
 member_port="${TETHER_MEMBER_PORT:-18105}"
+cold_port="${TETHER_COLD_MEMBER_PORT:-18106}"
 cap=8
 
 quick=0
@@ -96,7 +97,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "$mock_port" "$nginx_port" "$tether_port" "$host_port" "$budget_port" "$member_port"; do
+for p in "$mock_port" "$nginx_port" "$tether_port" "$host_port" "$budget_port" "$member_port" \
+  "$cold_port"; do
   port_free "$p" || { log "port $p is in use (set MOCK_PORT/NGINX_PORT/TETHER_PORT)"; exit 1; }
 done
 
@@ -142,6 +144,9 @@ tether_pid=$started_pid
 start_tether tether-host "$host_port" --budget-listen "127.0.0.1:$budget_port"
 start_tether tether-member "$member_port" --budget-host "127.0.0.1:$budget_port"
 member_pid=$started_pid
+start_tether tether-member-cold "$cold_port" --budget-host "127.0.0.1:$budget_port" \
+  --lease-idle-ms 0
+cold_pid=$started_pid
 
 rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [ -n "$(git -C "$here" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
@@ -156,6 +161,7 @@ status=0
   --target "nginx=127.0.0.1:$nginx_port@$nginx_pid" \
   --target "tether=127.0.0.1:$tether_port@$tether_pid" \
   --cluster-member "127.0.0.1:$member_port@$member_pid" \
+  --cluster-member-cold "127.0.0.1:$cold_port@$cold_pid" \
   --cap "$cap" --time-limit-s "$time_limit" --placement "$placement" \
   --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
 

@@ -94,6 +94,9 @@ struct telemetry_config {
 struct cluster_config {
   std::string budget_listen;  // host:port, empty = not hosting
   std::string budget_host;    // host:port, empty = not a member
+  // A member keeps a slot whose work ended this long for its next request (0: gives it back
+  // at once, so every acquire is a round trip to the host).
+  millis lease_idle{1000};
 };
 
 struct gateway_config {

@@ -743,7 +743,7 @@ class loader {
 
   void read_cluster(const toml::table& t) {
     const std::string_view p = "cluster";
-    check_keys(t, p, {"budget_listen", "budget_host"});
+    check_keys(t, p, {"budget_listen", "budget_host", "lease_idle_ms"});
     auto& c = cfg_.cluster;
     for (auto [key, out] :
          {std::pair{"budget_listen", &c.budget_listen}, std::pair{"budget_host", &c.budget_host}}) {
@@ -752,6 +752,7 @@ class loader {
         *out = *v;
       }
     }
+    read_ms(t, "lease_idle_ms", p, c.lease_idle, 0);
     if (!c.budget_listen.empty() && !c.budget_host.empty()) {
       error("cluster",
             "budget_listen and budget_host are both set: a node either hosts the shared budget "

@@ -158,6 +158,7 @@ std::string render_effective(const gateway_config& cfg) {
   o += "\n[cluster]\n";
   line("budget_listen", quote(cfg.cluster.budget_listen));
   line("budget_host", quote(cfg.cluster.budget_host));
+  line("lease_idle_ms", cfg.cluster.lease_idle.count());
   return o;
 }
 

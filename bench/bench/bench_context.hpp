@@ -36,6 +36,8 @@ struct bench_options {
   // A tether node that takes its slots from another node's budget (scenario 7); not a target of
   // the other scenarios.
   std::optional<target> cluster_member;
+  // A member configured with lease_idle_ms = 0: every acquire is a round trip to the host.
+  std::optional<target> cluster_member_cold;
   steady::time_point hard_deadline;  // no phase starts after this
 };
 

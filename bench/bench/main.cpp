@@ -5,8 +5,9 @@
 //                --target tether=HOST:PORT@PID --out-dir DIR --stamp NAME
 //                [--quick] [--scenarios 1,2,...] [--time-limit-s S] [--cap N] [--placement TEXT]
 //                [--cluster-member HOST:PORT@PID]   (scenario 7: a node of a shared budget)
+//                [--cluster-member-cold HOST:PORT@PID]   (a member that keeps no leases)
 //   tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]
-//                [--budget-listen HOST:PORT | --budget-host HOST:PORT]
+//                [--budget-listen HOST:PORT | --budget-host HOST:PORT [--lease-idle-ms N]]
 //   tether-bench --render DIR/NAME.json      (rewrites NAME.md and NAME.svg from the JSON)
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -35,8 +36,10 @@ constexpr const char* usage =
     "usage: tether-bench --mock HOST:PORT --target NAME=HOST:PORT[@PID]... --out-dir DIR\n"
     "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7] [--time-limit-s S]\n"
     "                    [--cap N] [--placement TEXT] [--cluster-member HOST:PORT[@PID]]\n"
+    "                    [--cluster-member-cold HOST:PORT[@PID]]\n"
     "       tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]\n"
-    "                    [--budget-listen HOST:PORT | --budget-host HOST:PORT]\n";
+    "                    [--budget-listen HOST:PORT | --budget-host HOST:PORT "
+    "[--lease-idle-ms N]]\n";
 
 std::optional<tcp::endpoint> parse_endpoint(std::string_view text) {
   auto colon = text.rfind(':');
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
   std::string out_dir, stamp, listen, placement = "Placement not given.";
   bool print_config = false;
   std::string cluster;
+  std::string lease_idle;
   double time_limit_s = 540;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -194,15 +198,19 @@ int main(int argc, char** argv) {
       cluster = "budget_listen = \"" + value + "\"";
     } else if (arg == "--budget-host") {
       cluster = "budget_host = \"" + value + "\"";
-    } else if (arg == "--cluster-member") {
+    } else if (arg == "--lease-idle-ms") {
+      lease_idle = "\nlease_idle_ms = " + std::to_string(std::stoul(value));
+    } else if (arg == "--cluster-member" || arg == "--cluster-member-cold") {
+      bool cold = arg == "--cluster-member-cold";
       auto at = value.find('@');
       auto ep = parse_endpoint(std::string_view(value).substr(0, at));
       if (!ep) {
-        std::cerr << "tether-bench: bad --cluster-member " << value << "\n";
+        std::cerr << "tether-bench: bad " << arg << " " << value << "\n";
         return 2;
       }
-      options.cluster_member = target{"tether-member", *ep, std::nullopt};
-      if (at != std::string::npos) options.cluster_member->pid = std::stoi(value.substr(at + 1));
+      auto& slot = cold ? options.cluster_member_cold : options.cluster_member;
+      slot = target{cold ? "tether-member-cold" : "tether-member", *ep, std::nullopt};
+      if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
     } else if (arg == "--placement") {
       placement = value;
     } else {
@@ -215,9 +223,9 @@ int main(int argc, char** argv) {
       std::cerr << usage;
       return 2;
     }
-    std::cout << tether_config(listen,
-                               mock->address().to_string() + ":" + std::to_string(mock->port()),
-                               options.budget_cap, cluster);
+    std::cout << tether_config(
+        listen, mock->address().to_string() + ":" + std::to_string(mock->port()),
+        options.budget_cap, cluster.empty() ? cluster : cluster + lease_idle);
     return 0;
   }
   if (!mock || targets.empty() || out_dir.empty() || stamp.empty()) {

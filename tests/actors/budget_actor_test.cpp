@@ -40,6 +40,27 @@ class BudgetActorTest : public ::testing::Test {
     return granted;
   }
 
+  // What a member's link actor hears from the budget within `wait`, in order: "grant 3",
+  // "refused 3", "recall on", "recall off".
+  static std::vector<std::string> heard(caf::scoped_actor& link,
+                                        std::chrono::milliseconds wait = 150ms) {
+    std::vector<std::string> out;
+    bool more = true;
+    while (more) {
+      link->receive(
+          [&](lease_grant_atom, std::uint64_t lease, bool ok, const std::string&) {
+            out.push_back((ok ? "grant " : "refused ") + std::to_string(lease));
+          },
+          [&](recall_atom, bool on) { out.emplace_back(on ? "recall on" : "recall off"); },
+          caf::after(wait) >> [&] { more = false; });
+    }
+    return out;
+  }
+  static void lease(caf::scoped_actor& link, const caf::actor& budget, std::uint64_t id,
+                    std::uint64_t upstream = 0) {
+    link->send(budget, lease_atom::value, upstream, std::int64_t{-1}, std::int64_t{0}, id);
+  }
+
   // Declared first so it is destroyed last: the budget actor updates it until the system stops.
   metrics stats_;
   caf::actor_system_config cfg_;
@@ -126,6 +147,78 @@ TEST_F(BudgetActorTest, AskingAgainForAHeldSlotCountsItOnce) {
   EXPECT_EQ(acquire(b, budget, 0), std::optional<bool>(true));
   EXPECT_EQ(acquire(c, budget, 0), std::optional<bool>(true));  // both slots free again
   EXPECT_EQ(stats_.upstream_work(0), 2);
+}
+
+using strings = std::vector<std::string>;
+
+// Leased slots count against the cap like any other; the budget host does not count them as its
+// own work (the member does), and the link's exit frees every one of them.
+TEST_F(BudgetActorTest, LeasesCountAgainstTheCapAndTheLinksExitFreesThemAll) {
+  auto budget = spawn_budget(8, {2, 2});
+  auto link = std::make_unique<caf::scoped_actor>(system_);
+  lease(*link, budget, 1);
+  lease(*link, budget, 2);
+  EXPECT_EQ(heard(*link), (strings{"grant 1", "grant 2"}));
+  EXPECT_EQ(stats_.cluster_slots(0), 2);
+  EXPECT_EQ(stats_.upstream_work(0), 0);
+  caf::scoped_actor c{system_};
+  EXPECT_EQ(acquire(c, budget, 0, -1, 100ms), std::nullopt);
+  EXPECT_EQ(heard(*link), (strings{"recall on"}));  // someone else waits
+  link.reset();                                     // the member is gone
+  EXPECT_EQ(await_grant(c), std::optional<bool>(true));
+  EXPECT_EQ(stats_.cluster_slots(0), 1);
+  EXPECT_EQ(stats_.upstream_work(0), 1);
+}
+
+TEST_F(BudgetActorTest, AReturnedLeaseGoesToTheOldestWaiterAndTheRecallIsLifted) {
+  auto budget = spawn_budget(8, {1, 1});
+  caf::scoped_actor link{system_}, b{system_};
+  lease(link, budget, 1);
+  EXPECT_EQ(heard(link), (strings{"grant 1"}));
+  EXPECT_EQ(acquire(b, budget, 0, -1, 100ms), std::nullopt);
+  EXPECT_EQ(heard(link), (strings{"recall on"}));
+  link->send(budget, lease_return_atom::value, std::uint64_t{1});
+  EXPECT_EQ(await_grant(b), std::optional<bool>(true));
+  EXPECT_EQ(heard(link), (strings{"recall off"}));
+}
+
+// While only the link's own asks wait, it keeps its slots: it hands them to its own waiters.
+TEST_F(BudgetActorTest, NoRecallWhileOnlyTheLinkItselfWaits) {
+  auto budget = spawn_budget(8, {1, 1});
+  caf::scoped_actor link{system_};
+  lease(link, budget, 1);
+  lease(link, budget, 2);
+  EXPECT_EQ(heard(link), (strings{"grant 1"}));
+  link->send(budget, lease_return_atom::value, std::uint64_t{1});
+  EXPECT_EQ(heard(link), (strings{"grant 2"}));
+}
+
+TEST_F(BudgetActorTest, AWithdrawnAskNeverTakesASlot) {
+  auto budget = spawn_budget(8, {1, 1});
+  auto a = std::make_unique<caf::scoped_actor>(system_);
+  caf::scoped_actor link{system_}, c{system_};
+  ASSERT_EQ(acquire(*a, budget, 0), std::optional<bool>(true));
+  lease(link, budget, 7);
+  EXPECT_EQ(heard(link), strings{});
+  EXPECT_EQ(stats_.queue_depth(), 0);  // a member's ask is that member's queue, not this node's
+  link->send(budget, lease_return_atom::value, std::uint64_t{7});
+  a.reset();
+  EXPECT_EQ(acquire(c, budget, 0), std::optional<bool>(true));
+  EXPECT_EQ(heard(link), strings{});
+}
+
+TEST_F(BudgetActorTest, LeaseAsksQueueInPriorityOrderWithOtherWaiters) {
+  auto budget = spawn_budget(8, {1, 1});
+  auto a = std::make_unique<caf::scoped_actor>(system_);
+  caf::scoped_actor link{system_}, b{system_};
+  ASSERT_EQ(acquire(*a, budget, 0), std::optional<bool>(true));
+  b->send(budget, acquire_atom::value, std::uint64_t{0}, std::int64_t{-1}, std::int64_t{20});
+  link->send(budget, lease_atom::value, std::uint64_t{0}, std::int64_t{-1}, std::int64_t{10},
+             std::uint64_t{3});  // an older request: ahead of b
+  EXPECT_EQ(heard(link), strings{});
+  a.reset();
+  EXPECT_EQ(heard(link), (strings{"grant 3", "recall on"}));  // b still waits
+  EXPECT_EQ(await_grant(b, 100ms), std::nullopt);
 }
 
 }  // namespace

@@ -81,6 +81,7 @@ TEST(LoaderTest, MinimalFileLoadsWithDefaultsApplied) {
   EXPECT_EQ(cfg.telemetry.log_level, "info");
   EXPECT_EQ(cfg.telemetry.service_name, "tether");
   EXPECT_EQ(cfg.cluster.budget_listen, "");
+  EXPECT_EQ(cfg.cluster.lease_idle, millis(1000));
 }
 
 TEST(LoaderTest, ContractExampleValuesAreRead) {
@@ -102,6 +103,7 @@ otlp_endpoint = "http://127.0.0.1:4318/v1/traces"
 service_name = "edge"
 [cluster]
 budget_host = "10.0.0.1:4242"
+lease_idle_ms = 0
 )");
   EXPECT_EQ(cfg.server.listen_host, "0.0.0.0");
   EXPECT_EQ(cfg.server.listen_port, 9000);
@@ -116,6 +118,7 @@ budget_host = "10.0.0.1:4242"
   EXPECT_EQ(cfg.telemetry.otlp_endpoint, "http://127.0.0.1:4318/v1/traces");
   EXPECT_EQ(cfg.telemetry.service_name, "edge");
   EXPECT_EQ(cfg.cluster.budget_host, "10.0.0.1:4242");
+  EXPECT_EQ(cfg.cluster.lease_idle, millis(0));
 }
 
 TEST(LoaderTest, SyntaxErrorNamesFileLineAndColumn) {
@@ -371,6 +374,7 @@ TEST(LoaderTest, ClusterHostingAndUsingAtOnceIsRejected) {
   expect_error(minimal + "[cluster]\nbudget_listen = \"0.0.0.0:4242\"\nbudget_host = \"h:4242\"\n",
                "cluster: budget_listen and budget_host are both set");
   expect_error(minimal + "[cluster]\nbudget_host = \"h\"\n", "cluster.budget_host");
+  expect_error(minimal + "[cluster]\nlease_idle_ms = -1\n", "cluster.lease_idle_ms");
 }
 
 TEST(LoaderTest, EnvOverridesDeadlineAndAttemptTimeoutInSeconds) {
@@ -558,9 +562,7 @@ TEST(LoaderTest, RenderEffectiveRoundTripsThroughTheLoader) {
 }
 
 TEST(LoaderTest, DemoConfigLoadsCleanly) {
-  const auto path =
-      (std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "config" / "demo.toml")
-          .lexically_normal();
+  const auto path = std::filesystem::path(TETHER_SOURCE_DIR) / "config" / "demo.toml";
   const auto r = load_file(path.string(), fake_env({}));
   ASSERT_THAT(r.errors, IsEmpty());
   const auto& cfg = *r.config;

@@ -134,8 +134,7 @@ TEST_F(ClusterTest, WorkStartedDuringTheOutageCountsAgainstTheSharedCapAfterTheR
       node_config(mock_, "budget_listen = \"127.0.0.1:" + std::to_string(budget_port_) + "\""));
   ASSERT_TRUE(await_metric(a_->port(), "tether_cluster_connected", 1, 10s));
   ASSERT_TRUE(await_metric(b_->port(), "tether_cluster_connected", 1, 10s));
-  ASSERT_TRUE(
-      await_metric(host_->port(), "tether_upstream_work_in_flight{upstream=\"mock\"}", 4, 5s))
+  ASSERT_TRUE(await_metric(host_->port(), "tether_cluster_slots_held{upstream=\"mock\"}", 4, 5s))
       << "the host does not count the member's running work";
   auto from_b = fire(*b_, "slow", 2, "b");
   for (auto& f : from_b) EXPECT_EQ(f.get().status, 200);
@@ -165,6 +164,41 @@ TEST_F(ClusterTest, MembersServeAloneWhileTheHostIsDownAndRejoinWhenItIsBack) {
   for (auto& f : from_a) EXPECT_EQ(f.get().status, 200);
   for (auto& f : from_b) EXPECT_EQ(f.get().status, 200);
   EXPECT_LE(mock_.stats().at("max_active").as_int64(), 4);
+}
+
+// A member keeps the slots the host granted it as leases: once warm, it serves without a round
+// trip to the host — shown by freezing the host (SIGSTOP: its connection stays up, it answers
+// nothing) and still getting an answer.
+TEST_F(ClusterTest, AWarmMemberServesWithoutAskingTheHost) {
+  EXPECT_EQ(fire(*a_, "slow", 1, "warm")[0].get().status, 200);
+  ASSERT_TRUE(await_metric(a_->port(), "tether_upstream_work_in_flight{upstream=\"mock\"}", 0, 5s));
+  ASSERT_TRUE(await_metric(host_->port(), "tether_cluster_slots_held{upstream=\"mock\"}", 1, 5s))
+      << "the member gave its slot back instead of keeping it";
+  host_->process().send_signal(SIGSTOP);
+  auto r = request("POST", a_->port(), "/v1/chat/completions", chat_body("slow"),
+                   {{"x-request-id", "frozen"}}, 5s);
+  host_->process().send_signal(SIGCONT);
+  EXPECT_EQ(r.status, 200);
+}
+
+// Leases do not starve other nodes: slots a member keeps idle go back the moment another member
+// waits for them, long before they would expire on their own (1 s).
+TEST_F(ClusterTest, AnIdleMembersLeasesGoToAnotherMemberAtOnce) {
+  for (auto& f : fire(*a_, "slow", 4, "a")) EXPECT_EQ(f.get().status, 200);
+  ASSERT_TRUE(await_metric(a_->port(), "tether_upstream_work_in_flight{upstream=\"mock\"}", 0, 5s));
+  ASSERT_TRUE(await_metric(host_->port(), "tether_cluster_slots_held{upstream=\"mock\"}", 4, 5s));
+  auto fired_at = epoch_ms_now();
+  auto from_b = fire(*b_, "slow", 4, "b");
+  for (auto& f : from_b) EXPECT_EQ(f.get().status, 200);
+  auto stats = mock_.stats();
+  EXPECT_LE(stats.at("max_active").as_int64(), 4);
+  int seen = 0;
+  for (const auto& e : mock_log(stats)) {
+    if (str(e.at("headers").at("x-request-id")).rfind("b", 0) != 0) continue;
+    ++seen;
+    EXPECT_LT(num(e.at("started_ms")) - fired_at, 500.0);
+  }
+  EXPECT_EQ(seen, 4);
 }
 
 }  // namespace

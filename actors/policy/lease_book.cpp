@@ -1,0 +1,171 @@
+#include "actors/policy/lease_book.hpp"
+
+#include <algorithm>
+
+namespace tether {
+
+lease_book::actions lease_book::acquire(holder who, pool_key k, std::int64_t priority,
+                                        std::int64_t now_ns) {
+  actions out;
+  if (knows(who)) return out;
+  auto& p = pools_[k];
+  if (!p.idle.empty()) {
+    auto slot = p.idle.back();
+    p.idle.pop_back();
+    busy_.emplace(who, busy_slot{k, slot.id, priority});
+    out.grants.push_back({who, 0, k});
+    return out;
+  }
+  queue_key q{priority, next_seq_++};
+  p.waiting.emplace(q, waiter{who, now_ns});
+  waiting_by_.emplace(who, std::make_pair(k, q));
+  // One ask per waiter: whichever answer comes first serves the oldest waiter.
+  while (p.asks.size() < p.waiting.size()) {
+    auto id = next_lease_++;
+    p.asks.insert({priority, id});
+    ask_pool_.emplace(id, std::make_pair(k, priority));
+    out.asks.push_back({id, k, priority});
+  }
+  return out;
+}
+
+void lease_book::hand_over(pool& p, const pool_key& k, lease id, std::int64_t now_ns,
+                           actions& out) {
+  auto first = p.waiting.begin();
+  auto w = first->second;
+  auto priority = first->first.first;
+  p.waiting.erase(first);
+  waiting_by_.erase(w.who);
+  busy_.emplace(w.who, busy_slot{k, id, priority});
+  out.grants.push_back({w.who, now_ns - w.since_ns, k});
+}
+
+void lease_book::free_slot(pool& p, const pool_key& k, lease id, std::int64_t now_ns,
+                           actions& out) {
+  if (recalled_ || (!keep_idle_ && p.waiting.empty())) {
+    // Someone elsewhere waits: the host's queue, not this node, decides who is next — a local
+    // waiter still has its own ask queued there.
+    out.returns.push_back(id);
+  } else if (!p.waiting.empty()) {
+    hand_over(p, k, id, now_ns, out);
+  } else {
+    p.idle.push_back({id, now_ns});
+  }
+}
+
+void lease_book::trim_asks(pool& p, actions& out) {
+  // An ask nobody waits for any more is withdrawn: the one with the worst place in the host's
+  // queue (latest priority, then newest), so the asks left keep the places the oldest waiters
+  // earned (a retry carries its request's early priority).
+  while (p.asks.size() > p.waiting.size()) {
+    auto worst = *p.asks.rbegin();
+    p.asks.erase(worst);
+    ask_pool_.erase(worst.second);
+    out.returns.push_back(worst.second);
+  }
+}
+
+lease_book::actions lease_book::answered(lease id, bool granted, const std::string& reason,
+                                         std::int64_t now_ns) {
+  actions out;
+  auto a = ask_pool_.find(id);
+  if (a == ask_pool_.end()) return out;
+  auto [k, priority] = a->second;
+  ask_pool_.erase(a);
+  auto& p = pools_[k];
+  p.asks.erase({priority, id});
+  if (!granted) {
+    // The host's queue is full or its wait limit passed: the oldest local waiter gets that answer.
+    if (!p.waiting.empty()) {
+      auto first = p.waiting.begin();
+      out.refusals.push_back({first->second.who, reason});
+      waiting_by_.erase(first->second.who);
+      p.waiting.erase(first);
+    }
+  } else if (!p.waiting.empty()) {
+    hand_over(p, k, id, now_ns, out);  // granted by the host's order: served even when recalled
+  } else if (recalled_ || !keep_idle_) {
+    out.returns.push_back(id);
+  } else {
+    p.idle.push_back({id, now_ns});
+  }
+  trim_asks(p, out);
+  return out;
+}
+
+lease_book::actions lease_book::holder_gone(holder who, std::int64_t now_ns) {
+  actions out;
+  if (auto b = busy_.find(who); b != busy_.end()) {
+    auto slot = b->second;
+    busy_.erase(b);
+    out.work_ended.push_back(slot.pool);
+    auto& p = pools_[slot.pool];
+    free_slot(p, slot.pool, slot.id, now_ns, out);
+    trim_asks(p, out);
+    return out;
+  }
+  if (auto w = waiting_by_.find(who); w != waiting_by_.end()) {
+    auto [k, q] = w->second;
+    waiting_by_.erase(w);
+    auto& p = pools_[k];
+    p.waiting.erase(q);
+    trim_asks(p, out);
+  }
+  return out;
+}
+
+lease_book::actions lease_book::recall(bool on) {
+  actions out;
+  recalled_ = on;
+  if (!on) return out;
+  for (auto& [k, p] : pools_) {
+    for (const auto& slot : p.idle) out.returns.push_back(slot.id);
+    p.idle.clear();
+  }
+  return out;
+}
+
+lease_book::actions lease_book::expire_idle(std::int64_t now_ns, std::int64_t idle_ns) {
+  actions out;
+  for (auto& [k, p] : pools_) {
+    auto keep = std::stable_partition(p.idle.begin(), p.idle.end(), [&](const idle_slot& s) {
+      return now_ns - s.since_ns < idle_ns;
+    });
+    for (auto it = keep; it != p.idle.end(); ++it) out.returns.push_back(it->id);
+    p.idle.erase(keep, p.idle.end());
+  }
+  return out;
+}
+
+lease_book::handover lease_book::drop_all() {
+  handover h;
+  for (const auto& [who, slot] : busy_) h.busy.push_back({who, slot.pool, slot.priority});
+  for (const auto& [k, p] : pools_) {
+    for (const auto& [q, w] : p.waiting) h.waiting.push_back({w.who, k, q.first});
+  }
+  pools_.clear();
+  busy_.clear();
+  waiting_by_.clear();
+  ask_pool_.clear();
+  recalled_ = false;
+  return h;
+}
+
+std::size_t lease_book::idle() const {
+  std::size_t n = 0;
+  for (const auto& [k, p] : pools_) n += p.idle.size();
+  return n;
+}
+
+bool lease_book::oldest_idle(std::int64_t& since_ns) const {
+  bool any = false;
+  for (const auto& [k, p] : pools_) {
+    for (const auto& s : p.idle) {
+      if (!any || s.since_ns < since_ns) since_ns = s.since_ns;
+      any = true;
+    }
+  }
+  return any;
+}
+
+}  // namespace tether

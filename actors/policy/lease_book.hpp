@@ -1,0 +1,127 @@
+// A cluster member's ledger of the slots it leases from the shared budget (issue #7).
+//
+// A remote acquire costs a loopback round trip through two middleman threads (≈0.4–0.5 ms p99),
+// so a member keeps the slots the host granted it as leases: a slot whose work ended stays with
+// the member for a while and the next local request takes it without asking anyone. The host
+// still counts every leased slot against the cap, so the upstream never sees more than the cap;
+// it monitors the member's link actor, so a dead member's leases are freed by its down_msg.
+// Fairness: while some other node waits at the host, the host recalls; a recalled member gives
+// back its idle slots at once and every slot whose work ends, so the host's queue decides who
+// goes next.
+//
+// Pure bookkeeping: events in, actions out. Holders are opaque ids (the link maps them to its
+// connection actors); leases are ids this book mints.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace tether {
+
+class lease_book {
+ public:
+  // keep_idle = false: a slot whose work ended and that no local waiter takes goes straight back.
+  explicit lease_book(bool keep_idle = true) : keep_idle_(keep_idle) {}
+
+  using holder = std::uint64_t;
+  using lease = std::uint64_t;
+  // Slots are interchangeable only within the same caps: (upstream, key; -1 = none).
+  using pool_key = std::pair<std::uint64_t, std::int64_t>;
+
+  struct ask {
+    lease id;
+    pool_key pool;
+    std::int64_t priority;
+  };
+  struct grant {
+    holder who;
+    std::int64_t waited_ns;
+    pool_key pool{};
+  };
+  struct refusal {
+    holder who;
+    std::string reason;
+  };
+  // What the caller must do, in this order: grants and refusals to local holders, new asks and
+  // returns (give back a held lease, or withdraw a queued ask) to the host.
+  struct actions {
+    std::vector<grant> grants;
+    std::vector<refusal> refusals;
+    std::vector<ask> asks;
+    std::vector<lease> returns;
+    std::vector<pool_key> work_ended;  // a busy slot's holder went away (for the work gauge)
+  };
+  struct claim {
+    holder who;
+    pool_key pool;
+    std::int64_t priority;
+  };
+  // What was in flight when the host was lost: the caller asks its own budget for each.
+  struct handover {
+    std::vector<claim> busy;
+    std::vector<claim> waiting;
+  };
+
+  // A holder asks for a slot; a second ask from a holder already known changes nothing.
+  actions acquire(holder who, pool_key pool, std::int64_t priority, std::int64_t now_ns);
+  // The host answered one of this book's asks (an unknown id was withdrawn: the host has
+  // already dropped it, so it is ignored).
+  actions answered(lease id, bool granted, const std::string& reason, std::int64_t now_ns);
+  // A holder ended: its busy slot is free (kept, handed on, or given back), or it stops waiting.
+  actions holder_gone(holder who, std::int64_t now_ns);
+  // The host wants slots back (another node waits) or no longer does.
+  actions recall(bool on);
+  // Gives back the slots idle for at least `idle_ns`.
+  actions expire_idle(std::int64_t now_ns, std::int64_t idle_ns);
+  // The host is gone and every lease with it.
+  handover drop_all();
+
+  bool knows(holder who) const { return busy_.count(who) > 0 || waiting_by_.count(who) > 0; }
+  std::size_t busy() const { return busy_.size(); }
+  std::size_t waiting() const { return waiting_by_.size(); }
+  std::size_t idle() const;
+  std::size_t asks_out() const { return ask_pool_.size(); }
+  // When the oldest idle slot was freed (nothing idle: none).
+  bool oldest_idle(std::int64_t& since_ns) const;
+
+ private:
+  using queue_key = std::pair<std::int64_t, std::uint64_t>;  // (priority, arrival)
+  struct idle_slot {
+    lease id;
+    std::int64_t since_ns;
+  };
+  struct waiter {
+    holder who;
+    std::int64_t since_ns;
+  };
+  struct pool {
+    std::vector<idle_slot> idle;  // most recently freed last: reused first, the oldest expire
+    std::map<queue_key, waiter> waiting;
+    std::set<std::pair<std::int64_t, lease>> asks;  // (priority, id): the worst is withdrawn
+  };
+  struct busy_slot {
+    pool_key pool;
+    lease id;
+    std::int64_t priority;
+  };
+
+  void hand_over(pool& p, const pool_key& k, lease id, std::int64_t now_ns, actions& out);
+  void free_slot(pool& p, const pool_key& k, lease id, std::int64_t now_ns, actions& out);
+  void trim_asks(pool& p, actions& out);
+
+  std::map<pool_key, pool> pools_;
+  std::unordered_map<holder, busy_slot> busy_;
+  std::unordered_map<holder, std::pair<pool_key, queue_key>> waiting_by_;
+  std::unordered_map<lease, std::pair<pool_key, std::int64_t>> ask_pool_;  // → (pool, priority)
+  lease next_lease_ = 1;
+  std::uint64_t next_seq_ = 0;
+  bool recalled_ = false;
+  bool keep_idle_ = true;
+};
+
+}  // namespace tether
