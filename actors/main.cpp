@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -57,6 +58,30 @@ unsigned usable_cpus() {
 std::pair<std::string, std::uint16_t> split_host_port(const std::string& hp) {
   auto colon = hp.rfind(':');
   return {hp.substr(0, colon), static_cast<std::uint16_t>(std::stoi(hp.substr(colon + 1)))};
+}
+
+// Once a stop was asked for, stopping is bounded: a second SIGTERM/SIGINT ends the process at
+// once (the operator's "now"), and so does a teardown still running `teardown_limit` after the
+// drain (an actor or thread that never ends would otherwise leave a process that ignores every
+// later SIGTERM: its signals stay blocked for sigwait, which is not called again).
+void watch_the_shutdown(sigset_t signals, std::shared_ptr<std::atomic<std::int64_t>> teardown_ns) {
+  constexpr std::int64_t teardown_limit_ns = 10'000'000'000;
+  std::thread([signals, teardown_ns] {
+    for (;;) {
+      timespec tick{0, 200'000'000};
+      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+        tether::log_warn("second signal: exiting without finishing the drain");
+        std::fflush(nullptr);
+        std::_Exit(1);
+      }
+      auto since = teardown_ns->load();
+      if (since != 0 && tether::now_ns() - since > teardown_limit_ns) {
+        tether::log_error("shutdown still not finished 10 s after the drain; exiting");
+        std::fflush(nullptr);
+        std::_Exit(1);
+      }
+    }
+  }).detach();
 }
 
 int serve(tether::config::gateway_config cfg) {
@@ -166,6 +191,8 @@ int serve(tether::config::gateway_config cfg) {
   int sig = 0;
   sigwait(&signals, &sig);
   log_info(std::string{"received "} + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", draining");
+  auto teardown_ns = std::make_shared<std::atomic<std::int64_t>>(0);
+  watch_the_shutdown(signals, teardown_ns);
   gw.start_draining();
 
   // The listener stays open while draining: /readyz says 503, new model requests get 503.
@@ -182,6 +209,7 @@ int serve(tether::config::gateway_config cfg) {
              " request(s) cancelled at the drain timeout, " + std::to_string(leftover) +
              " budget slot(s) left");
   }
+  teardown_ns->store(now_ns());
   server.stop_accepting();
   server.close_all();
   if (rt->tracer) rt->tracer->shutdown(std::chrono::seconds(1));

@@ -278,6 +278,33 @@ TEST_F(GatewayTest, SigtermDrainsInFlightRequestsAndRefusesNewOnes) {
   EXPECT_TRUE(gw_->process().wait_for_line(std::regex("0 budget slot\\(s\\) left"), 1s));
 }
 
+// An operator who signals again does not wait for the drain: the process ends at once, non-zero,
+// and the work in flight is cut (the upstream sees its connection close).
+TEST_F(GatewayTest, ASecondSignalDuringTheDrainExitsAtOnce) {
+  start("deadline_ms = 10000\nattempt_timeout_ms = 5000", model_entry("long", "mock-delay-5000"));
+  bool dropped = false;
+  std::thread held([&] {
+    try {
+      request("POST", gw_->port(), "/v1/chat/completions", chat_body("long"));
+    } catch (const http_error&) {
+      dropped = true;  // the process is gone: its caller's connection with it
+    }
+  });
+  auto busy = mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 1; });
+  ASSERT_EQ(busy.at("active").as_int64(), 1);
+  gw_->process().send_signal(SIGTERM);
+  ASSERT_TRUE(gw_->process().wait_for_line(std::regex("draining"), 5s));
+  auto t0 = std::chrono::steady_clock::now();
+  gw_->process().send_signal(SIGINT);
+  EXPECT_EQ(gw_->process().wait_exit(3s), std::optional<int>(1));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_TRUE(gw_->process().wait_for_line(std::regex("second signal"), 1s));
+  auto after = mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 0; });
+  EXPECT_EQ(after.at("active").as_int64(), 0);
+  held.join();
+  EXPECT_TRUE(dropped);
+}
+
 TEST_F(GatewayTest, SigtermWhenIdleExitsAtOnce) {
   start();
   auto t0 = std::chrono::steady_clock::now();
