@@ -5,32 +5,37 @@
 namespace tether {
 namespace {
 
-// net/ calls these on an io thread; each becomes a message to the connection actor. The strong
-// handle keeps the actor alive until the socket is closed: on_closed is net's last call.
+// net/ calls these on an io thread; each becomes a message. The response (head, body, end,
+// failure) goes straight to the attempt actor, which alone reads it: one hop per event instead
+// of two through this actor. The socket's end goes to the connection actor, whose strong handle
+// keeps it alive until then: on_closed is net's last call.
 class relay_events final : public net::upstream_events {
  public:
-  explicit relay_events(caf::actor owner) : owner_(std::move(owner)) {}
+  relay_events(caf::actor owner, caf::actor attempt)
+      : owner_(std::move(owner)), attempt_(std::move(attempt)) {}
 
   // Nothing downstream needs it yet; not sending it saves two messages per request.
   void on_connected(bool) override {}
   void on_head(int status, net::header_list headers) override {
-    caf::anon_send(owner_, up_head_atom::value, status, std::move(headers));
+    caf::anon_send(attempt_, up_head_atom::value, status, std::move(headers));
   }
   void on_body(std::string bytes) override {
-    caf::anon_send(owner_, up_body_atom::value, std::move(bytes));
+    caf::anon_send(attempt_, up_body_atom::value, std::move(bytes));
   }
-  void on_end() override { caf::anon_send(owner_, up_end_atom::value); }
+  void on_end() override { caf::anon_send(attempt_, up_end_atom::value); }
   void on_failure(net::upstream_failure kind, std::string message) override {
-    caf::anon_send(owner_, up_fail_atom::value, static_cast<std::int32_t>(kind),
+    caf::anon_send(attempt_, up_fail_atom::value, static_cast<std::int32_t>(kind),
                    std::move(message));
   }
   void on_closed() override {
+    attempt_ = nullptr;
     auto owner = std::move(owner_);
     caf::anon_send(owner, up_closed_atom::value, now_ns());
   }
 
  private:
   caf::actor owner_;
+  caf::actor attempt_;
 };
 
 struct connection_state {
@@ -99,18 +104,8 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
           return;
         }
         st->granted = true;
-        auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self));
+        auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self), attempt);
         st->exchange = rt->upstreams[upstream]->start(std::move(*request_to_send), events);
-      },
-      [self, attempt](up_head_atom, int status, net::header_list& headers) {
-        self->send(attempt, up_head_atom::value, status, std::move(headers));
-      },
-      [self, attempt](up_body_atom, std::string& bytes) {
-        self->send(attempt, up_body_atom::value, std::move(bytes));
-      },
-      [self, attempt](up_end_atom) { self->send(attempt, up_end_atom::value); },
-      [self, attempt](up_fail_atom, std::int32_t kind, std::string& message) {
-        self->send(attempt, up_fail_atom::value, kind, std::move(message));
       },
       [finish](up_closed_atom, std::int64_t closed_ns) { finish(closed_ns); },
   };

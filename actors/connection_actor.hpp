@@ -18,8 +18,8 @@ struct connection_spec {
   net::upstream_request request;
 };
 
-// `attempt` receives up_* messages and (queued_atom, wait_ns); `request` receives
-// (work_ended_atom, upstream, closed_ns, started) when the socket is gone.
+// `attempt` receives up_* messages (straight from net/) and (queued_atom, wait_ns); `request`
+// receives (work_ended_atom, upstream, closed_ns, started) when the socket is gone.
 caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor attempt,
                                caf::actor request, connection_spec spec);
 

@@ -25,7 +25,8 @@ using grant_atom = caf::atom_constant<caf::atom("grant")>;
 using queue_timeout_atom = caf::atom_constant<caf::atom("q_tmo")>;
 using slots_atom = caf::atom_constant<caf::atom("slots")>;
 
-// net/ (an io thread) → upstream connection actor
+// net/ (an io thread) → attempt actor (head, body, end, failure) and upstream connection actor
+// (closed)
 using up_head_atom = caf::atom_constant<caf::atom("up_head")>;
 using up_body_atom = caf::atom_constant<caf::atom("up_body")>;
 using up_end_atom = caf::atom_constant<caf::atom("up_end")>;
