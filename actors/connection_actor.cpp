@@ -53,6 +53,7 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
                                caf::actor request, connection_spec spec) {
   auto st = std::make_shared<connection_state>();
   auto upstream = spec.upstream;
+  auto hub = spec.hub;
 
   // The socket's end is this actor's end: report it, then exit, which frees the budget slot.
   auto finish = [self, st, request, upstream](std::int64_t closed_ns) {
@@ -91,8 +92,8 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   auto request_to_send = std::make_shared<net::upstream_request>(std::move(spec.request));
 
   return {
-      [self, rt, st, attempt, request_to_send, upstream, finish](grant_atom, bool granted,
-                                                                 const std::string& reason) {
+      [self, rt, st, attempt, request_to_send, upstream, hub, finish](grant_atom, bool granted,
+                                                                      const std::string& reason) {
         // A second answer comes only when a lost budget host's claims were re-asked locally
         // (budget_link_actor); the local budget counts this actor either way.
         if (st->closing || st->closed || st->answered) return;
@@ -106,6 +107,8 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
         st->granted = true;
         auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self), attempt);
         st->exchange = rt->upstreams[upstream]->start(std::move(*request_to_send), events);
+        // The caller may have left while this waited for its slot: then the hub cancels it now.
+        if (hub) hub->add(st->exchange);
       },
       [finish](up_closed_atom, std::int64_t closed_ns) { finish(closed_ns); },
   };

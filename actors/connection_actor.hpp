@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "actors/cancel_hub.hpp"
 #include "actors/runtime.hpp"
 #include "net/upstream.hpp"
 
@@ -16,6 +17,7 @@ struct connection_spec {
   std::int64_t key = -1;      // gateway key index, -1 = none
   std::int64_t priority = 0;  // request arrival (ns): queue order
   net::upstream_request request;
+  std::shared_ptr<cancel_hub> hub;  // the request's; null in tests that drive an attempt alone
 };
 
 // `attempt` receives up_* messages (straight from net/) and (queued_atom, wait_ns); `request`

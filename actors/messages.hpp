@@ -54,6 +54,7 @@ using backoff_atom = caf::atom_constant<caf::atom("backoff")>;
 using safety_atom = caf::atom_constant<caf::atom("safety")>;
 
 // outside world → request actor / supervisor
+// (client_gone_atom, int64 left_ns): the io thread saw the caller leave at left_ns
 using client_gone_atom = caf::atom_constant<caf::atom("gone")>;
 using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;

@@ -244,6 +244,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     a.connection.upstream = dep.upstream;
     a.connection.key = st->spec.key;
     a.connection.priority = st->arrival_wall_ns;
+    a.connection.hub = st->spec.hub;
     auto& req = a.connection.request;
     req.method = "POST";
     req.target = up.url.path_prefix + st->spec.path;
@@ -448,9 +449,13 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
         }
         maybe_quit();
       },
-      [st, cancel_attempt, mark_answered, record_attempt_end, maybe_quit](client_gone_atom) {
+      [st, cancel_attempt, mark_answered, record_attempt_end, maybe_quit](client_gone_atom,
+                                                                          std::int64_t left_ns) {
         if (st->now == phase::answered) return;
-        st->caller_left_ns = now_ns();
+        // The io thread that saw the caller leave has already cancelled the upstream exchanges
+        // (cancel_hub): that moment is the cancel decision.
+        st->caller_left_ns = left_ns;
+        if (!st->cancel_decided_ns) st->cancel_decided_ns = left_ns;
         st->trace->event("caller_left", *st->caller_left_ns);
         cancel_attempt();
         record_attempt_end(outcome::client_disconnected, std::nullopt);

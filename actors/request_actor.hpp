@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "actors/cancel_hub.hpp"
 #include "actors/runtime.hpp"
 #include "net/downstream.hpp"
 
@@ -22,6 +23,7 @@ struct request_spec {
   std::optional<std::chrono::milliseconds> deadline;  // effective; nullopt = unbounded
   std::chrono::steady_clock::time_point arrival;
   std::string traceparent;
+  std::shared_ptr<cancel_hub> hub;  // shared with the caller's io thread (gateway.cpp)
 };
 
 caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,

@@ -1,0 +1,32 @@
+// The upstream exchanges of one request, reachable from the io thread that serves its caller.
+// When the caller leaves, that thread closes the request's upstream sockets at once instead of
+// waiting for the news to travel io → request → attempt → connection actor → io (four hand-offs,
+// each a wake-up on a busy CPU). Nothing else changes: the request actor still decides the
+// outcome and cancels its tree, and a budget slot is still freed only by the connection actor's
+// exit after net/ reported the socket closed.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "net/upstream.hpp"
+
+namespace tether {
+
+class cancel_hub {
+ public:
+  // Registers a started exchange. false: the caller has already left, and the exchange has been
+  // cancelled here.
+  bool add(const std::shared_ptr<net::upstream_exchange>& exchange);
+  // The caller left: cancels every registered exchange and any added later. Idempotent.
+  void cancel_all();
+  bool cancelled() const;
+
+ private:
+  mutable std::mutex mutex_;
+  bool cancelled_ = false;
+  std::vector<std::weak_ptr<net::upstream_exchange>> exchanges_;
+};
+
+}  // namespace tether
