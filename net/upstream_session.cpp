@@ -110,7 +110,6 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
       strand_(pooled ? pooled->executor() : asio::make_strand(origin_->io)),
       events_(std::move(events)),
       connection_(std::move(pooled)),
-      resolver_(strand_),
       connect_timer_(strand_) {
   const auto verb = http::string_to_verb(request.method);
   if (verb == http::verb::unknown)
@@ -184,7 +183,8 @@ void upstream_session::do_resolve() {
   connect_timer_.expires_after(origin_->endpoint.connect_timeout);
   connect_timer_.async_wait(tracked(&upstream_session::on_connect_deadline));
   // Not tracked: a cancel or the deadline ends the exchange without waiting for getaddrinfo.
-  resolver_.async_resolve(
+  resolver_.emplace(strand_);
+  resolver_->async_resolve(
       strip_brackets(origin_->endpoint.host), origin_->service,
       [self = shared_from_this()](const error_code& ec,
                                   const asio::ip::tcp::resolver::results_type& results) {
@@ -216,7 +216,7 @@ void upstream_session::on_connect_deadline(const error_code& ec) {
       " timed out after " + std::to_string(origin_->endpoint.connect_timeout.count()) + " ms";
   if (resolving_) {
     resolving_ = false;
-    resolver_.cancel();
+    if (resolver_) resolver_->cancel();
     return fail(upstream_failure::connect_failed,
                 "connect timed out: resolving " + origin_->endpoint.host + after);
   }
@@ -405,7 +405,7 @@ void upstream_session::finish() {
   done_ = true;
   resolving_ = false;
   connecting_ = false;
-  resolver_.cancel();
+  if (resolver_) resolver_->cancel();
   connect_timer_.cancel();
   if (connection_) connection_->close();
   connection_.reset();
