@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Instructions tether executes per non-streaming request, counted by callgrind: deterministic,
+# unlike wall-clock timing on a shared VM (no hardware counters there, ±30% run to run).
+# Runs tether under callgrind twice against tether-mock — idle, then N sequential requests on one
+# keep-alive connection — and prints (total(N) − total(0)) / N.
+# Usage: bench/callgrind.sh [N=300]   Environment: BUILD_DIR (default build/), PORT (19601).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$here/build}"
+n="${1:-300}"
+port="${PORT:-19601}"
+mock_port=$((port - 1))
+command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind is not installed" >&2; exit 1; }
+work="$(mktemp -d "${TMPDIR:-/tmp}/tether-callgrind.XXXXXX")"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$build/bench/tether-mock" --listen "127.0.0.1:$mock_port" >/dev/null 2>&1 &
+pids+=($!)
+"$build/bench/tether-bench" --print-tether-config --listen "127.0.0.1:$port" \
+  --mock "127.0.0.1:$mock_port" --cap 8 | sed 's/log_level = "info"/log_level = "warn"/' \
+  >"$work/tether.toml"
+
+# Prints the instructions of one tether life serving `count` requests.
+measure() {
+  local count="$1" out="$work/callgrind.$1"
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$build/actors/tether" \
+    --config "$work/tether.toml" >"$work/tether.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 300); do curl -sf -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.2; done
+  if [ "$count" -gt 0 ]; then
+    local urls=()
+    for _ in $(seq "$count"); do urls+=("http://127.0.0.1:$port/v1/chat/completions"); done
+    curl -sf -H 'content-type: application/json' \
+      -d '{"model":"mock","messages":[{"role":"user","content":"hello"}]}' "${urls[@]}" >/dev/null
+  fi
+  kill -TERM "$pid"
+  wait "$pid" || true
+  sed -n 's/^totals: //p' "$out"
+}
+
+idle=$(measure 0)
+busy=$(measure "$n")
+echo "instructions per request: $(( (busy - idle) / n )) (N=$n; idle $idle, busy $busy)"
