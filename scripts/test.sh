@@ -22,8 +22,11 @@ echo "test.sh: suite passed ($((SECONDS - started)) s)"
 
 started=$SECONDS
 # The bench harness is not part of the suite; the mock it shares with the tests is built.
+# -O1 -g1 (line tables only) is what ASan's own docs suggest and compiles in less than half the
+# time of -O2 -g on these CAF/Beast translation units (38 s → 16 s for request_actor.cpp): the
+# cold CI run is dominated by this build.
 bash "$here/scripts/build.sh" "$here/build-asan" -DTETHER_SANITIZE=ON -DTETHER_BUILD_BENCH=OFF \
-  -DTETHER_REQUIRE_E2E=ON
+  -DTETHER_REQUIRE_E2E=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 (cd "$here/build-asan" && ctest --output-on-failure --timeout 240 -j2)
 echo "test.sh: suite passed under ASan+UBSan ($((SECONDS - started)) s)"
 
