@@ -183,7 +183,7 @@ void upstream_session::do_resolve() {
   connect_timer_.expires_after(origin_->endpoint.connect_timeout);
   connect_timer_.async_wait(tracked(&upstream_session::on_connect_deadline));
   // Not tracked: a cancel or the deadline ends the exchange without waiting for getaddrinfo.
-  resolver_.emplace(strand_);
+  if (!resolver_) resolver_.emplace(strand_);  // a retry on a new connection reuses it
   resolver_->async_resolve(
       strip_brackets(origin_->endpoint.host), origin_->service,
       [self = shared_from_this()](const error_code& ec,
