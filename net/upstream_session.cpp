@@ -1,12 +1,14 @@
 #include "net/upstream_session.hpp"
 
+#include "net/upstream_wire.hpp"
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/write.hpp>
 #include <cctype>
 #include <string_view>
 #include <utility>
@@ -23,22 +25,6 @@ std::string lower(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
-}
-
-// The session frames the message and owns the connection; a caller's copy of these would
-// contradict it (or smuggle a second request).
-bool is_connection_level(std::string_view name) {
-  static constexpr std::string_view names[] = {"host",       "content-length", "transfer-encoding",
-                                               "connection", "keep-alive",     "te",
-                                               "trailer",    "upgrade",        "proxy-connection"};
-  const auto l = lower(name);
-  for (auto n : names)
-    if (l == n) return true;
-  return false;
-}
-
-bool is_injectable(std::string_view s) {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
 }
 
 std::string strip_brackets(const std::string& host) {
@@ -109,26 +95,10 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
     : origin_(std::move(origin)),
       strand_(pooled ? pooled->executor() : asio::make_strand(origin_->io)),
       events_(std::move(events)),
+      wire_(upstream_wire(request, origin_->host_header)),
+      head_request_(request.method == "HEAD"),
       connection_(std::move(pooled)),
-      connect_timer_(strand_) {
-  const auto verb = http::string_to_verb(request.method);
-  if (verb == http::verb::unknown)
-    request_.method_string(request.method);
-  else
-    request_.method(verb);
-  request_.target(request.target);
-  request_.version(11);
-  for (const auto& h : request.headers) {
-    // Dropped, not sent: a header that could end the line early would let a value inject
-    // headers of its own.
-    if (is_connection_level(h.name) || is_injectable(h.name) || is_injectable(h.value)) continue;
-    request_.insert(h.name, h.value);
-  }
-  request_.set(http::field::host, origin_->host_header);
-  request_.set(http::field::connection, "keep-alive");
-  request_.body() = std::move(request.body);
-  request_.prepare_payload();
-}
+      connect_timer_(strand_) {}
 
 template <class... Args>
 auto upstream_session::tracked(void (upstream_session::*fn)(Args...)) {
@@ -286,7 +256,7 @@ void upstream_session::on_connected() {
 void upstream_session::do_write() {
   if (cancelled_) return finish();
   connection_->visit([this](auto& stream) {
-    http::async_write(stream, request_, tracked(&upstream_session::on_write));
+    asio::async_write(stream, asio::buffer(wire_), tracked(&upstream_session::on_write));
   });
 }
 
@@ -318,7 +288,7 @@ void upstream_session::do_read_head() {
   parser_->header_limit(header_limit);
   // The caller enforces max_response_bytes itself (by cancelling).
   parser_->body_limit(boost::none);
-  if (request_.method() == http::verb::head) parser_->skip(true);
+  if (head_request_) parser_->skip(true);
   connection_->visit([this](auto& stream) {
     http::async_read_header(stream, connection_->buffer(), *parser_,
                             tracked(&upstream_session::on_read_head));

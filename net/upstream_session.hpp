@@ -24,7 +24,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 #include "net/upstream.hpp"
 #include "net/upstream_connection.hpp"
@@ -91,7 +90,8 @@ class upstream_session : public upstream_exchange,
   const std::shared_ptr<upstream_origin> origin_;
   upstream_strand strand_;
   std::shared_ptr<upstream_events> events_;  // released after on_closed (breaks cycles)
-  beast::http::request<beast::http::string_body> request_;
+  const std::string wire_;   // the request's bytes, written again as they are on a retry
+  const bool head_request_;  // its response has no body, whatever its head says
   std::shared_ptr<upstream_connection> connection_;
   // Made only for a new connection: most exchanges run on a pooled one.
   std::optional<asio::ip::tcp::resolver> resolver_;

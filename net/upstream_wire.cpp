@@ -1,0 +1,65 @@
+#include "net/upstream_wire.hpp"
+
+#include <array>
+#include <charconv>
+
+namespace tether::net {
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto x = static_cast<unsigned char>(a[i]);
+    auto y = static_cast<unsigned char>(b[i]);
+    if (x >= 'A' && x <= 'Z') x = static_cast<unsigned char>(x + ('a' - 'A'));
+    if (x != y) return false;
+  }
+  return true;
+}
+
+bool is_connection_level(std::string_view name) {
+  static constexpr std::array<std::string_view, 9> names = {
+      "host", "content-length", "transfer-encoding", "connection",      "keep-alive",
+      "te",   "trailer",        "upgrade",           "proxy-connection"};
+  for (auto n : names)
+    if (iequals(name, n)) return true;
+  return false;
+}
+
+bool is_injectable(std::string_view s) {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
+}
+
+bool expects_body(std::string_view method) {
+  return method == "POST" || method == "PUT" || method == "OPTIONS";
+}
+
+}  // namespace
+
+bool is_forwardable_header(std::string_view name, std::string_view value) {
+  return !is_connection_level(name) && !is_injectable(name) && !is_injectable(value);
+}
+
+std::string upstream_wire(const upstream_request& request, std::string_view host_header) {
+  std::size_t size =
+      request.method.size() + request.target.size() + host_header.size() + request.body.size() + 96;
+  for (const auto& h : request.headers) size += h.name.size() + h.value.size() + 4;
+  std::string out;
+  out.reserve(size);
+  out.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\n");
+  for (const auto& h : request.headers) {
+    if (!is_forwardable_header(h.name, h.value)) continue;
+    out.append(h.name).append(": ").append(h.value).append("\r\n");
+  }
+  out.append("Host: ").append(host_header).append("\r\nConnection: keep-alive\r\n");
+  if (!request.body.empty() || expects_body(request.method)) {
+    std::array<char, 24> digits{};
+    auto length = std::to_chars(digits.data(), digits.data() + digits.size(), request.body.size());
+    out.append("Content-Length: ").append(digits.data(), length.ptr).append("\r\n");
+  }
+  out.append("\r\n").append(request.body);
+  return out;
+}
+
+}  // namespace tether::net
