@@ -1,5 +1,6 @@
 #include "net/upstream_session.hpp"
 
+#include "net/header_text.hpp"
 #include "net/upstream_wire.hpp"
 
 #include <openssl/err.h>
@@ -9,7 +10,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/read.hpp>
-#include <cctype>
 #include <string_view>
 #include <utility>
 
@@ -20,12 +20,6 @@ namespace http = beast::http;
 namespace {
 
 constexpr std::uint32_t header_limit = 64 * 1024;
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string strip_brackets(const std::string& host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
@@ -314,7 +308,7 @@ void upstream_session::on_read_head(const error_code& ec, std::size_t) {
   header_list headers;
   headers.reserve(static_cast<std::size_t>(std::distance(head.begin(), head.end())));
   for (const auto& field : head)
-    headers.push_back({lower(field.name_string()), std::string(field.value())});
+    headers.push_back({to_lower_ascii(field.name_string()), std::string(field.value())});
   events_->on_head(status, std::move(headers));
   do_read_body();
 }

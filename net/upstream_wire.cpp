@@ -3,32 +3,19 @@
 #include <array>
 #include <charconv>
 
+#include "net/header_text.hpp"
+
 namespace tether::net {
 
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    auto x = static_cast<unsigned char>(a[i]);
-    auto y = static_cast<unsigned char>(b[i]);
-    if (x >= 'A' && x <= 'Z') x = static_cast<unsigned char>(x + ('a' - 'A'));
-    if (x != y) return false;
-  }
-  return true;
-}
 
 bool is_connection_level(std::string_view name) {
   static constexpr std::array<std::string_view, 9> names = {
       "host", "content-length", "transfer-encoding", "connection",      "keep-alive",
       "te",   "trailer",        "upgrade",           "proxy-connection"};
   for (auto n : names)
-    if (iequals(name, n)) return true;
+    if (iequals_ascii(name, n)) return true;
   return false;
-}
-
-bool is_injectable(std::string_view s) {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
 }
 
 bool expects_body(std::string_view method) {
@@ -38,7 +25,7 @@ bool expects_body(std::string_view method) {
 }  // namespace
 
 bool is_forwardable_header(std::string_view name, std::string_view value) {
-  return !is_connection_level(name) && !is_injectable(name) && !is_injectable(value);
+  return !is_connection_level(name) && !has_line_break(name) && !has_line_break(value);
 }
 
 std::string upstream_wire(const upstream_request& request, std::string_view host_header) {
