@@ -31,8 +31,8 @@ TEST(HeaderTextTest, TokensAreTheRfcCharacterSet) {
   EXPECT_TRUE(is_token("x-request-id"));
   EXPECT_TRUE(is_token("!#$%&'*+-.^_`|~09azAZ"));
   EXPECT_FALSE(is_token(""));
-  for (const char* bad : {"a b", "a:b", "a\tb", "a\"b", "a(b", "a,b", "a/b", "a@b", "a{b", "a\x7f",
-                          "\xC3\x84"})
+  for (const char* bad :
+       {"a b", "a:b", "a\tb", "a\"b", "a(b", "a,b", "a/b", "a@b", "a{b", "a\x7f", "\xC3\x84"})
     EXPECT_FALSE(is_token(bad)) << bad;
   int tokens = 0;
   for (int c = 0; c < 256; ++c) tokens += is_token(std::string(1, static_cast<char>(c)));
