@@ -14,7 +14,8 @@
 # share CPU 0, one at a time under load; the load generator and the mock share CPU 1. Both
 # proxies thus get the same single core. Environment: BUILD_DIR (default build/), JOBS (2),
 # MOCK_PORT/NGINX_PORT/TETHER_PORT (18100..18102), TETHER_HOST_PORT/TETHER_BUDGET_PORT/
-# TETHER_MEMBER_PORT (18103..18105), SKIP_BUILD=1 (use the binaries as built).
+# TETHER_MEMBER_PORT (18103..18105), SKIP_BUILD=1 (use the binaries as built), BENCH_LOG_DIR=dir
+# (keep the logs).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
@@ -91,6 +92,9 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
+  # BENCH_LOG_DIR=dir keeps the processes' logs (tether's access log says how long each request
+  # took by its own clock).
+  if [ -n "${BENCH_LOG_DIR:-}" ]; then mkdir -p "$BENCH_LOG_DIR" && cp "$work"/*.log "$BENCH_LOG_DIR"/ 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT

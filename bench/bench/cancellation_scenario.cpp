@@ -42,6 +42,7 @@ struct cancel_figures {
   std::size_t orphaned_requests =
       0;  // completed or still running at the mock after the caller left
   std::size_t orphaned_events = 0;
+  double orphaned_event_latest_ms = 0;  // the latest orphaned event, after the caller's close
   double upstream_ms_after_caller_left = 0;
   std::size_t queued_cancelled = 0;
   std::size_t queued_reached_upstream = 0;
@@ -131,6 +132,12 @@ void open_loop_cancels(bench_context& ctx, const target& t, std::size_t count,
           std::floor((*p->abort_epoch - started) / bench_models::stream_interval_ms));
       auto sent = rec.at("chunks_sent").to_number<std::int64_t>();
       fig.orphaned_events += static_cast<std::size_t>(std::max<std::int64_t>(0, sent - due));
+      if (sent > due) {
+        // How late the last one went out: an event inside the proxy's close window (sent before
+        // the upstream connection closed, after the caller's close) is bounded by that window.
+        double after = rec.at("last_chunk_ms").to_number<double>() - *p->abort_epoch;
+        fig.orphaned_event_latest_ms = std::max(fig.orphaned_event_latest_ms, after);
+      }
     }
   }
 }
@@ -231,6 +238,8 @@ boost::json::object run_cancellation(bench_context& ctx) {
                    {"completed_before_abort", f.completed_before_abort},
                    {"orphaned_requests", f.orphaned_requests},
                    {"orphaned_events", f.orphaned_events},
+                   {"orphaned_event_latest_after_close_ms",
+                    std::round(f.orphaned_event_latest_ms * 1000) / 1000},
                    {"upstream_ms_after_caller_left",
                     std::round(f.upstream_ms_after_caller_left * 1000) / 1000},
                    {"orphaned_work", orphaned}};

@@ -159,6 +159,16 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
                  : "n/a (no queue)")
          << " | " << v("never_reached_upstream", {}, 0) << " |\n";
     }
+    md << "\nAn orphaned event is one the mock sent after the caller's close; the latest went out "
+          "this long after it (ms) —";
+    for (const char* t : target_names)
+      md << " " << t << ": "
+         << num(root,
+                {"scenarios", "cancellation", "targets", t, "orphaned_event_latest_after_close_ms"},
+                3)
+         << ";";
+    md << " an event sent inside the proxy's close window, before it closed the upstream "
+          "connection.\n";
     md << "\ntether's own `tether_cancel_latency_seconds` over the same requests: mean "
        << num(root,
               {"scenarios", "cancellation", "targets", "tether",

@@ -546,7 +546,10 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     outbox_.pop_front();
     if (item.is_chunk) {
       ++chunks_sent_;
-      if (record_) record_->chunks_sent = chunks_sent_;
+      if (record_) {
+        record_->chunks_sent = chunks_sent_;
+        record_->last_chunk_ms = epoch_ms_now();
+      }
     }
     if (item.last) return finish_response(item.reset);
     do_write();

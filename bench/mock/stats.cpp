@@ -53,6 +53,7 @@ json::object record_json(const request_record& r) {
   o["closed_ms"] = optional_value(r.closed_ms);
   o["work_owed_ms"] = optional_value(r.work_owed_ms);
   o["chunks_sent"] = r.chunks_sent;
+  o["last_chunk_ms"] = r.last_chunk_ms;
   return o;
 }
 

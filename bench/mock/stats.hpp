@@ -33,6 +33,7 @@ struct request_record {
   std::optional<double> closed_ms;
   std::optional<double> work_owed_ms;
   std::uint32_t chunks_sent = 0;
+  double last_chunk_ms = 0;  // when the last event went out (wall clock)
   bool active = true;
 };
 
