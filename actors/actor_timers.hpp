@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -31,6 +32,16 @@ class actor_timers {
         std::apply([&](const auto&... v) { caf::anon_send(a, v...); }, args);
       }
     });
+    pending_.push_back(t);
+    return t;
+  }
+
+  // Runs `fire` on an io thread after `delay` (it must not touch the owner's state: it runs
+  // outside the actor).
+  std::shared_ptr<net::timer> run_after(std::chrono::nanoseconds delay,
+                                        std::function<void()> fire) {
+    prune();
+    auto t = service_->start(delay, std::move(fire));
     pending_.push_back(t);
     return t;
   }

@@ -4,8 +4,12 @@
 // each a wake-up on a busy CPU). Nothing else changes: the request actor still decides the
 // outcome and cancels its tree, and a budget slot is still freed only by the connection actor's
 // exit after net/ reported the socket closed.
+// The same thread answers a passed deadline (request_actor.cpp, arm_deadline): the caller gets
+// its 504 at the deadline instead of after a trip through a busy actor system. The hub says who
+// answers: the first to claim the answer — the request actor, or that deadline.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -22,8 +26,11 @@ class cancel_hub {
   // The caller left: cancels every registered exchange and any added later. Idempotent.
   void cancel_all();
   bool cancelled() const;
+  // true for the first caller only: that one answers the caller, nobody else may.
+  bool claim_answer() noexcept { return !answer_claimed_.exchange(true); }
 
  private:
+  std::atomic<bool> answer_claimed_{false};
   mutable std::mutex mutex_;
   bool cancelled_ = false;
   std::vector<std::weak_ptr<net::upstream_exchange>> exchanges_;

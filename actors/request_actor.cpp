@@ -7,6 +7,8 @@
 //     │         └─ response / final failure ───────────▶ answered
 //     └─ budget already spent (0) ─────────────────────▶ answered
 //   any state: deadline | client gone | drain ──▶ cancel the attempt tree ──▶ answered
+//   (a passed deadline is answered by the caller's io thread, which claims the answer from
+//   this actor through the cancel_hub; this actor then records it and takes the tree down)
 //   answered ──(every upstream connection actor down)──▶ access log, quit
 //
 // It lives until its last connection actor has exited, so the log can say when the upstream
@@ -108,6 +110,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
   st->rt = rt;
   st->channel = std::move(channel);
   st->spec = std::move(spec);
+  if (!st->spec.hub) st->spec.hub = std::make_shared<cancel_hub>();
   st->deadline = request_deadline{st->spec.arrival, st->spec.deadline};
   st->arrival_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(st->spec.arrival.time_since_epoch())
@@ -164,29 +167,6 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     st->rt->stats->requests_in_flight_add(-1);
   };
 
-  auto answer_error = [st, mark_answered](outcome o, const std::string& message,
-                                          std::optional<milliseconds> retry_after = std::nullopt) {
-    int status = status_of(o);
-    net::header_list headers{{"content-type", "application/json"},
-                             {"x-request-id", st->spec.request_id}};
-    if (retry_after) {
-      headers.push_back({"retry-after", std::to_string((retry_after->count() + 999) / 1000)});
-    } else if (o == outcome::overloaded) {
-      headers.push_back({"retry-after", "1"});
-    }
-    st->channel->send_full(status, std::move(headers), error_body(o, message, st->spec.request_id));
-    if (!st->first_byte_ns) st->first_byte_ns = now_ns();
-    mark_answered(o, status);
-  };
-
-  // Mid-stream: cut between whole events, then one error event and the end of the stream.
-  auto interrupt_stream = [st, mark_answered](const std::string& cause) {
-    auto err = error_body(outcome::stream_interrupted, cause, st->spec.request_id);
-    st->channel->send_chunk(net::make_error_event(err));
-    st->channel->end_stream();
-    mark_answered(outcome::stream_interrupted, 200);
-  };
-
   auto record_attempt_end = [st](outcome o, std::optional<int> status) {
     if (st->attempts.empty() || st->attempts.back().end_ms) return;
     auto& a = st->attempts.back();
@@ -215,6 +195,40 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     }
     release_attempt();
     ++st->backoff_generation;  // a pending backoff timer is void
+  };
+
+  // A claim to the answer lost (cancel_hub.hpp): the io thread has already answered the caller
+  // with the deadline's 504. Its deadline message follows with the exact moment.
+  auto lost_to_deadline = [st, mark_answered, cancel_attempt, record_attempt_end] {
+    cancel_attempt();
+    record_attempt_end(outcome::deadline_exceeded, std::nullopt);
+    if (!st->first_byte_ns) st->first_byte_ns = now_ns();
+    mark_answered(outcome::deadline_exceeded, status_of(outcome::deadline_exceeded));
+  };
+
+  auto answer_error = [st, mark_answered, lost_to_deadline](
+                          outcome o, const std::string& message,
+                          std::optional<milliseconds> retry_after = std::nullopt) {
+    if (!st->spec.hub->claim_answer()) return lost_to_deadline();
+    int status = status_of(o);
+    net::header_list headers{{"content-type", "application/json"},
+                             {"x-request-id", st->spec.request_id}};
+    if (retry_after) {
+      headers.push_back({"retry-after", std::to_string((retry_after->count() + 999) / 1000)});
+    } else if (o == outcome::overloaded) {
+      headers.push_back({"retry-after", "1"});
+    }
+    st->channel->send_full(status, std::move(headers), error_body(o, message, st->spec.request_id));
+    if (!st->first_byte_ns) st->first_byte_ns = now_ns();
+    mark_answered(o, status);
+  };
+
+  // Mid-stream: cut between whole events, then one error event and the end of the stream.
+  auto interrupt_stream = [st, mark_answered](const std::string& cause) {
+    auto err = error_body(outcome::stream_interrupted, cause, st->spec.request_id);
+    st->channel->send_chunk(net::make_error_event(err));
+    st->channel->end_stream();
+    mark_answered(outcome::stream_interrupted, 200);
   };
 
   // ---- starting attempts --------------------------------------------------------------------
@@ -279,8 +293,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
   };
 
   // After an attempt failed before committing: ask the policy.
-  auto after_failure = [self, st, rt, answer_error, start_attempt](const attempt_report& report,
-                                                                   const std::string& message) {
+  auto after_failure = [st, rt, answer_error, start_attempt](const attempt_report& report,
+                                                             const std::string& message) {
     st->history.record(report);
     auto settings = rt->cfg.effective_request(st->chain[st->chain_pos]);
     retry_policy policy{settings.max_retries, settings.retry_backoff};
@@ -349,8 +363,32 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
     answer_error(outcome::deadline_exceeded, "the caller's deadline budget is already spent");
   } else {
     if (st->spec.deadline) {
-      st->timers->after(*st->deadline.remaining(std::chrono::steady_clock::now()),
-                        deadline_atom::value);
+      // Answered on an io thread, not here (cancel_hub.hpp): at the deadline that thread claims
+      // the answer, writes the 504 and closes the upstream sockets, then tells this actor, which
+      // records the outcome and takes its tree down. A stream already begun is this actor's to
+      // interrupt; the io thread then only closes the upstream sockets.
+      std::weak_ptr<cancel_hub> weak_hub = st->spec.hub;
+      std::weak_ptr<net::response_channel> weak_channel = st->channel;
+      st->timers->run_after(
+          *st->deadline.remaining(std::chrono::steady_clock::now()),
+          [weak_hub, weak_channel, owner = self->address(), id = st->spec.request_id] {
+            auto hub = weak_hub.lock();
+            if (!hub) return;
+            const auto at = now_ns();
+            bool answered = false;
+            if (hub->claim_answer()) {
+              if (auto channel = weak_channel.lock()) {
+                channel->send_full(
+                    status_of(outcome::deadline_exceeded),
+                    {{"content-type", "application/json"}, {"x-request-id", id}},
+                    error_body(outcome::deadline_exceeded, "the request deadline passed", id));
+                answered = true;
+              }
+            }
+            hub->cancel_all();
+            if (auto a = caf::actor_cast<caf::actor>(owner))
+              caf::anon_send(a, deadline_atom::value, answered, at);
+          });
     }
     (*start_attempt)();
   }
@@ -363,8 +401,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
         self->monitor(conn);
       },
       [st](queued_atom, std::int64_t wait_ns) { st->queue_wait_ns += wait_ns; },
-      [st, rt, record_attempt_end, after_failure, mark_answered, release_attempt, maybe_quit](
-          att_result_atom, int status, net::header_list& headers, std::string& body) {
+      [st, rt, record_attempt_end, after_failure, mark_answered, release_attempt, lost_to_deadline,
+       maybe_quit](att_result_atom, int status, net::header_list& headers, std::string& body) {
         if (st->now == phase::answered) return;
         release_attempt();
         attempt_report report;
@@ -374,6 +412,11 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
         bool success = status >= 200 && status < 300;
         bool rejected = status >= 400 && status < 500 && status != 429;
         if (success || rejected) {
+          if (!st->spec.hub->claim_answer()) {
+            lost_to_deadline();
+            maybe_quit();
+            return;
+          }
           auto o = success ? outcome::ok : outcome::upstream_rejected;
           record_attempt_end(o, status);
           st->channel->send_full(status, pass_headers(headers, st->spec.request_id),
@@ -388,8 +431,13 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
         after_failure(report, "status " + std::to_string(status));
         maybe_quit();
       },
-      [st, record_attempt_end](att_head_atom, int status, net::header_list& headers) {
+      [st, lost_to_deadline, maybe_quit](att_head_atom, int status, net::header_list& headers) {
         if (st->now == phase::answered) return;
+        if (!st->spec.hub->claim_answer()) {
+          lost_to_deadline();
+          maybe_quit();
+          return;
+        }
         auto out = pass_headers(headers, st->spec.request_id);
         out.push_back({"cache-control", "no-cache"});
         st->channel->start_stream(status, std::move(out));
@@ -436,13 +484,28 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
         (*start_attempt)();
         maybe_quit();
       },
-      [st, cancel_attempt, answer_error, interrupt_stream, record_attempt_end,
-       maybe_quit](deadline_atom) {
+      [st, cancel_attempt, answer_error, interrupt_stream, record_attempt_end, mark_answered,
+       maybe_quit](deadline_atom, bool answered_there, std::int64_t at_ns) {
+        if (answered_there) {
+          // The io thread answered at at_ns and closed the upstream sockets then: that moment is
+          // the answer and the cancel decision.
+          st->first_byte_ns = at_ns;
+          st->cancel_decided_ns = std::min(st->cancel_decided_ns.value_or(at_ns), at_ns);
+          if (st->now == phase::answered) {  // this actor lost a claim before this came
+            st->answered_ns = at_ns;
+            st->trace->event("deadline_exceeded", at_ns);
+            maybe_quit();
+            return;
+          }
+        }
         if (st->now == phase::answered) return;
-        st->trace->event("deadline_exceeded", now_ns());
+        st->trace->event("deadline_exceeded", at_ns);
         cancel_attempt();
         record_attempt_end(outcome::deadline_exceeded, std::nullopt);
-        if (st->now == phase::streaming) {
+        if (answered_there) {
+          mark_answered(outcome::deadline_exceeded, status_of(outcome::deadline_exceeded));
+          st->answered_ns = at_ns;
+        } else if (st->now == phase::streaming) {
           interrupt_stream("stream interrupted: the request deadline passed");
         } else {
           answer_error(outcome::deadline_exceeded, "the request deadline passed");
@@ -452,6 +515,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
       [st, cancel_attempt, mark_answered, record_attempt_end, maybe_quit](client_gone_atom,
                                                                           std::int64_t left_ns) {
         if (st->now == phase::answered) return;
+        st->spec.hub->claim_answer();  // a deadline passing now has nobody to answer
         // The io thread that saw the caller leave has already cancelled the upstream exchanges
         // (cancel_hub): that moment is the cancel decision.
         st->caller_left_ns = left_ns;

@@ -6,6 +6,9 @@
 #include <caf/scheduler/coordinator.hpp>
 #include <caf/scheduler/worker.hpp>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -15,6 +18,8 @@ namespace tether {
 // CAF's work-stealing policy under its own name, so that tether's workers can run their own loop
 // (below) while every queueing decision stays CAF's.
 struct stealing : caf::policy::work_stealing {};
+
+constexpr int worker_nice = 5;
 
 }  // namespace tether
 
@@ -59,6 +64,12 @@ void caf::scheduler::worker<tether::stealing>::start() {
   auto* self = this;
   this_thread_ = std::thread{[self] {
     caf::detail::set_thread_name("tether.worker");
+    // The io thread writes what callers see (answers, a passed deadline's 504) and closes what
+    // they left; the workers keep the books. When both want one CPU, the io thread goes first:
+    // nice +5 gives it ≈3× a worker's share (CFS weights 1024:335). Bench, interleaved A/B on one
+    // CPU: deadline storm answer p99 13–14 → 10 ms, c=16 throughput not lower (13.4k/14.1k vs
+    // 7.4k/12.3k req/s). Raising one's own niceness needs no privilege.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), tether::worker_nice);
     self->system().thread_started();
     self->run();
     self->system().thread_terminates();

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 namespace tether {
 namespace {
 
@@ -55,6 +59,27 @@ TEST(CancelHubTest, NothingIsCancelledWhileTheCallerStays) {
   EXPECT_TRUE(hub.add(e));
   EXPECT_FALSE(hub.cancelled());
   EXPECT_EQ(e->cancels, 0);
+}
+
+// The deadline (io thread) and the request actor race to answer: exactly one of them may.
+TEST(CancelHubTest, ExactlyOneClaimToTheAnswerSucceeds) {
+  for (int round = 0; round < 200; ++round) {
+    cancel_hub hub;
+    std::atomic<int> won{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> racers;
+    for (int i = 0; i < 4; ++i) {
+      racers.emplace_back([&] {
+        while (!go.load()) {
+        }
+        if (hub.claim_answer()) ++won;
+      });
+    }
+    go = true;
+    for (auto& t : racers) t.join();
+    EXPECT_EQ(won.load(), 1);
+    EXPECT_FALSE(hub.claim_answer());
+  }
 }
 
 }  // namespace

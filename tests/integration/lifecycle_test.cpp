@@ -2,6 +2,8 @@
 // own record of when its connection closed and how many attempts reached it.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "tests/integration/harness.hpp"
 
 namespace tether::test {
@@ -51,6 +53,39 @@ TEST_F(LifecycleTest, DeadlineCutsTheInFlightAttemptAndClosesItsUpstreamConnecti
   EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
   // The upstream saw its connection close no later than the caller got the 504.
   EXPECT_LE(num(e.at("closed_ms")), answered + close_slack_ms);
+}
+
+// The deadline is answered on an io thread while the request actor may be answering the
+// upstream's response at the same moment (the mock answers at about the deadline): whichever
+// wins, the caller gets exactly one response — the next request on the same keep-alive
+// connection gets its own — and the access log records the answer the caller saw.
+TEST_F(LifecycleTest, AResponseRacingTheDeadlineGivesTheCallerExactlyOneAnswer) {
+  start("deadline_ms = 100000\nattempt_timeout_ms = 100000\nmax_retries = 0",
+        model_entry("slow", "mock-delay-40") + model_entry("chat", "mock"));
+  http_connection conn{gw_->port()};
+  std::map<std::string, int> answered;
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "race-" + std::to_string(i);
+    const std::string budget = std::to_string(40 + i % 5);  // 40..44 ms against 40 ms of work
+    auto r = conn.request("POST", "/v1/chat/completions", chat_body("slow"),
+                          {{"x-request-deadline-ms", budget}, {"x-request-id", id}});
+    if (r.status != 200) {
+      ASSERT_EQ(r.status, 504) << r.body;
+      EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
+    }
+    ASSERT_NE(r.header("x-request-id"), nullptr);
+    EXPECT_EQ(*r.header("x-request-id"), id);
+    answered[id] = r.status;
+    auto next = conn.request("POST", "/v1/chat/completions", chat_body("chat"));
+    ASSERT_EQ(next.status, 200) << next.body;
+    EXPECT_EQ(str(next.json().at("object")), "chat.completion");
+  }
+  for (const auto& [id, status] : answered) {
+    auto line = access_line(*gw_, id);
+    ASSERT_TRUE(line) << id;
+    EXPECT_EQ(num(line->at("status")), status) << id;
+    EXPECT_EQ(str(line->at("outcome")), status == 200 ? "ok" : "deadline_exceeded") << id;
+  }
 }
 
 TEST_F(LifecycleTest, SpentCallerBudgetReachesNoUpstream) {
