@@ -23,6 +23,7 @@ struct attempt_state {
   std::uint64_t idle_generation = 0;
   std::shared_ptr<actor_timers> timers;
   std::shared_ptr<net::timer> idle_timer;
+  caf::actor request;
 };
 
 attempt_end failure_kind(std::int32_t net_kind) {
@@ -43,15 +44,19 @@ attempt_end failure_kind(std::int32_t net_kind) {
 
 caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor request,
                             attempt_spec spec) {
-  auto st = std::make_shared<attempt_state>();
+  // Owned by the behavior returned below; the handlers hold a plain pointer (request_actor.cpp
+  // says why).
+  auto owner = std::make_shared<attempt_state>();
+  attempt_state* st = owner.get();
+  st->request = std::move(request);
   st->timers = std::make_shared<actor_timers>(rt->timers.get(), self->address());
   self->attach_functor([timers = st->timers](const caf::error&) { timers->cancel_all(); });
 
-  auto fail = [self, st, request](attempt_end kind, std::string message) {
+  auto fail = [self, st](attempt_end kind, std::string message) {
     if (st->done) return;
     st->done = true;
-    self->send(request, att_fail_atom::value, static_cast<std::int32_t>(kind), std::move(message),
-               st->committed);
+    self->send(st->request, att_fail_atom::value, static_cast<std::int32_t>(kind),
+               std::move(message), st->committed);
     // Not a normal exit: the linked connection actor takes it as "stop the work".
     self->quit(caf::exit_reason::user_shutdown);
   };
@@ -62,23 +67,23 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
     st->idle_timer = st->timers->after(idle, idle_timeout_atom::value, ++st->idle_generation);
   };
 
-  auto relay_events = [self, st, request, arm_idle, fail](std::vector<std::string> events) {
+  auto relay_events = [self, st, arm_idle, fail](std::vector<std::string> events) {
     if (events.empty()) return;
     if (!st->committed) {
       st->committed = true;
-      self->send(request, att_head_atom::value, st->status, st->headers);
+      self->send(st->request, att_head_atom::value, st->status, st->headers);
     }
-    for (auto& e : events) self->send(request, att_event_atom::value, std::move(e));
+    for (auto& e : events) self->send(st->request, att_event_atom::value, std::move(e));
     arm_idle();
   };
 
   auto conn = self->spawn<caf::linked>(connection_actor, rt, caf::actor_cast<caf::actor>(self),
-                                       request, spec.connection);
-  self->send(request, conn_spawned_atom::value, conn);
+                                       st->request, spec.connection);
+  self->send(st->request, conn_spawned_atom::value, conn);
 
   return {
-      [self, st, request, timeout = spec.timeout](queued_atom, std::int64_t wait_ns) {
-        self->send(request, queued_atom::value, wait_ns);
+      [self, st, owner, timeout = spec.timeout](queued_atom, std::int64_t wait_ns) {
+        self->send(st->request, queued_atom::value, wait_ns);
         // The per-try clock starts once the attempt may use the upstream; queue wait is bounded
         // by the queue limit and the request deadline instead.
         if (timeout.count() > 0) st->timers->after(timeout, attempt_timeout_atom::value);
@@ -111,7 +116,7 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
         }
         st->body += bytes;
       },
-      [self, st, request, relay_events, fail](up_end_atom) {
+      [self, st, relay_events, fail](up_end_atom) {
         if (st->done) return;
         if (st->streaming) {
           // An unterminated tail is not a whole event; it is dropped rather than cut into.
@@ -123,17 +128,18 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
           if (!st->committed) {
             // A 2xx stream with an empty body: nothing was relayed, so it is an ordinary answer.
             st->done = true;
-            self->send(request, att_result_atom::value, st->status, st->headers, std::string{});
+            self->send(st->request, att_result_atom::value, st->status, st->headers, std::string{});
             self->quit();
             return;
           }
           st->done = true;
-          self->send(request, att_end_atom::value);
+          self->send(st->request, att_end_atom::value);
           self->quit();
           return;
         }
         st->done = true;
-        self->send(request, att_result_atom::value, st->status, st->headers, std::move(st->body));
+        self->send(st->request, att_result_atom::value, st->status, st->headers,
+                   std::move(st->body));
         self->quit();
       },
       [fail](up_fail_atom, std::int32_t kind, std::string& message) {
