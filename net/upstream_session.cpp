@@ -317,8 +317,9 @@ void upstream_session::do_read_body() {
   if (cancelled_) return finish();
   if (parser_->is_done()) return complete();
   auto& body = parser_->get().body();
-  body.data = body_buffer_.data();
-  body.size = body_buffer_.size();
+  auto& buffer = connection_->body_buffer();
+  body.data = buffer.data();
+  body.size = buffer.size();
   // One read_some per round: whatever arrived is passed on at once (SSE must not wait).
   connection_->visit([this](auto& stream) {
     http::async_read_some(stream, connection_->buffer(), *parser_,
@@ -327,13 +328,14 @@ void upstream_session::do_read_body() {
 }
 
 void upstream_session::on_read_body(error_code ec, std::size_t) {
-  if (cancelled_) return finish();
+  if (cancelled_ || !connection_) return finish();
   if (ec == http::error::need_buffer) ec = {};
   // A body delimited by the end of the connection, over TLS without close_notify: the usual way
   // such servers end, and the parser has all there is.
   if (ec == asio::ssl::error::stream_truncated && parser_->need_eof()) parser_->put_eof(ec);
-  const auto produced = body_buffer_.size() - parser_->get().body().size;
-  if (produced > 0) events_->on_body(std::string(body_buffer_.data(), produced));
+  const auto& buffer = connection_->body_buffer();
+  const auto produced = buffer.size() - parser_->get().body().size;
+  if (produced > 0) events_->on_body(std::string(buffer.data(), produced));
   if (ec) {
     if (ec.category() == http_category() && ec != http::error::end_of_stream &&
         ec != http::error::partial_message)

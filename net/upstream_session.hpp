@@ -97,9 +97,6 @@ class upstream_session : public upstream_exchange,
   std::optional<asio::ip::tcp::resolver> resolver_;
   asio::steady_timer connect_timer_;
   std::optional<response_parser> parser_;
-  // Not value-initialised: zeroing 16 KiB per exchange was the largest single cost of starting
-  // one (callgrind); the parser writes before anything reads.
-  std::array<char, 16 * 1024> body_buffer_;
 
   std::atomic<bool> cancelled_{false};
   std::atomic<int> pending_{0};
