@@ -2,6 +2,7 @@
 // between an upstream_session (while an exchange uses it) and the upstream_pool (while idle).
 #pragma once
 
+#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -9,7 +10,6 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
-#include <array>
 #include <chrono>
 #include <utility>
 #include <variant>
