@@ -28,8 +28,10 @@ struct attempt_state {
 
 attempt_end failure_kind(std::int32_t net_kind) {
   switch (net_kind) {
-    case -1:
+    case up_fail_overloaded:
       return attempt_end::overloaded;
+    case up_fail_too_large:
+      return attempt_end::too_large;
     case static_cast<std::int32_t>(net::upstream_failure::connect_failed):
     case static_cast<std::int32_t>(net::upstream_failure::tls_failed):
       return attempt_end::connect_failed;
@@ -67,7 +69,7 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
     st->idle_timer = st->timers->after(idle, idle_timeout_atom::value, ++st->idle_generation);
   };
 
-  auto relay_events = [self, st, arm_idle, fail](std::vector<std::string> events) {
+  auto relay_events = [self, st, arm_idle](std::vector<std::string> events) {
     if (events.empty()) return;
     if (!st->committed) {
       st->committed = true;
@@ -75,6 +77,65 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
     }
     for (auto& e : events) self->send(st->request, att_event_atom::value, std::move(e));
     arm_idle();
+  };
+
+  auto on_head = [st, stream = spec.stream](int status, net::header_list& headers) {
+    st->status = status;
+    st->headers = std::move(headers);
+    st->have_head = true;
+    // Relayed event by event only when it is an event stream; an upstream that ignores
+    // `stream: true` and answers plain JSON is passed on whole, like any other response.
+    const auto* type = net::find_header(st->headers, "content-type");
+    st->streaming = stream && status >= 200 && status < 300 && type != nullptr &&
+                    type->find("text/event-stream") != std::string::npos;
+  };
+
+  auto on_body = [st, relay_events, fail, max = spec.max_response_bytes](std::string& bytes) {
+    if (st->done) return;
+    if (st->streaming) {
+      auto events = st->framer.feed(bytes);
+      if (st->framer.overflowed()) {
+        fail(attempt_end::malformed, "upstream sent an SSE event larger than 1 MiB");
+        return;
+      }
+      relay_events(std::move(events));
+      return;
+    }
+    if (max > 0 && st->body.size() + bytes.size() > max) {
+      fail(attempt_end::too_large, "upstream response is larger than request.max_response_bytes");
+      return;
+    }
+    if (st->body.empty()) {
+      st->body = std::move(bytes);
+    } else {
+      st->body += bytes;
+    }
+  };
+
+  auto on_end = [self, st, relay_events, fail] {
+    if (st->done) return;
+    if (st->streaming) {
+      // An unterminated tail is not a whole event; it is dropped rather than cut into.
+      relay_events(st->framer.finish());
+      if (!st->committed && st->framer.has_partial()) {
+        fail(attempt_end::malformed, "upstream stream ended inside its first event");
+        return;
+      }
+      if (!st->committed) {
+        // A 2xx stream with an empty body: nothing was relayed, so it is an ordinary answer.
+        st->done = true;
+        self->send(st->request, att_result_atom::value, st->status, st->headers, std::string{});
+        self->quit();
+        return;
+      }
+      st->done = true;
+      self->send(st->request, att_end_atom::value);
+      self->quit();
+      return;
+    }
+    st->done = true;
+    self->send(st->request, att_result_atom::value, st->status, st->headers, std::move(st->body));
+    self->quit();
   };
 
   auto conn = self->spawn<caf::linked>(connection_actor, rt, caf::actor_cast<caf::actor>(self),
@@ -88,59 +149,16 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
         // by the queue limit and the request deadline instead.
         if (timeout.count() > 0) st->timers->after(timeout, attempt_timeout_atom::value);
       },
-      [st, stream = spec.stream](up_head_atom, int status, net::header_list& headers) {
-        st->status = status;
-        st->headers = std::move(headers);
-        st->have_head = true;
-        // Relayed event by event only when it is an event stream; an upstream that ignores
-        // `stream: true` and answers plain JSON is passed on whole, like any other response.
-        const auto* type = net::find_header(st->headers, "content-type");
-        st->streaming = stream && status >= 200 && status < 300 && type != nullptr &&
-                        type->find("text/event-stream") != std::string::npos;
-      },
-      [st, relay_events, fail, max = spec.max_response_bytes](up_body_atom, std::string& bytes) {
-        if (st->done) return;
-        if (st->streaming) {
-          auto events = st->framer.feed(bytes);
-          if (st->framer.overflowed()) {
-            fail(attempt_end::malformed, "upstream sent an SSE event larger than 1 MiB");
-            return;
-          }
-          relay_events(std::move(events));
-          return;
-        }
-        if (max > 0 && st->body.size() + bytes.size() > max) {
-          fail(attempt_end::too_large,
-               "upstream response is larger than request.max_response_bytes");
-          return;
-        }
-        st->body += bytes;
-      },
-      [self, st, relay_events, fail](up_end_atom) {
-        if (st->done) return;
-        if (st->streaming) {
-          // An unterminated tail is not a whole event; it is dropped rather than cut into.
-          relay_events(st->framer.finish());
-          if (!st->committed && st->framer.has_partial()) {
-            fail(attempt_end::malformed, "upstream stream ended inside its first event");
-            return;
-          }
-          if (!st->committed) {
-            // A 2xx stream with an empty body: nothing was relayed, so it is an ordinary answer.
-            st->done = true;
-            self->send(st->request, att_result_atom::value, st->status, st->headers, std::string{});
-            self->quit();
-            return;
-          }
-          st->done = true;
-          self->send(st->request, att_end_atom::value);
-          self->quit();
-          return;
-        }
-        st->done = true;
-        self->send(st->request, att_result_atom::value, st->status, st->headers,
-                   std::move(st->body));
-        self->quit();
+      [on_head](up_head_atom, int status, net::header_list& headers) { on_head(status, headers); },
+      [on_body](up_body_atom, std::string& bytes) { on_body(bytes); },
+      [on_end](up_end_atom) { on_end(); },
+      // A response that was not an event stream, held by net/'s relay until it was complete:
+      // one message instead of head, body and end (connection_actor.cpp).
+      [on_head, on_body, on_end](up_whole_atom, int status, net::header_list& headers,
+                                 std::string& body) {
+        on_head(status, headers);
+        if (!body.empty()) on_body(body);
+        on_end();
       },
       [fail](up_fail_atom, std::int32_t kind, std::string& message) {
         fail(failure_kind(kind), std::move(message));

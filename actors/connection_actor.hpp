@@ -18,6 +18,9 @@ struct connection_spec {
   std::int64_t priority = 0;  // request arrival (ns): queue order
   net::upstream_request request;
   std::shared_ptr<cancel_hub> hub;  // the request's; null in tests that drive an attempt alone
+  // 0 = none. Enforced as the body arrives, on the io thread (relay_events), so the socket is
+  // closed at the limit however far behind the actors run.
+  std::uint64_t max_response_bytes = 0;
 };
 
 // `attempt` receives up_* messages (straight from net/) and (queued_atom, wait_ns); `request`

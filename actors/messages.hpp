@@ -30,8 +30,12 @@ using slots_atom = caf::atom_constant<caf::atom("slots")>;
 using up_head_atom = caf::atom_constant<caf::atom("up_head")>;
 using up_body_atom = caf::atom_constant<caf::atom("up_body")>;
 using up_end_atom = caf::atom_constant<caf::atom("up_end")>;
+using up_whole_atom = caf::atom_constant<caf::atom("up_whole")>;
 using up_fail_atom = caf::atom_constant<caf::atom("up_fail")>;
 using up_closed_atom = caf::atom_constant<caf::atom("up_closed")>;
+// (up_fail, kind, message): kind is a net::upstream_failure, or one of these.
+constexpr std::int32_t up_fail_overloaded = -1;  // the budget refused a slot
+constexpr std::int32_t up_fail_too_large = -2;   // the body outgrew request.max_response_bytes
 
 // upstream connection actor → request actor: the socket is gone, the slot is about to be freed
 using work_ended_atom = caf::atom_constant<caf::atom("work_end")>;

@@ -265,6 +265,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     a.connection.key = st->spec.key;
     a.connection.priority = st->arrival_wall_ns;
     a.connection.hub = st->spec.hub;
+    a.connection.max_response_bytes = settings.max_response_bytes;
     auto& req = a.connection.request;
     req.method = "POST";
     req.target = up.url.path_prefix + st->spec.path;
