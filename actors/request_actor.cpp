@@ -408,7 +408,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         self->monitor(conn);
       },
       [st](queued_atom, std::int64_t wait_ns) { st->queue_wait_ns += wait_ns; },
-      [st, rt, record_attempt_end, after_failure, mark_answered, release_attempt, lost_to_deadline,
+      [st, record_attempt_end, after_failure, mark_answered, release_attempt, lost_to_deadline,
        maybe_quit](att_result_atom, int status, net::header_list& headers, std::string& body) {
         if (st->now == phase::answered) return;
         release_attempt();
