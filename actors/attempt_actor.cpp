@@ -143,8 +143,7 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
   self->send(st->request, conn_spawned_atom::value, conn);
 
   return {
-      [self, st, owner, timeout = spec.timeout](queued_atom, std::int64_t wait_ns) {
-        self->send(st->request, queued_atom::value, wait_ns);
+      [st, owner, timeout = spec.timeout](queued_atom, std::int64_t /*wait_ns*/) {
         // The per-try clock starts once the attempt may use the upstream; queue wait is bounded
         // by the queue limit and the request deadline instead.
         if (timeout.count() > 0) st->timers->after(timeout, attempt_timeout_atom::value);

@@ -128,6 +128,7 @@ struct connection_state {
   bool closing = false;
   bool closed = false;
   std::int64_t asked_ns = 0;
+  std::int64_t queue_wait_ns = 0;  // asked → the budget's answer; 0 if none came
 };
 
 }  // namespace
@@ -144,7 +145,7 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
     if (st->closed) return;
     st->closed = true;
     self->send(request, work_ended_atom::value, static_cast<std::uint64_t>(upstream), closed_ns,
-               st->granted);
+               st->granted, st->queue_wait_ns);
     self->quit();
   };
 
@@ -182,7 +183,8 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
         // (budget_link_actor); the local budget counts this actor either way.
         if (st->closing || st->closed || st->answered) return;
         st->answered = true;
-        self->send(attempt, queued_atom::value, now_ns() - st->asked_ns);
+        st->queue_wait_ns = now_ns() - st->asked_ns;
+        self->send(attempt, queued_atom::value, st->queue_wait_ns);
         if (!granted) {
           self->send(attempt, up_fail_atom::value, up_fail_overloaded, reason);
           finish(now_ns());

@@ -24,7 +24,7 @@ struct connection_spec {
 };
 
 // `attempt` receives up_* messages (straight from net/) and (queued_atom, wait_ns); `request`
-// receives (work_ended_atom, upstream, closed_ns, started) when the socket is gone.
+// receives (work_ended_atom, upstream, closed_ns, started, queue_wait_ns) when the socket is gone.
 caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor attempt,
                                caf::actor request, connection_spec spec);
 

@@ -38,6 +38,7 @@ constexpr std::int32_t up_fail_overloaded = -1;  // the budget refused a slot
 constexpr std::int32_t up_fail_too_large = -2;   // the body outgrew request.max_response_bytes
 
 // upstream connection actor → request actor: the socket is gone, the slot is about to be freed
+// (work_end, upstream, closed_ns, held_slot, queue_wait_ns)
 using work_ended_atom = caf::atom_constant<caf::atom("work_end")>;
 // upstream connection actor → attempt actor: waited this long for a slot
 using queued_atom = caf::atom_constant<caf::atom("queued")>;

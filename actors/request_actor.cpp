@@ -407,7 +407,6 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         st->live_connections.insert(conn.address());
         self->monitor(conn);
       },
-      [st](queued_atom, std::int64_t wait_ns) { st->queue_wait_ns += wait_ns; },
       [st, record_attempt_end, after_failure, mark_answered, release_attempt, lost_to_deadline,
        maybe_quit](att_result_atom, int status, net::header_list& headers, std::string& body) {
         if (st->now == phase::answered) return;
@@ -546,7 +545,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         maybe_quit();
       },
       [st, rt, maybe_quit](work_ended_atom, std::uint64_t upstream, std::int64_t closed_ns,
-                           bool held_slot) {
+                           bool held_slot, std::int64_t queue_wait_ns) {
+        st->queue_wait_ns += queue_wait_ns;
         st->last_work_end_ns = std::max(st->last_work_end_ns.value_or(0), closed_ns);
         st->trace->event("work_ended", closed_ns);
         if (held_slot && st->cancel_decided_ns && closed_ns >= *st->cancel_decided_ns) {
