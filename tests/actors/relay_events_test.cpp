@@ -1,0 +1,158 @@
+// relay_events alone: what the attempt actor and the connection actor hear from net/'s callbacks,
+// and when the exchange is cancelled for a body over max_response_bytes.
+#include "actors/relay_events.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "actors/messages.hpp"
+
+namespace tether {
+namespace {
+
+using namespace std::chrono_literals;
+
+class counting_exchange final : public net::upstream_exchange {
+ public:
+  void cancel() override { ++cancels; }
+  int cancels = 0;
+};
+
+const net::header_list json_head{{"content-type", "application/json"}};
+const net::header_list sse_head{{"content-type", "text/event-stream; charset=utf-8"}};
+
+class RelayEventsTest : public ::testing::Test {
+ protected:
+  RelayEventsTest() : system_(cfg_), attempt_(system_), owner_(system_) {}
+
+  std::shared_ptr<relay_events> relay(std::uint64_t max_body = 0) {
+    return std::make_shared<relay_events>(caf::actor{owner_}, caf::actor{attempt_}, max_body);
+  }
+
+  // What the attempt heard, in order, until nothing more came for `quiet`.
+  std::vector<std::string> heard(std::chrono::milliseconds quiet = 100ms) {
+    std::vector<std::string> out;
+    bool more = true;
+    while (more) {
+      attempt_->receive([&](up_head_atom, int status,
+                            net::header_list&) { out.push_back("head " + std::to_string(status)); },
+                        [&](up_body_atom, std::string& bytes) { out.push_back("body " + bytes); },
+                        [&](up_end_atom) { out.emplace_back("end"); },
+                        [&](up_whole_atom, int status, net::header_list&, std::string& body) {
+                          out.push_back("whole " + std::to_string(status) + " " + body);
+                        },
+                        [&](up_fail_atom, std::int32_t kind, std::string&) {
+                          out.push_back("fail " + std::to_string(kind));
+                        },
+                        caf::after(quiet) >> [&] { more = false; });
+    }
+    return out;
+  }
+
+  caf::actor_system_config cfg_;
+  caf::actor_system system_;
+  caf::scoped_actor attempt_;
+  caf::scoped_actor owner_;
+};
+
+using lines = std::vector<std::string>;
+
+TEST_F(RelayEventsTest, AResponseThatIsNotAStreamArrivesAsOneMessage) {
+  auto r = relay();
+  r->on_connected(false);
+  r->on_head(200, json_head);
+  r->on_body("ab");
+  r->on_body("cd");
+  r->on_end();
+  EXPECT_EQ(heard(), (lines{"whole 200 abcd"}));
+}
+
+TEST_F(RelayEventsTest, AnEmptyBodyAndAFailureBeforeTheEndAreRelayedAlike) {
+  auto empty = relay();
+  empty->on_head(204, {});
+  empty->on_end();
+  EXPECT_EQ(heard(), (lines{"whole 204 "}));
+  auto broken = relay();
+  broken->on_head(200, json_head);
+  broken->on_body("partial");
+  broken->on_failure(net::upstream_failure::reset, "connection reset");
+  EXPECT_EQ(heard(),
+            (lines{"fail " + std::to_string(static_cast<int>(net::upstream_failure::reset))}));
+}
+
+TEST_F(RelayEventsTest, AnEventStreamIsPassedOnAsItComes) {
+  auto r = relay();
+  r->on_head(200, sse_head);
+  EXPECT_EQ(heard(), (lines{"head 200"}));  // before any body: nothing is held back
+  r->on_body("data: 1\n\n");
+  EXPECT_EQ(heard(), (lines{"body data: 1\n\n"}));
+  r->on_body("data: 2\n\n");
+  r->on_end();
+  EXPECT_EQ(heard(), (lines{"body data: 2\n\n", "end"}));
+}
+
+TEST_F(RelayEventsTest, ABodyBeyondTheHoldLimitIsPassedOnAsItComes) {
+  auto r = relay();
+  const std::string forty_k(40 * 1024, 'x');
+  r->on_head(200, json_head);
+  r->on_body(forty_k);
+  EXPECT_TRUE(heard(50ms).empty());  // held
+  r->on_body(forty_k);               // 80 KiB > 64 KiB: head and all so far go on
+  r->on_body(forty_k);
+  r->on_end();
+  EXPECT_EQ(heard(), (lines{"head 200", "body " + forty_k + forty_k, "body " + forty_k, "end"}));
+}
+
+TEST_F(RelayEventsTest, ABodyOverTheLimitCancelsTheExchangeAtOnce) {
+  auto r = relay(100);
+  auto exchange = std::make_shared<counting_exchange>();
+  r->attach(exchange);
+  r->on_head(200, json_head);
+  r->on_body(std::string(60, 'a'));
+  EXPECT_EQ(exchange->cancels, 0);
+  r->on_body(std::string(60, 'b'));  // 120 > 100
+  EXPECT_EQ(exchange->cancels, 1);   // here, on the calling (io) thread, not via an actor
+  r->on_body(std::string(60, 'c'));  // what was already in flight is dropped
+  r->on_end();
+  EXPECT_EQ(heard(), (lines{"fail " + std::to_string(up_fail_too_large)}));
+  EXPECT_EQ(exchange->cancels, 1);
+}
+
+TEST_F(RelayEventsTest, ALimitPassedBeforeTheExchangeIsKnownCancelsItAsItIsAttached) {
+  auto r = relay(10);
+  r->on_head(200, json_head);
+  r->on_body(std::string(11, 'a'));
+  auto exchange = std::make_shared<counting_exchange>();
+  r->attach(exchange);
+  EXPECT_EQ(exchange->cancels, 1);
+  EXPECT_EQ(heard(), (lines{"fail " + std::to_string(up_fail_too_large)}));
+}
+
+TEST_F(RelayEventsTest, AnEventStreamIsNotHeldToTheLimit) {
+  auto r = relay(10);
+  auto exchange = std::make_shared<counting_exchange>();
+  r->attach(exchange);
+  r->on_head(200, sse_head);
+  const std::string event = "data: " + std::string(100, 'z') + "\n\n";
+  r->on_body(event);
+  r->on_end();
+  EXPECT_EQ(heard(), (lines{"head 200", "body " + event, "end"}));
+  EXPECT_EQ(exchange->cancels, 0);
+}
+
+TEST_F(RelayEventsTest, TheSocketsEndGoesToTheConnectionActor) {
+  auto r = relay();
+  r->on_head(200, json_head);
+  r->on_end();
+  r->on_closed();
+  std::int64_t closed_ns = 0;
+  owner_->receive([&](up_closed_atom, std::int64_t at) { closed_ns = at; },
+                  caf::after(2s) >> [] {});
+  EXPECT_GT(closed_ns, 0);
+  EXPECT_EQ(heard(), (lines{"whole 200 "}));
+}
+
+}  // namespace
+}  // namespace tether
