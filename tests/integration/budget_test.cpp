@@ -204,12 +204,8 @@ TEST(BudgetSoakTest, CapsHoldAndNothingLeaksUnderMixedFailures) {
   EXPECT_EQ(answered.load(), total);
 
   // Every request ends in exactly one access-log line (written when its tree is gone).
-  std::vector<boost::json::object> lines;
-  for (int i = 0; i < 300; ++i) {
-    lines = access_lines(gw);
-    if (lines.size() >= static_cast<std::size_t>(total)) break;
-    std::this_thread::sleep_for(20ms);
-  }
+  await_access_lines(gw, static_cast<std::size_t>(total), 6s);
+  auto lines = access_lines(gw);
   std::set<std::string> ids;
   for (const auto& l : lines) ids.insert(str(l.at("request_id")));
   std::string missing;

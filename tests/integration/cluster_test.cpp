@@ -74,7 +74,9 @@ TEST_F(ClusterTest, SharedCapHoldsAcrossMembersAndBothGetWork) {
   auto stats = mock_.stats();
   EXPECT_EQ(stats.at("requests").as_int64(), 16);
   EXPECT_LE(stats.at("max_active").as_int64(), 4);
-  EXPECT_EQ(access_lines(*a_).size(), 8u);
+  EXPECT_EQ(await_access_lines(*a_, 8), 8u);
+  EXPECT_EQ(await_access_lines(*b_, 8), 8u);
+  EXPECT_EQ(access_lines(*a_).size(), 8u);  // and not more
   EXPECT_EQ(access_lines(*b_).size(), 8u);
 }
 

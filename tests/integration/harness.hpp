@@ -69,6 +69,26 @@ inline std::optional<boost::json::object> access_line(
   return boost::json::parse(line->line).as_object();
 }
 
+// Waits until `gw` has written `n` access-log lines (each comes after its response, once the
+// request's last upstream connection has closed); returns how many it saw within `timeout`.
+inline std::size_t await_access_lines(gateway_process& gw, std::size_t n,
+                                      std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  static const std::regex access{"\"type\":\"access\""};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::size_t seen = 0;
+  std::size_t from = 0;
+  while (seen < n) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    auto match = gw.process().wait_for_line(access, left, from);
+    if (!match) break;
+    ++seen;
+    from = match->line_index + 1;
+  }
+  return seen;
+}
+
 inline std::vector<boost::json::object> access_lines(gateway_process& gw) {
   std::vector<boost::json::object> out;
   for (const auto& l : gw.process().lines()) {

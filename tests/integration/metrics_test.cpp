@@ -182,7 +182,7 @@ TEST(MetricsTest, EachLocallyProducibleOutcomeCountsExactlyOnce) {
   EXPECT_EQ(post(std::string(4096, ' ') + chat_body("chat"), key).status, 413);
 
   // Every line is written; then the counters say the same.
-  for (int i = 0; i < 100 && access_lines(gw).size() < 12; ++i) std::this_thread::sleep_for(20ms);
+  await_access_lines(gw, 12);
   auto e = parse_prometheus(request("GET", gw.port(), "/metrics").body);
   auto count = [&](const std::string& model, const std::string& outcome) {
     return value_of(e, "tether_requests_total", {{"model", model}, {"outcome", outcome}});

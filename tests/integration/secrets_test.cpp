@@ -72,7 +72,7 @@ TEST(SecretsTest, NoKeyOrPromptAppearsInLogsSpansOrErrorBodies) {
   leave.close_after = 100ms;
   stream_request("POST", gw.port(), "/v1/chat/completions", body("hang"), auth, leave);
 
-  for (int i = 0; i < 100 && access_lines(gw).size() < 11; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(await_access_lines(gw, 11), 11u);
   ASSERT_EQ(access_lines(gw).size(), 11u);
   otlp.wait_for_spans([](const auto& s) { return s.size() >= 10; });
 
