@@ -750,6 +750,11 @@ TEST_F(HttpServerTest, HandlerHeaderWithLineBreakIsDropped) {
 
 // Out of descriptors, accept fails; the loop must back off and go on, not die.
 TEST_F(HttpServerTest, AcceptFailingForLackOfDescriptorsRecovers) {
+  // The sanitizer runtimes need descriptors of their own while this test holds every one: UBSan
+  // verifies a type it has not cached through a pipe, cannot open one, and reports a false
+  // "invalid vptr" (once in a cold CI run; 2–4 in 200 runs beside another). The plain build runs
+  // it.
+  if (TETHER_SANITIZED) GTEST_SKIP() << "starves the sanitizer runtime of descriptors";
   serve(echo_handler(log_));
   rlimit original{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &original), 0);
