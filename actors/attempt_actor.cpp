@@ -14,7 +14,6 @@ constexpr std::size_t max_sse_event_bytes = 1 << 20;
 struct attempt_state {
   int status = 0;
   net::header_list headers;
-  bool have_head = false;
   bool streaming = false;  // a 2xx answer to a streaming request: relayed event by event
   bool committed = false;
   bool done = false;
@@ -82,7 +81,6 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
   auto on_head = [st, stream = spec.stream](int status, net::header_list& headers) {
     st->status = status;
     st->headers = std::move(headers);
-    st->have_head = true;
     // Relayed event by event only when it is an event stream; an upstream that ignores
     // `stream: true` and answers plain JSON is passed on whole, like any other response.
     const auto* type = net::find_header(st->headers, "content-type");
@@ -90,7 +88,9 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
                     type->find("text/event-stream") != std::string::npos;
   };
 
-  auto on_body = [st, relay_events, fail, max = spec.max_response_bytes](std::string& bytes) {
+  // A body that is not relayed as a stream is held to max_response_bytes before it gets here
+  // (relay_events, on the io thread).
+  auto on_body = [st, relay_events, fail](std::string& bytes) {
     if (st->done) return;
     if (st->streaming) {
       auto events = st->framer.feed(bytes);
@@ -99,10 +99,6 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
         return;
       }
       relay_events(std::move(events));
-      return;
-    }
-    if (max > 0 && st->body.size() + bytes.size() > max) {
-      fail(attempt_end::too_large, "upstream response is larger than request.max_response_bytes");
       return;
     }
     if (st->body.empty()) {

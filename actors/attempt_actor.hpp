@@ -17,12 +17,10 @@ struct attempt_spec {
   bool stream = false;
   std::chrono::milliseconds timeout{0};  // 0 = none (the request deadline still bounds it)
   std::chrono::milliseconds idle_timeout{0};
-  std::uint64_t max_response_bytes = 0;
 };
 
 // Messages to `request`:
 //   (conn_spawned_atom, actor)                     the connection to monitor
-//   (queued_atom, int64 wait_ns)                   time spent waiting for a budget slot
 //   (att_result_atom, int status, header_list, string body)  a complete response
 //   (att_head_atom, int status, header_list)       a stream is committed; events follow
 //   (att_event_atom, string)                       one whole SSE event

@@ -24,6 +24,7 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   auto upstream = spec.upstream;
   auto hub = spec.hub;
   const auto max_response_bytes = spec.max_response_bytes;
+  const auto stream = spec.stream;
 
   // The socket's end is this actor's end: report it, then exit, which frees the budget slot.
   auto finish = [self, st, request, upstream](std::int64_t closed_ns) {
@@ -62,7 +63,7 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   auto request_to_send = std::make_shared<net::upstream_request>(std::move(spec.request));
 
   return {
-      [self, rt, st, attempt, request_to_send, upstream, hub, max_response_bytes, finish](
+      [self, rt, st, attempt, request_to_send, upstream, hub, stream, max_response_bytes, finish](
           grant_atom, bool granted, const std::string& reason) {
         // A second answer comes only when a lost budget host's claims were re-asked locally
         // (budget_link_actor); the local budget counts this actor either way.
@@ -77,7 +78,7 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
         }
         st->granted = true;
         auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self), attempt,
-                                                     max_response_bytes);
+                                                     stream, max_response_bytes);
         st->exchange = rt->upstreams[upstream]->start(std::move(*request_to_send), events);
         events->attach(st->exchange);
         // The caller may have left while this waited for its slot: then the hub cancels it now.

@@ -19,8 +19,10 @@ struct connection_spec {
   net::upstream_request request;
   std::shared_ptr<cancel_hub> hub;  // the request's; null in tests that drive an attempt alone
   // 0 = none. Enforced as the body arrives, on the io thread (relay_events), so the socket is
-  // closed at the limit however far behind the actors run.
+  // closed at the limit however far behind the actors run; an event stream relayed to a caller
+  // who asked for one is not limited.
   std::uint64_t max_response_bytes = 0;
+  bool stream = false;  // the caller asked for an event stream
 };
 
 // `attempt` receives up_* messages (straight from net/) and (queued_atom, wait_ns); `request`

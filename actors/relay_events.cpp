@@ -4,8 +4,12 @@
 
 namespace tether {
 
-relay_events::relay_events(caf::actor owner, caf::actor attempt, std::uint64_t max_body)
-    : owner_(std::move(owner)), attempt_(std::move(attempt)), max_body_(max_body) {}
+relay_events::relay_events(caf::actor owner, caf::actor attempt, bool stream,
+                           std::uint64_t max_body)
+    : owner_(std::move(owner)),
+      attempt_(std::move(attempt)),
+      stream_(stream),
+      max_body_(max_body) {}
 
 void relay_events::attach(const std::shared_ptr<net::upstream_exchange>& exchange) {
   bool cancel_now = false;
@@ -22,8 +26,9 @@ void relay_events::on_connected(bool) {}
 
 void relay_events::on_head(int status, net::header_list headers) {
   const auto* type = net::find_header(headers, "content-type");
-  if (type != nullptr && type->find("text/event-stream") != std::string::npos) {
-    event_stream_ = true;
+  if (stream_ && status >= 200 && status < 300 && type != nullptr &&
+      type->find("text/event-stream") != std::string::npos) {
+    relayed_as_stream_ = true;
     caf::anon_send(attempt_, up_head_atom::value, status, std::move(headers));
     return;
   }
@@ -35,7 +40,7 @@ void relay_events::on_head(int status, net::header_list headers) {
 void relay_events::on_body(std::string bytes) {
   if (refused_) return;
   received_ += bytes.size();
-  if (!event_stream_ && max_body_ > 0 && received_ > max_body_) return refuse();
+  if (!relayed_as_stream_ && max_body_ > 0 && received_ > max_body_) return refuse();
   if (holding_ && body_.size() + bytes.size() <= hold_limit) {
     body_ += bytes;
     return;

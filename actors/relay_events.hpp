@@ -9,7 +9,8 @@
 // comes. Such a body is also held to max_response_bytes here, on the io thread: past it the
 // exchange is cancelled at once, not when the attempt actor gets round to counting (under load
 // the io thread runs ahead of the actors, and the upstream would be read to its end meanwhile).
-// An event stream is never held or limited.
+// What the attempt relays event by event (a 2xx event stream to a caller who asked for one) is
+// never held or limited; the attempt draws the same line.
 #pragma once
 
 #include <caf/all.hpp>
@@ -26,8 +27,8 @@ class relay_events final : public net::upstream_events {
  public:
   static constexpr std::size_t hold_limit = 64 * 1024;
 
-  // max_body: 0 = no limit.
-  relay_events(caf::actor owner, caf::actor attempt, std::uint64_t max_body);
+  // stream: the caller asked for an event stream. max_body: 0 = no limit.
+  relay_events(caf::actor owner, caf::actor attempt, bool stream, std::uint64_t max_body);
 
   // The exchange this relays, known only once it has started (its first callback may come
   // before): cancelled at once if the limit was already passed.
@@ -45,9 +46,10 @@ class relay_events final : public net::upstream_events {
 
   caf::actor owner_;
   caf::actor attempt_;
+  const bool stream_;
   const std::uint64_t max_body_;
   // io-thread state (net/ calls one exchange's callbacks one at a time)
-  bool event_stream_ = false;
+  bool relayed_as_stream_ = false;
   bool holding_ = false;
   bool refused_ = false;
   std::uint64_t received_ = 0;

@@ -260,12 +260,12 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     a.stream = st->spec.stream;
     a.timeout = st->deadline.attempt_timer(settings.attempt_timeout, now);
     a.idle_timeout = settings.stream_idle_timeout;
-    a.max_response_bytes = settings.max_response_bytes;
     a.connection.upstream = dep.upstream;
     a.connection.key = st->spec.key;
     a.connection.priority = st->arrival_wall_ns;
     a.connection.hub = st->spec.hub;
     a.connection.max_response_bytes = settings.max_response_bytes;
+    a.connection.stream = st->spec.stream;
     auto& req = a.connection.request;
     req.method = "POST";
     req.target = up.url.path_prefix + st->spec.path;

@@ -27,8 +27,10 @@ class RelayEventsTest : public ::testing::Test {
  protected:
   RelayEventsTest() : system_(cfg_), attempt_(system_), owner_(system_) {}
 
-  std::shared_ptr<relay_events> relay(std::uint64_t max_body = 0) {
-    return std::make_shared<relay_events>(caf::actor{owner_}, caf::actor{attempt_}, max_body);
+  // As for a caller who asked for a stream, unless `stream` says otherwise.
+  std::shared_ptr<relay_events> relay(std::uint64_t max_body = 0, bool stream = true) {
+    return std::make_shared<relay_events>(caf::actor{owner_}, caf::actor{attempt_}, stream,
+                                          max_body);
   }
 
   // What the attempt heard, in order, until nothing more came for `quiet`.
@@ -140,6 +142,21 @@ TEST_F(RelayEventsTest, AnEventStreamIsNotHeldToTheLimit) {
   r->on_end();
   EXPECT_EQ(heard(), (lines{"head 200", "body " + event, "end"}));
   EXPECT_EQ(exchange->cancels, 0);
+}
+
+// Relayed whole, so held and limited like any body: an event stream the caller did not ask for,
+// and an error answered as an event stream.
+TEST_F(RelayEventsTest, AnEventStreamThatIsNotRelayedAsOneIsHeldAndLimited) {
+  const std::string event = "data: " + std::string(100, 'z') + "\n\n";
+  auto unasked = relay(10, false);
+  unasked->on_head(200, sse_head);
+  unasked->on_body(event);
+  EXPECT_EQ(heard(), (lines{"fail " + std::to_string(up_fail_too_large)}));
+  auto error = relay(0, true);
+  error->on_head(503, sse_head);
+  error->on_body(event);
+  error->on_end();
+  EXPECT_EQ(heard(), (lines{"whole 503 " + event}));
 }
 
 TEST_F(RelayEventsTest, TheSocketsEndGoesToTheConnectionActor) {
