@@ -46,6 +46,15 @@ class actor_timers {
     return t;
   }
 
+  // Runs `fire` on an io thread at `when` (steady clock), exactly: for deadlines.
+  std::shared_ptr<net::timer> run_at(std::chrono::steady_clock::time_point when,
+                                     std::function<void()> fire) {
+    prune();
+    auto t = service_->start_at(when, std::move(fire));
+    pending_.push_back(t);
+    return t;
+  }
+
   void cancel_all() {
     for (auto& t : pending_) t->cancel();
     pending_.clear();

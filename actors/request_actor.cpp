@@ -376,8 +376,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       // interrupt; the io thread then only closes the upstream sockets.
       std::weak_ptr<cancel_hub> weak_hub = st->spec.hub;
       std::weak_ptr<net::response_channel> weak_channel = st->channel;
-      st->timers->run_after(
-          *st->deadline.remaining(std::chrono::steady_clock::now()),
+      st->timers->run_at(
+          *st->deadline.due(),
           [weak_hub, weak_channel, owner = self->address(), id = st->spec.request_id] {
             auto hub = weak_hub.lock();
             if (!hub) return;

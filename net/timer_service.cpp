@@ -19,12 +19,12 @@ class asio_timer final : public timer, public std::enable_shared_from_this<asio_
 
   asio::strand<asio::io_context::executor_type> executor() const { return strand_; }
 
-  void arm(std::chrono::nanoseconds delay) {
+  void arm(std::chrono::steady_clock::time_point when) {
     if (cancelled_.load()) {
       fire_ = nullptr;
       return;
     }
-    timer_.expires_after(delay);
+    timer_.expires_at(when);
     timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->cancelled_.exchange(true)) return;
       auto fire = std::move(self->fire_);
@@ -62,9 +62,14 @@ timer_service::~timer_service() = default;
 
 std::shared_ptr<timer> timer_service::start(std::chrono::nanoseconds delay,
                                             std::function<void()> fire) {
+  return start_at(std::chrono::steady_clock::now() + delay, std::move(fire));
+}
+
+std::shared_ptr<timer> timer_service::start_at(std::chrono::steady_clock::time_point when,
+                                               std::function<void()> fire) {
   auto t = std::make_shared<asio_timer>(*impl_->ctx, std::move(fire));
   // Arming happens on the strand too, so it never races a cancel.
-  asio::post(t->executor(), [t, delay] { t->arm(delay); });
+  asio::post(t->executor(), [t, when] { t->arm(when); });
   return t;
 }
 

@@ -30,6 +30,12 @@ class request_deadline {
 
   bool bounded() const { return budget_.has_value(); }
   std::optional<millis> budget() const { return budget_; }
+  // The moment the budget is spent, exact (no rounding): what the deadline timer is armed for.
+  // nullopt when unbounded.
+  std::optional<steady_time> due() const {
+    if (!budget_) return std::nullopt;
+    return arrival_ + *budget_;
+  }
   // Time left at `now`, floored at 0; nullopt when unbounded.
   std::optional<millis> remaining(steady_time now) const;
   bool expired(steady_time now) const;

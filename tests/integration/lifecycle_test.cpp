@@ -55,6 +55,33 @@ TEST_F(LifecycleTest, DeadlineCutsTheInFlightAttemptAndClosesItsUpstreamConnecti
   EXPECT_LE(num(e.at("closed_ms")), answered + close_slack_ms);
 }
 
+// The 504 never comes before the deadline has passed, by the caller's clock or by tether's own
+// (the access log's ttfb): the timer is armed for arrival + budget exactly, not for a remaining
+// time rounded to whole milliseconds from whenever the request actor got to arm it.
+TEST_F(LifecycleTest, TheDeadlineAnswerNeverComesBeforeTheDeadline) {
+  start("deadline_ms = 100000\nattempt_timeout_ms = 100000\nmax_retries = 0",
+        model_entry("hang", "mock-hang"));
+  http_connection conn{gw_->port()};
+  std::map<std::string, double> budgets;
+  for (int i = 0; i < 12; ++i) {
+    const std::string id = "exact-" + std::to_string(i);
+    const double budget = 15 + i % 4;
+    auto r = conn.request("POST", "/v1/chat/completions", chat_body("hang"),
+                          {{"x-request-deadline-ms", std::to_string(static_cast<int>(budget))},
+                           {"x-request-id", id}});
+    ASSERT_EQ(r.status, 504) << r.body;
+    EXPECT_GE(r.elapsed.count(), budget) << id;
+    budgets[id] = budget;
+  }
+  for (const auto& [id, budget] : budgets) {
+    auto line = access_line(*gw_, id);
+    ASSERT_TRUE(line) << id;
+    EXPECT_EQ(str(line->at("outcome")), "deadline_exceeded") << id;
+    EXPECT_GE(num(line->at("ttfb_ms")), budget) << id;
+    EXPECT_LT(num(line->at("ttfb_ms")), budget + 250) << id;
+  }
+}
+
 // The deadline is answered on an io thread while the request actor may be answering the
 // upstream's response at the same moment (the mock answers at about the deadline): whichever
 // wins, the caller gets exactly one response — the next request on the same keep-alive

@@ -60,6 +60,21 @@ TEST(DeadlineTest, RemainingCountsFromArrivalAndFloorsAtZero) {
   EXPECT_TRUE(d.expired(t0 + 500ms));
 }
 
+// The timer is armed for the exact moment: `remaining` rounds the elapsed time up (what a chained
+// gateway is told must not exceed what is left), so a timer armed for `remaining` from a moment
+// 0.3 ms after arrival would fire 0.7 ms before the deadline.
+TEST(DeadlineTest, DueIsArrivalPlusTheBudgetExactly) {
+  auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+  request_deadline d{t0, 500ms};
+  ASSERT_TRUE(d.due().has_value());
+  EXPECT_EQ(*d.due(), t0 + 500ms);
+  EXPECT_EQ(d.remaining(t0 + 300us), std::optional<millis>(499ms));
+  EXPECT_FALSE(d.expired(*d.due() - 1ns));
+  EXPECT_TRUE(d.expired(*d.due()));
+  request_deadline unbounded{t0, std::nullopt};
+  EXPECT_FALSE(unbounded.due().has_value());
+}
+
 TEST(DeadlineTest, AttemptTimeoutNeverOutlivesTheRequest) {
   auto t0 = std::chrono::steady_clock::time_point{} + 1h;
   request_deadline d{t0, 500ms};
