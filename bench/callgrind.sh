@@ -15,6 +15,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/tether-callgrind.XXXXXX")"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  if [ -n "${KEEP_CALLGRIND:-}" ]; then cp "$work"/callgrind.* "$KEEP_CALLGRIND"/ 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
