@@ -320,6 +320,25 @@ void upstream_session::do_read_body() {
   auto& buffer = connection_->body_buffer();
   body.data = buffer.data();
   body.size = buffer.size();
+  // What came with the head (for most responses, all of it) is parsed here: Beast's read_some
+  // would parse the same bytes without reading and post its completion through the io queue.
+  // Bytes that cannot be parsed yet (half a chunk header) need a read: then this falls through.
+  if (connection_->buffer().size() > 0) {
+    error_code ec;
+    auto& in = connection_->buffer();
+    std::size_t parsed = 0;
+    while (in.size() > 0 && !parser_->is_done()) {
+      const auto used = parser_->put(in.data(), ec);
+      in.consume(used);
+      parsed += used;
+      if (ec == http::error::need_more || ec == http::error::need_buffer) {
+        ec = {};
+        break;
+      }
+      if (ec || used == 0) break;
+    }
+    if (ec || parsed > 0 || parser_->is_done()) return on_read_body(ec, 0);
+  }
   // One read_some per round: whatever arrived is passed on at once (SSE must not wait).
   connection_->visit([this](auto& stream) {
     http::async_read_some(stream, connection_->buffer(), *parser_,
