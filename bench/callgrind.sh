@@ -3,7 +3,10 @@
 # unlike wall-clock timing on a shared VM (no hardware counters there, ±30% run to run).
 # Runs tether under callgrind twice against tether-mock — idle, then N sequential requests on one
 # keep-alive connection — and prints (total(N) − total(0)) / N.
-# Usage: bench/callgrind.sh [N=300]   Environment: BUILD_DIR (default build/), PORT (19601).
+# Usage: bench/callgrind.sh [N=300]   Environment: BUILD_DIR (default build/), PORT (19601),
+# MODEL (default mock: answers at once; mock-hang with DEADLINE_MS=5 counts the deadline's path:
+# intake, the 504, the upstream close and the tree's teardown), KEEP_CALLGRIND=dir (keep the
+# profiles for callgrind_annotate).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
@@ -36,8 +39,10 @@ measure() {
   if [ "$count" -gt 0 ]; then
     local urls=()
     for _ in $(seq "$count"); do urls+=("http://127.0.0.1:$port/v1/chat/completions"); done
-    curl -sf -H 'content-type: application/json' \
-      -d '{"model":"mock","messages":[{"role":"user","content":"hello"}]}' "${urls[@]}" >/dev/null
+    local extra=()
+    if [ -n "${DEADLINE_MS:-}" ]; then extra=(-H "x-request-deadline-ms: $DEADLINE_MS"); fi
+    curl -s -H 'content-type: application/json' "${extra[@]}" \
+      -d '{"model":"'"${MODEL:-mock}"'","messages":[{"role":"user","content":"hello"}]}' "${urls[@]}" >/dev/null
   fi
   kill -TERM "$pid"
   wait "$pid" || true

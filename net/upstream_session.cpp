@@ -33,6 +33,13 @@ bool is_ip_literal(const std::string& host) {
   return !ec;
 }
 
+std::optional<asio::ip::tcp::endpoint> literal_endpoint(const upstream_endpoint& ep) {
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(strip_brackets(ep.host), ec);
+  if (ec) return std::nullopt;
+  return asio::ip::tcp::endpoint{address, ep.port};
+}
+
 std::string make_host_header(const upstream_endpoint& ep) {
   const std::uint16_t default_port = ep.tls ? 443 : 80;
   std::string host = ep.host;
@@ -78,6 +85,7 @@ upstream_origin::upstream_origin(asio::io_context& io_context, upstream_endpoint
       service(std::to_string(endpoint.port)),
       host_header(make_host_header(endpoint)),
       host_is_ip(is_ip_literal(endpoint.host)),
+      literal(literal_endpoint(endpoint)),
       tls(make_tls_context(endpoint)),
       pool(std::make_shared<upstream_pool>(io, endpoint.max_idle_connections,
                                            endpoint.idle_timeout)) {}
@@ -146,6 +154,13 @@ void upstream_session::do_resolve() {
   resolving_ = true;
   connect_timer_.expires_after(origin_->endpoint.connect_timeout);
   connect_timer_.async_wait(tracked(&upstream_session::on_connect_deadline));
+  if (origin_->literal) {
+    resolving_ = false;
+    make_connection();
+    connection_->tcp().async_connect(std::array{*origin_->literal},
+                                     tracked(&upstream_session::on_connect));
+    return;
+  }
   // Not tracked: a cancel or the deadline ends the exchange without waiting for getaddrinfo.
   if (!resolver_) resolver_.emplace(strand_);  // a retry on a new connection reuses it
   resolver_->async_resolve(
@@ -165,11 +180,15 @@ void upstream_session::on_resolve(const error_code& ec,
   if (ec)
     return fail(upstream_failure::connect_failed,
                 "cannot resolve " + origin_->endpoint.host + ": " + ec.message());
+  make_connection();
+  connection_->tcp().async_connect(results, tracked(&upstream_session::on_connect));
+}
+
+void upstream_session::make_connection() {
   if (origin_->endpoint.tls)
     connection_ = std::make_shared<upstream_connection>(strand_, origin_->tls);
   else
     connection_ = std::make_shared<upstream_connection>(strand_);
-  connection_->tcp().async_connect(results, tracked(&upstream_session::on_connect));
 }
 
 void upstream_session::on_connect_deadline(const error_code& ec) {

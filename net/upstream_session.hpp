@@ -41,6 +41,9 @@ struct upstream_origin {
   const std::string service;      // the port, as the resolver wants it
   const std::string host_header;  // host[:port]
   const bool host_is_ip;          // no SNI for an IP literal (RFC 6066 §3)
+  // An IP literal's endpoint: connected without the resolver, whose own thread would cost two
+  // thread hand-offs and a getaddrinfo per new connection.
+  const std::optional<asio::ip::tcp::endpoint> literal;
   asio::ssl::context tls;
   std::shared_ptr<upstream_pool> pool;
 };
@@ -63,6 +66,7 @@ class upstream_session : public upstream_exchange,
   // Wraps a member as a completion handler counted in pending_, so that on_closed waits for it.
   template <class... Args>
   auto tracked(void (upstream_session::*fn)(Args...));
+  void make_connection();
 
   void do_start();
   void do_resolve();
