@@ -1,6 +1,7 @@
 #include "net/downstream_session.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <limits>
@@ -17,6 +18,7 @@
 #include <boost/beast/http/status.hpp>
 
 #include "net/header_text.hpp"
+#include "net/receive_stamp.hpp"
 #include "net/server_context.hpp"
 
 namespace tether::net {
@@ -166,6 +168,7 @@ downstream_session::downstream_session(tcp::socket socket, std::shared_ptr<serve
   // Chunks are SSE events: each must leave at once, not wait for the previous one's ACK.
   beast::error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);
+  enable_receive_stamps(stream_.socket().native_handle());
 }
 
 downstream_session::~downstream_session() {
@@ -219,32 +222,55 @@ void downstream_session::do_wait_request() {
     do_read_header();
     return;
   }
-  // Waiting for the first byte: the idle timeout (the header timeout on a fresh connection),
-  // enforced by the stream, which closes silently.
+  // Waiting for the first byte: the idle timeout (the header timeout on a fresh connection), on
+  // which the connection is closed silently.
   phase_ = phase::waiting;
-  if (fresh_) {
-    stream_.expires_at(connected_ + context_->limits.header_timeout);
-  } else {
-    stream_.expires_after(context_->limits.keepalive_timeout);
-  }
-  stream_.async_read_some(
-      buffer_.prepare(read_chunk),
-      beast::bind_front_handler(&downstream_session::on_first_bytes, shared_from_this()));
+  arm_timer(timer_use::idle, fresh_ ? connected_ + context_->limits.header_timeout
+                                    : steady::now() + context_->limits.keepalive_timeout);
+  do_wait_readable();
 }
 
-void downstream_session::on_first_bytes(beast::error_code ec, std::size_t n) {
+// The first bytes of a request are read with recvmsg, which also gives the kernel's receive
+// timestamp: the request's arrival, however long it then waited for this thread.
+void downstream_session::do_wait_readable() {
+  stream_.socket().async_wait(
+      tcp::socket::wait_read,
+      beast::bind_front_handler(&downstream_session::on_readable, shared_from_this()));
+}
+
+void downstream_session::on_readable(beast::error_code ec) {
   if (phase_ == phase::closed) return;
-  if (ec) {  // idle timeout, EOF, reset, drain: nothing of a request was lost
+  if (ec) {  // the idle timeout or a drain closed the socket: nothing of a request was lost
     do_close();
     return;
   }
-  buffer_.commit(n);
+  auto space = buffer_.prepare(read_chunk);
+  const auto read = read_stamped(stream_.socket().native_handle(), space.data(), space.size());
+  if (read.n < 0 && (read.err == EAGAIN || read.err == EWOULDBLOCK || read.err == EINTR)) {
+    do_wait_readable();
+    return;
+  }
+  if (read.n <= 0) {  // EOF or reset
+    do_close();
+    return;
+  }
+  buffer_.commit(static_cast<std::size_t>(read.n));
+  const auto steady_now = steady::now();
+  const auto system_now = std::chrono::system_clock::now();
   if (fresh_) {
     arrival_ = connected_;
     arrival_wall_ = connected_wall_;
   } else {
-    arrival_ = steady::now();
-    arrival_wall_ = std::chrono::system_clock::now();
+    arrival_ = steady_now;
+    arrival_wall_ = system_now;
+  }
+  if (read.stamp) {
+    const auto received = steady_from_stamp(*read.stamp, steady_now, system_now);
+    if (received < arrival_) {
+      arrival_ = received;
+      arrival_wall_ = system_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                       steady_now - received);
+    }
   }
   fresh_ = false;
   do_read_header();
@@ -725,6 +751,9 @@ void downstream_session::on_timer(beast::error_code ec, std::uint64_t serial) {
       stream_.socket().shutdown(tcp::socket::shutdown_receive, ignored);
       return;
     }
+    case timer_use::idle:
+      if (phase_ == phase::waiting) do_close();
+      return;
     case timer_use::write_stall:
     case timer_use::linger:
       do_close();

@@ -56,7 +56,8 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   using parser_type = boost::beast::http::request_parser<boost::beast::http::string_body>;
 
   void do_wait_request();
-  void on_first_bytes(boost::beast::error_code ec, std::size_t n);
+  void do_wait_readable();
+  void on_readable(boost::beast::error_code ec);
   void do_read_header();
   void on_read_header(boost::beast::error_code ec, std::size_t n);
   // Feeds what the buffer holds to the parser, synchronously; sets `ec` only on a real error.
@@ -89,7 +90,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void do_linger_read();
   void do_close();
 
-  enum class timer_use { request_deadline, write_stall, linger };
+  enum class timer_use { idle, request_deadline, write_stall, linger };
   void arm_timer(timer_use use, std::chrono::steady_clock::time_point at);
   void disarm_timer();
   void on_timer(boost::beast::error_code ec, std::uint64_t serial);

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
@@ -312,6 +314,40 @@ TEST_F(HttpServerTest, GetReachesHandlerWithLowerCasedHeadersAndIsAnswered) {
   EXPECT_EQ(request.headers[1].name, "x-test");
   EXPECT_GE(request.arrival, before);
   EXPECT_LE(request.arrival, steady::now());
+}
+
+// A request's arrival is when its bytes reached the host, not when a busy io thread read them:
+// the caller's deadline is counted from it. The one io thread is kept busy for 80 ms while the
+// second request on a keep-alive connection comes in.
+TEST(HttpServerArrivalTest, ArrivalIsWhenTheKernelReceivedTheRequestNotWhenItWasRead) {
+  request_log log;
+  io_runtime io{1};
+  http_server server{io, server_limits{}, echo_handler(log)};
+  const auto port = server.listen("127.0.0.1", 0);
+  test_client client(port);
+  ASSERT_TRUE(client.send(get("/first")));
+  ASSERT_TRUE(client.read_response());
+
+  std::promise<void> busy;
+  auto busy_started = busy.get_future();
+  boost::asio::post(*static_cast<boost::asio::io_context*>(io.native()), [&busy] {
+    busy.set_value();
+    std::this_thread::sleep_for(80ms);  // the io thread's backlog, simulated
+  });
+  ASSERT_EQ(busy_started.wait_for(bound), std::future_status::ready);
+  const auto sent = steady::now();
+  ASSERT_TRUE(client.send(get("/second")));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  const auto answered = steady::now();
+  ASSERT_TRUE(log.wait_for(2));
+  const auto request = log.at(1);
+  EXPECT_EQ(request.target, "/second");
+  ASSERT_GE(answered - sent, 70ms);  // the io thread was indeed busy
+  EXPECT_GE(request.arrival, sent - 1ms);
+  EXPECT_LT(request.arrival, sent + 20ms) << "arrival was taken when the request was read";
+  const auto wall_age = std::chrono::system_clock::now() - request.arrival_wall;
+  EXPECT_GE(wall_age, answered - sent - 20ms);
 }
 
 TEST_F(HttpServerTest, KeepAliveConnectionServesTwoRequests) {
