@@ -62,6 +62,15 @@ class upstream_connection {
     tcp().socket().close(ignored);
   }
 
+  // Closes with a reset, for work given up on (a cancel, the deadline): the upstream learns at
+  // once, as from a close, but one packet replaces the FIN/ACK exchange, and no TIME_WAIT entry
+  // per cancelled request piles up on this host (thousands under a cancellation storm).
+  void abort() {
+    boost::system::error_code ignored;
+    tcp().socket().set_option(asio::socket_base::linger(true, 0), ignored);
+    tcp().socket().close(ignored);
+  }
+
   bool is_open() { return tcp().socket().is_open(); }
 
   std::chrono::steady_clock::time_point idle_since{};

@@ -131,7 +131,7 @@ void upstream_session::on_cancel() {
   }
   // Aborts the pending operation; its handler sees cancelled_ and starts nothing new.
   connect_timer_.cancel();
-  if (connection_) connection_->close();
+  if (connection_) connection_->abort();
 }
 
 void upstream_session::do_start() {
@@ -411,7 +411,7 @@ void upstream_session::finish() {
   connecting_ = false;
   if (resolver_) resolver_->cancel();
   connect_timer_.cancel();
-  if (connection_) connection_->close();
+  if (connection_) connection_->abort();
   connection_.reset();
 }
 

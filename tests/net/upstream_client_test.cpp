@@ -229,10 +229,11 @@ void send(Stream& s, std::string_view bytes) {
 
 // Blocks until the peer closes (or the server shuts the socket down).
 template <class Stream>
-void wait_for_eof(Stream& s) {
+boost::system::error_code wait_for_eof(Stream& s) {
   char scratch[512];
   boost::system::error_code ec;
   while (!ec) s.read_some(asio::buffer(scratch), ec);
+  return ec;  // asio::error::eof for a close, connection_reset for an abort
 }
 
 const std::string ok_response =
@@ -372,11 +373,12 @@ TEST_F(UpstreamClientTest, PooledConnectionClosedByServerIsReplacedWithoutFailur
 TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {
   std::promise<void> got_request;
   std::promise<std::chrono::steady_clock::time_point> saw_eof;
+  boost::system::error_code ended_by;
   script_server server([&](tcp::socket& s, int) {
     beast::flat_buffer b;
     if (!read_request(s, b)) return;
     got_request.set_value();
-    wait_for_eof(s);
+    ended_by = wait_for_eof(s);
     saw_eof.set_value(std::chrono::steady_clock::now());
   });
   upstream_client client(io_, local_endpoint(server.port()));
@@ -390,6 +392,8 @@ TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {
   auto eof = saw_eof.get_future();
   ASSERT_EQ(eof.wait_for(wait_limit), std::future_status::ready);
   EXPECT_LT(eof.get() - cancelled_at, 50ms);
+  // Work given up on is closed with a reset: no FIN exchange, no TIME_WAIT left on this side.
+  EXPECT_EQ(ended_by, asio::error::connection_reset) << ended_by.message();
 
   ASSERT_TRUE(events->wait_closed());
   EXPECT_THAT(events->log(), ElementsAre("connected:new", "closed"));
@@ -509,6 +513,27 @@ TEST_F(UpstreamClientTest, ConnectionCloseResponseReadToEofIsNotPooled) {
   EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
   EXPECT_EQ(events->body(), "until the end");
   EXPECT_EQ(client.idle_connections(), 0u);
+}
+
+// A connection that served its response and is not kept alive is closed politely: the server
+// reads an orderly end of stream, not a reset.
+TEST_F(UpstreamClientTest, ConnectionNotKeptAliveAfterACompleteResponseIsClosedNotReset) {
+  std::promise<boost::system::error_code> ended;
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok");
+    ended.set_value(wait_for_eof(s));
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+  auto end = ended.get_future();
+  ASSERT_EQ(end.wait_for(wait_limit), std::future_status::ready);
+  const auto ec = end.get();
+  EXPECT_EQ(ec, asio::error::eof) << ec.message();
 }
 
 TEST_F(UpstreamClientTest, IdleConnectionExpiresAfterIdleTimeout) {
