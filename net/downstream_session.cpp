@@ -231,14 +231,16 @@ void downstream_session::do_wait_request() {
 }
 
 // The first bytes of a request are read with recvmsg, which also gives the kernel's receive
-// timestamp: the request's arrival, however long it then waited for this thread.
+// timestamp: the request's arrival, however long it then waited for this thread. The wait is a
+// peek, not async_wait: Asio tries a read at once and under the reactor's lock, while a wait
+// only completes on the next readiness edge, which bytes already here have used up.
 void downstream_session::do_wait_readable() {
-  stream_.socket().async_wait(
-      tcp::socket::wait_read,
+  stream_.socket().async_receive(
+      asio::buffer(&peek_byte_, 1), tcp::socket::message_peek,
       beast::bind_front_handler(&downstream_session::on_readable, shared_from_this()));
 }
 
-void downstream_session::on_readable(beast::error_code ec) {
+void downstream_session::on_readable(beast::error_code ec, std::size_t) {
   if (phase_ == phase::closed) return;
   if (ec) {  // the idle timeout or a drain closed the socket: nothing of a request was lost
     do_close();

@@ -57,7 +57,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
 
   void do_wait_request();
   void do_wait_readable();
-  void on_readable(boost::beast::error_code ec);
+  void on_readable(boost::beast::error_code ec, std::size_t n);
   void do_read_header();
   void on_read_header(boost::beast::error_code ec, std::size_t n);
   // Feeds what the buffer holds to the parser, synchronously; sets `ec` only on a real error.
@@ -109,6 +109,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   phase phase_ = phase::waiting;
   bool registered_ = false;
   bool fresh_ = true;
+  char peek_byte_ = 0;
   std::chrono::steady_clock::time_point connected_;
   std::chrono::system_clock::time_point connected_wall_;
   std::chrono::steady_clock::time_point arrival_;
