@@ -373,28 +373,30 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       // Answered on an io thread, not here (cancel_hub.hpp): at the deadline that thread claims
       // the answer, writes the 504 and closes the upstream sockets, then tells this actor, which
       // records the outcome and takes its tree down. A stream already begun is this actor's to
-      // interrupt; the io thread then only closes the upstream sockets.
+      // interrupt; the io thread then only closes the upstream sockets. The timer runs on the
+      // caller's connection, so the 504 is written from the callback itself.
       std::weak_ptr<cancel_hub> weak_hub = st->spec.hub;
       std::weak_ptr<net::response_channel> weak_channel = st->channel;
-      st->timers->run_at(*st->deadline.due(), [weak_hub, weak_channel, owner = self->address(),
-                                               id = st->spec.request_id] {
-        auto hub = weak_hub.lock();
-        if (!hub) return;
-        const auto at = now_ns();
-        bool answered = false;
-        if (hub->claim_answer()) {
-          if (auto channel = weak_channel.lock()) {
-            channel->send_full(
-                status_of(outcome::deadline_exceeded),
-                {{"content-type", "application/json"}, {"x-request-id", id}},
-                error_body(outcome::deadline_exceeded, "the request deadline passed", id));
-            answered = true;
-          }
-        }
-        hub->cancel_all();
-        if (auto a = caf::actor_cast<caf::actor>(owner))
-          caf::anon_send(a, deadline_atom::value, answered, at);
-      });
+      st->timers->track(st->channel->run_at(
+          *st->deadline.due(),
+          [weak_hub, weak_channel, owner = self->address(), id = st->spec.request_id] {
+            auto hub = weak_hub.lock();
+            if (!hub) return;
+            const auto at = now_ns();
+            bool answered = false;
+            if (hub->claim_answer()) {
+              if (auto channel = weak_channel.lock()) {
+                channel->send_full(
+                    status_of(outcome::deadline_exceeded),
+                    {{"content-type", "application/json"}, {"x-request-id", id}},
+                    error_body(outcome::deadline_exceeded, "the request deadline passed", id));
+                answered = true;
+              }
+            }
+            hub->cancel_all();
+            if (auto a = caf::actor_cast<caf::actor>(owner))
+              caf::anon_send(a, deadline_atom::value, answered, at);
+          }));
     }
     (*start_attempt)();
   }

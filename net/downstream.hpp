@@ -14,6 +14,7 @@
 #include <string>
 
 #include "net/http_types.hpp"
+#include "net/timer_service.hpp"
 
 namespace tether::net {
 
@@ -50,6 +51,11 @@ class response_channel {
   // Ends the exchange without a proper end (used when the response cannot be completed):
   // the connection is closed, no keep-alive.
   virtual void abort() = 0;
+  // Runs `fire` at `when` (steady clock) on this connection's own strand, unless cancelled first
+  // (the handle; thread-safe). A response sent from there goes out at once, not posted behind
+  // every other callback due at the same moment (a deadline storm: 200 at once).
+  virtual std::shared_ptr<timer> run_at(std::chrono::steady_clock::time_point when,
+                                        std::function<void()> fire) = 0;
 };
 
 // Told, at most once, that the client went away (EOF or reset) before the response was complete.

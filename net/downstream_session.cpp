@@ -20,6 +20,7 @@
 #include "net/header_text.hpp"
 #include "net/receive_stamp.hpp"
 #include "net/server_context.hpp"
+#include "net/strand_timer.hpp"
 
 namespace tether::net {
 
@@ -152,6 +153,10 @@ class session_channel final : public response_channel {
   }
   void end_stream() override { session_->post_end_stream(exchange_); }
   void abort() override { session_->post_abort(exchange_); }
+  std::shared_ptr<timer> run_at(std::chrono::steady_clock::time_point when,
+                                std::function<void()> fire) override {
+    return strand_timer::start(session_->executor(), when, std::move(fire));
+  }
 
  private:
   std::shared_ptr<downstream_session> session_;
@@ -560,8 +565,9 @@ void downstream_session::on_watch_read(beast::error_code ec, std::size_t n) {
 
 void downstream_session::post_send_full(std::uint64_t exchange, int status, header_list headers,
                                         std::string body) {
-  asio::post(strand_, [self = shared_from_this(), exchange, status, headers = std::move(headers),
-                       body = std::move(body)]() mutable {
+  // Inline when called on this session's strand (a run_at callback): the answer leaves now.
+  asio::dispatch(strand_, [self = shared_from_this(), exchange, status,
+                           headers = std::move(headers), body = std::move(body)]() mutable {
     if (self->current(exchange)) self->send_full(status, std::move(headers), std::move(body));
   });
 }

@@ -50,6 +50,8 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void post_send_chunk(std::uint64_t exchange, std::string data);
   void post_end_stream(std::uint64_t exchange);
   void post_abort(std::uint64_t exchange);
+  // This connection's strand, for timers whose callbacks answer on it.
+  const boost::asio::any_io_executor& executor() const { return strand_; }
 
  private:
   enum class phase { waiting, reading, exchange, between, lingering, closed };

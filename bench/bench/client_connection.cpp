@@ -1,11 +1,16 @@
 #include "bench/bench/client_connection.hpp"
 
+#include <cerrno>
+#include <cstring>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
+
+#include "net/receive_stamp.hpp"
 
 namespace tether::bench {
 namespace {
@@ -64,6 +69,8 @@ struct client_connection::state {
   exchange_result result;
   std::string pending_event;  // SSE bytes of an event not yet ended by a blank line
   bool is_stream = false;
+  bool stamp_arrivals = false;
+  char peek_byte = 0;
 };
 
 client_connection::client_connection(asio::io_context& ioc, tcp::endpoint target)
@@ -77,6 +84,11 @@ bool client_connection::busy() const {
 
 std::size_t client_connection::events_seen() const {
   return st_->result.event_ms.size();
+}
+
+void client_connection::stamp_arrivals() {
+  st_->stamp_arrivals = true;
+  if (st_->socket.is_open()) net::enable_receive_stamps(st_->socket.native_handle());
 }
 
 void client_connection::on_first_event(std::function<void()> fn) {
@@ -114,6 +126,7 @@ void client_connection::exchange(std::shared_ptr<const std::string> request, don
     if (ec) return self->finish(gen, false, "connect: " + ec.message());
     error_code ignored;
     s.socket.set_option(tcp::no_delay(true), ignored);
+    if (s.stamp_arrivals) net::enable_receive_stamps(s.socket.native_handle());
     self->do_write(gen);
   });
 }
@@ -133,9 +146,51 @@ void client_connection::do_write(std::uint64_t gen) {
 
 void client_connection::do_read(std::uint64_t gen) {
   auto& st = *st_;
+  if (st.stamp_arrivals) {
+    // A peek waits for bytes (tried at once, unlike async_wait); recvmsg then takes them with
+    // their timestamp.
+    st.socket.async_receive(asio::buffer(&st.peek_byte, 1), tcp::socket::message_peek,
+                            [self = shared_from_this(), gen](error_code ec, std::size_t) {
+                              self->on_readable(gen, ec);
+                            });
+    return;
+  }
   http::async_read_some(
       st.socket, st.buffer, *st.parser,
       [self = shared_from_this(), gen](error_code ec, std::size_t) { self->on_read(gen, ec); });
+}
+
+void client_connection::on_readable(std::uint64_t gen, error_code ec) {
+  auto& s = *st_;
+  if (s.generation != gen) return;
+  if (ec) return finish(gen, false, ec.message());
+  auto space = s.buffer.prepare(64 * 1024);
+  const auto read = net::read_stamped(s.socket.native_handle(), space.data(), space.size());
+  if (read.n < 0 && (read.err == EAGAIN || read.err == EWOULDBLOCK || read.err == EINTR))
+    return do_read(gen);
+  if (read.n < 0) return finish(gen, false, std::strerror(read.err));
+  error_code pec;
+  if (read.n == 0) {
+    if (!s.parser->need_eof()) return finish(gen, false, "end of stream");
+    s.parser->put_eof(pec);
+  } else {
+    s.buffer.commit(static_cast<std::size_t>(read.n));
+    while (s.buffer.size() > 0 && !s.parser->is_done()) {
+      const auto used = s.parser->put(s.buffer.data(), pec);
+      s.buffer.consume(used);
+      if (pec == http::error::need_more) {
+        pec = {};
+        break;
+      }
+      if (pec || used == 0) break;
+    }
+  }
+  if (read.stamp) {
+    const auto arrived =
+        net::steady_from_stamp(*read.stamp, steady::now(), std::chrono::system_clock::now());
+    s.result.arrived_ms = ms_between(s.sent, arrived);
+  }
+  on_read(gen, pec);
 }
 
 // Every completion records what arrived at that instant.

@@ -29,6 +29,9 @@ struct exchange_result {
   double latency_ms = 0;  // from starting to write the request to the end (or the failure)
   std::optional<double> head_ms;
   std::vector<double> event_ms;  // arrival of each SSE data event ([DONE] excluded), from send
+  // With stamp_arrivals: when the response's last bytes reached this host (the kernel's receive
+  // timestamp), from send. latency_ms is when this one-threaded load generator got round to them.
+  std::optional<double> arrived_ms;
   std::string error;
 };
 
@@ -48,6 +51,10 @@ class client_connection : public std::enable_shared_from_this<client_connection>
   // Connects if needed, sends, reads the whole response; on_done runs exactly once (unless the
   // connection is aborted first, which ends the exchange without calling it).
   void exchange(std::shared_ptr<const std::string> request, done_fn on_done);
+  // Reads with recvmsg and the kernel's receive timestamps (exchange_result::arrived_ms): for a
+  // burst of answers, whose last ones would otherwise be timed after the bench has parsed all
+  // the others. One more syscall per read, so only where a scenario needs it.
+  void stamp_arrivals();
   // Called with the result so far when the first SSE event arrives (for callers that act on it).
   void on_first_event(std::function<void()> fn);
   // The caller leaves: the socket is closed now. Returns the epoch ms just before the close.
@@ -59,6 +66,7 @@ class client_connection : public std::enable_shared_from_this<client_connection>
   void do_write(std::uint64_t gen);
   void do_read(std::uint64_t gen);
   void on_read(std::uint64_t gen, boost::system::error_code ec);
+  void on_readable(std::uint64_t gen, boost::system::error_code ec);
   void finish(std::uint64_t gen, bool ok, std::string error);
 
   struct state;

@@ -193,8 +193,16 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << v("upstream_close_overshoot_ms", "p99") << " | "
        << v("upstream_close_overshoot_ms", "max") << " | " << v("upstream_outlived_deadline", {}, 0)
        << " |\n"
-       << "\nOvershoot is measured from the bench's send, so it includes the connection set-up "
-          "(the deadline runs from tether's arrival).\n";
+       << "\nOvershoot runs from the bench's write of the request to the moment the answer's last "
+          "bytes reached this host (the kernel's receive timestamp; "
+       << v("answers_without_kernel_stamp", {}, 0)
+       << " answers had none and count when parsed). Counted when this one-threaded bench parsed "
+          "them instead: p50 "
+       << v("answer_processed_overshoot_ms", "p50") << ", p99 "
+       << v("answer_processed_overshoot_ms", "p99") << ", max "
+       << v("answer_processed_overshoot_ms", "max")
+       << ". The upstream close is the mock's record of it (its own clock, when it handled the "
+          "close).\n";
   }
   if (scenarios.contains("budget")) {
     auto v = [&](std::string_view a, std::string_view b = {}, int d = 3) {

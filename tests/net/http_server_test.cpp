@@ -381,6 +381,35 @@ TEST_F(HttpServerTest, RequestsSentAtOnceOnNewAndKeptAliveConnectionsAreAllAnswe
   EXPECT_EQ(answered.load(), clients * connections * per_connection);
 }
 
+// A channel's timer fires on the connection's strand at the time asked, and a response sent
+// from it reaches the client; a cancelled one never fires.
+TEST_F(HttpServerTest, ChannelTimerFiresAtItsTimeAndAnswersFromTheConnection) {
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channels_.add(std::move(channel));
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/timed")));
+  auto channel = channels_.wait(0);
+  ASSERT_TRUE(channel);
+  std::atomic<int> cancelled_fired{0};
+  auto never = channel->run_at(steady::now() + 20ms, [&] { ++cancelled_fired; });
+  never->cancel();
+  const auto armed = steady::now();
+  const auto due = armed + 40ms;
+  std::weak_ptr<response_channel> weak = channel;
+  auto handle = channel->run_at(due, [weak] {
+    if (auto c = weak.lock()) c->send_full(504, {{"x-from", "timer"}}, "late");
+  });
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_GE(steady::now(), due);
+  EXPECT_EQ(response->status, 504);
+  EXPECT_EQ(response->header("x-from"), "timer");
+  EXPECT_EQ(response->body, "late");
+  EXPECT_EQ(cancelled_fired.load(), 0);
+}
+
 TEST_F(HttpServerTest, KeepAliveConnectionServesTwoRequests) {
   serve(echo_handler(log_));
   test_client client(port_);
