@@ -343,6 +343,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
   // ---- events -------------------------------------------------------------------------------
 
   // Links carry cancellation down the tree; ends are learnt from monitors (one down_msg each).
+  // Not from the links' exit_msg: CAF unlinks on every exit_msg it delivers, so cancelling an
+  // attempt (send_exit) dissolves the link and its end would never be reported here (tried: the
+  // deadline's requests then never ended).
   self->set_exit_handler([](caf::exit_msg&) {});
 
   self->set_down_handler(
