@@ -3,7 +3,7 @@
 #include <boost/asio/strand.hpp>
 
 #include "net/io_runtime.hpp"
-#include "net/strand_timer.hpp"
+#include "net/timer_heap.hpp"
 
 namespace tether::net {
 namespace asio = boost::asio;
@@ -24,7 +24,7 @@ std::shared_ptr<timer> timer_service::start(std::chrono::nanoseconds delay,
 
 std::shared_ptr<timer> timer_service::start_at(std::chrono::steady_clock::time_point when,
                                                std::function<void()> fire) {
-  return strand_timer::start(asio::make_strand(*impl_->ctx), when, std::move(fire));
+  return timer_heap::of(*impl_->ctx).start(when, std::move(fire));
 }
 
 }  // namespace tether::net

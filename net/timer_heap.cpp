@@ -1,0 +1,211 @@
+#include "net/timer_heap.hpp"
+
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace tether::net {
+namespace asio = boost::asio;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t not_queued = std::numeric_limits<std::size_t>::max();
+
+struct node {
+  steady::time_point when;
+  std::uint64_t seq = 0;  // equal times fire in the order they were armed
+  std::function<void()> fire;
+  std::optional<asio::any_io_executor> target;
+  std::size_t index = not_queued;    // position in the heap, guarded by the core's mutex
+  std::atomic<bool> claimed{false};  // by the wake that fires it or the cancel, whichever first
+};
+
+bool earlier(const node& a, const node& b) {
+  return a.when < b.when || (a.when == b.when && a.seq < b.seq);
+}
+
+}  // namespace
+
+struct timer_heap::core : std::enable_shared_from_this<timer_heap::core> {
+  explicit core(asio::io_context& io) : strand(asio::make_strand(io)), wake(strand) {}
+
+  // ---- the heap (mutex held) ----
+  void place(std::size_t i, std::shared_ptr<node> n) {
+    n->index = i;
+    heap[i] = std::move(n);
+  }
+  void sift_up(std::size_t i) {
+    auto n = std::move(heap[i]);
+    while (i > 0) {
+      const auto parent = (i - 1) / 2;
+      if (!earlier(*n, *heap[parent])) break;
+      place(i, std::move(heap[parent]));
+      i = parent;
+    }
+    place(i, std::move(n));
+  }
+  void sift_down(std::size_t i) {
+    auto n = std::move(heap[i]);
+    const auto size = heap.size();
+    for (;;) {
+      auto child = 2 * i + 1;
+      if (child >= size) break;
+      if (child + 1 < size && earlier(*heap[child + 1], *heap[child])) ++child;
+      if (!earlier(*heap[child], *n)) break;
+      place(i, std::move(heap[child]));
+      i = child;
+    }
+    place(i, std::move(n));
+  }
+  void push(std::shared_ptr<node> n) {
+    heap.push_back(nullptr);
+    place(heap.size() - 1, std::move(n));
+    sift_up(heap.size() - 1);
+  }
+  std::shared_ptr<node> remove_at(std::size_t i) {
+    auto removed = std::move(heap[i]);
+    removed->index = not_queued;
+    auto last = std::move(heap.back());
+    heap.pop_back();
+    if (i < heap.size()) {
+      place(i, std::move(last));
+      if (i > 0 && earlier(*heap[i], *heap[(i - 1) / 2])) {
+        sift_up(i);
+      } else {
+        sift_down(i);
+      }
+    }
+    return removed;
+  }
+
+  // ---- the one Asio timer (on the strand) ----
+  void rearm() {
+    steady::time_point next;
+    {
+      std::lock_guard lock(mutex);
+      if (stopped || heap.empty()) return;
+      next = heap.front()->when;
+      if (armed && next >= armed_for) return;  // the wait already pending comes first
+      armed = true;
+      armed_for = next;
+    }
+    wake.expires_at(next);  // a pending wait completes as aborted, and is ignored
+    wake.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec) self->on_wake();
+    });
+  }
+
+  void on_wake() {
+    std::vector<std::pair<std::function<void()>, std::optional<asio::any_io_executor>>> due;
+    {
+      std::lock_guard lock(mutex);
+      armed = false;
+      const auto now = steady::now();
+      while (!heap.empty() && heap.front()->when <= now) {
+        auto n = remove_at(0);
+        if (n->claimed.exchange(true)) continue;  // being cancelled
+        due.emplace_back(std::move(n->fire), std::move(n->target));
+      }
+    }
+    rearm();
+    for (auto& [fire, target] : due) {
+      if (target) {
+        asio::post(*target, std::move(fire));
+      } else {
+        fire();
+      }
+    }
+  }
+
+  mutable std::mutex mutex;
+  std::vector<std::shared_ptr<node>> heap;
+  std::uint64_t next_seq = 0;
+  bool stopped = false;
+  bool armed = false;  // a wait is pending, due at armed_for
+  steady::time_point armed_for{};
+  asio::strand<asio::io_context::executor_type> strand;
+  asio::steady_timer wake;
+};
+
+namespace {
+
+class heap_timer final : public timer {
+ public:
+  heap_timer(std::weak_ptr<timer_heap::core> core, std::shared_ptr<node> n)
+      : core_(std::move(core)), node_(std::move(n)) {}
+
+  void cancel() override {
+    if (node_->claimed.exchange(true)) return;  // fired (or firing), or cancelled before
+    auto c = core_.lock();
+    if (!c) return;
+    std::function<void()> released;  // destroyed outside the lock
+    {
+      std::lock_guard lock(c->mutex);
+      if (node_->index != not_queued) c->remove_at(node_->index);
+      released = std::move(node_->fire);
+      node_->fire = nullptr;
+    }
+  }
+
+ private:
+  std::weak_ptr<timer_heap::core> core_;
+  std::shared_ptr<node> node_;
+};
+
+}  // namespace
+
+timer_heap::timer_heap(asio::execution_context& ctx)
+    : asio::execution_context::service(ctx),
+      core_(std::make_shared<core>(static_cast<asio::io_context&>(ctx))) {}
+
+timer_heap::~timer_heap() = default;
+
+timer_heap& timer_heap::of(asio::io_context& io) {
+  return asio::use_service<timer_heap>(io);
+}
+
+void timer_heap::shutdown() {
+  std::vector<std::shared_ptr<node>> dropped;
+  std::lock_guard lock(core_->mutex);
+  core_->stopped = true;
+  for (auto& n : core_->heap) n->index = not_queued;
+  dropped.swap(core_->heap);
+  for (auto& n : dropped) n->fire = nullptr;
+}
+
+std::shared_ptr<timer> timer_heap::start(steady::time_point when, std::function<void()> fire,
+                                         std::optional<asio::any_io_executor> target) {
+  auto n = std::make_shared<node>();
+  n->when = when;
+  n->fire = std::move(fire);
+  n->target = std::move(target);
+  bool first = false;
+  {
+    std::lock_guard lock(core_->mutex);
+    if (core_->stopped) {
+      n->fire = nullptr;
+      return std::make_shared<heap_timer>(std::weak_ptr<core>{}, std::move(n));
+    }
+    n->seq = core_->next_seq++;
+    core_->push(n);
+    first = core_->heap.front() == n && (!core_->armed || when < core_->armed_for);
+  }
+  // Only a timer that is now the earliest needs the Asio timer moved: with a steady stream of
+  // requests of one deadline, each new one is the latest, and arming is the lock alone.
+  if (first) asio::post(core_->strand, [c = core_] { c->rearm(); });
+  return std::make_shared<heap_timer>(core_, std::move(n));
+}
+
+std::size_t timer_heap::size() const {
+  std::lock_guard lock(core_->mutex);
+  return core_->heap.size();
+}
+
+}  // namespace tether::net
