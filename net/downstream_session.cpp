@@ -173,7 +173,8 @@ downstream_session::downstream_session(tcp::socket socket, std::shared_ptr<serve
   // Chunks are SSE events: each must leave at once, not wait for the previous one's ACK.
   beast::error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);
-  enable_receive_stamps(stream_.socket().native_handle());
+  // Receive timestamps (SO_TIMESTAMPNS) come with the socket: accepted sockets inherit them from
+  // the listener (listener.cpp).
 }
 
 downstream_session::~downstream_session() {

@@ -9,6 +9,7 @@
 #include <boost/beast/core/bind_handler.hpp>
 
 #include "net/downstream_session.hpp"
+#include "net/receive_stamp.hpp"
 #include "net/server_context.hpp"
 
 namespace tether::net {
@@ -46,6 +47,12 @@ std::uint16_t listener::open(const std::string& host, std::uint16_t port) {
     }
     acceptor_.open(endpoint.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
+    // Accepted sockets inherit it (checked: HttpServerArrivalTest passes without a per-session
+    // setsockopt), and while one socket wants receive timestamps the kernel stamps every packet.
+    // Enabling it only per connection would let the kernel turn stamping off whenever no
+    // connection is open, and turning it on again is deferred to a work queue: the first
+    // requests after a quiet spell would arrive unstamped (seen: a test failed that way).
+    enable_receive_stamps(acceptor_.native_handle());
     acceptor_.bind(endpoint);
     acceptor_.listen(asio::socket_base::max_listen_connections);
     return acceptor_.local_endpoint().port();

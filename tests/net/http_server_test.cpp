@@ -30,6 +30,7 @@
 
 #include "net/downstream.hpp"
 #include "net/io_runtime.hpp"
+#include "tests/support/receive_stamp_probe.hpp"
 
 namespace tether::net {
 namespace {
@@ -324,6 +325,8 @@ TEST(HttpServerArrivalTest, ArrivalIsWhenTheKernelReceivedTheRequestNotWhenItWas
   io_runtime io{1};
   http_server server{io, server_limits{}, echo_handler(log)};
   const auto port = server.listen("127.0.0.1", 0);
+  // The listening socket asked for receive stamps; the kernel may take a moment to start.
+  ASSERT_TRUE(test::await_receive_stamps(bound));
   test_client client(port);
   ASSERT_TRUE(client.send(get("/first")));
   ASSERT_TRUE(client.read_response());

@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/receive_stamp_probe.hpp"
+
 namespace tether::net {
 namespace {
 
@@ -55,6 +57,8 @@ TEST(ReceiveStampTest, BytesThatWaitedInTheSocketCarryTheMomentTheyArrived) {
   tcp_pair pair;
   ASSERT_TRUE(pair.ok);
   ASSERT_TRUE(enable_receive_stamps(pair.server));
+  // While this socket is open the kernel keeps stamping; it may need a moment to start.
+  ASSERT_TRUE(test::await_receive_stamps(std::chrono::milliseconds(2000)));
   const auto before_send = wall::now();
   ASSERT_EQ(::send(pair.client, "GET", 3, 0), 3);
   ASSERT_TRUE(pair.readable(2000ms));
