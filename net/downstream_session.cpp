@@ -248,7 +248,7 @@ void downstream_session::do_wait_readable() {
 
 void downstream_session::on_readable(beast::error_code ec, std::size_t) {
   if (phase_ == phase::closed) return;
-  if (ec) {  // the idle timeout or a drain closed the socket: nothing of a request was lost
+  if (ec) {  // EOF, reset, or the idle timeout or a drain closed it: no request was lost
     do_close();
     return;
   }
