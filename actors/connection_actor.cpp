@@ -23,6 +23,7 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   auto st = std::make_shared<connection_state>();
   auto upstream = spec.upstream;
   auto hub = spec.hub;
+  auto affinity = spec.affinity;
   const auto max_response_bytes = spec.max_response_bytes;
   const auto stream = spec.stream;
 
@@ -63,8 +64,8 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   auto request_to_send = std::make_shared<net::upstream_request>(std::move(spec.request));
 
   return {
-      [self, rt, st, attempt, request_to_send, upstream, hub, stream, max_response_bytes, finish](
-          grant_atom, bool granted, const std::string& reason) {
+      [self, rt, st, attempt, request_to_send, upstream, hub, affinity, stream, max_response_bytes,
+       finish](grant_atom, bool granted, const std::string& reason) {
         // A second answer comes only when a lost budget host's claims were re-asked locally
         // (budget_link_actor); the local budget counts this actor either way.
         if (st->closing || st->closed || st->answered) return;
@@ -79,7 +80,8 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
         st->granted = true;
         auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self), attempt,
                                                      stream, max_response_bytes);
-        st->exchange = rt->upstreams[upstream]->start(std::move(*request_to_send), events);
+        st->exchange =
+            rt->upstreams[upstream]->start(std::move(*request_to_send), events, affinity);
         events->attach(st->exchange);
         // The caller may have left while this waited for its slot: then the hub cancels it now.
         if (hub) hub->add(st->exchange);

@@ -23,6 +23,9 @@ struct connection_spec {
   // who asked for one is not limited.
   std::uint64_t max_response_bytes = 0;
   bool stream = false;  // the caller asked for an event stream
+  // The caller connection's strand (opaque): the exchange runs on it, so the caller's deadline
+  // and disconnect reach the upstream socket without a hop. Null: a strand of its own.
+  std::shared_ptr<const net::connection_affinity> affinity;
 };
 
 // `attempt` receives up_* messages (straight from net/) and (queued_atom, wait_ns); `request`

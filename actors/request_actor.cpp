@@ -266,6 +266,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     a.connection.hub = st->spec.hub;
     a.connection.max_response_bytes = settings.max_response_bytes;
     a.connection.stream = st->spec.stream;
+    a.connection.affinity = st->channel->affinity();
     auto& req = a.connection.request;
     req.method = "POST";
     req.target = up.url.path_prefix + st->spec.path;

@@ -41,6 +41,8 @@ struct incoming_request {
 // The handler's way back to the client. Thread-safe: every call is posted to the session's strand.
 // A response is either one send_full, or start_stream + send_chunk* + end_stream.
 // Calls after the client left are ignored.
+struct connection_affinity;  // net/connection_affinity.hpp
+
 class response_channel {
  public:
   virtual ~response_channel() = default;
@@ -56,6 +58,9 @@ class response_channel {
   // every other callback due at the same moment (a deadline storm: 200 at once).
   virtual std::shared_ptr<timer> run_at(std::chrono::steady_clock::time_point when,
                                         std::function<void()> fire) = 0;
+  // This connection's strand, opaque, for the upstream exchanges made for it
+  // (upstream_client::start): they then run on it too.
+  virtual std::shared_ptr<const connection_affinity> affinity() const = 0;
 };
 
 // Told, at most once, that the client went away (EOF or reset) before the response was complete.

@@ -17,6 +17,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 
+#include "net/connection_affinity.hpp"
 #include "net/header_text.hpp"
 #include "net/receive_stamp.hpp"
 #include "net/server_context.hpp"
@@ -157,6 +158,9 @@ class session_channel final : public response_channel {
                                 std::function<void()> fire) override {
     return strand_timer::start(session_->executor(), when, std::move(fire));
   }
+  std::shared_ptr<const connection_affinity> affinity() const override {
+    return session_->affinity();
+  }
 
  private:
   std::shared_ptr<downstream_session> session_;
@@ -170,6 +174,8 @@ downstream_session::downstream_session(tcp::socket socket, std::shared_ptr<serve
       stream_(std::move(socket)),
       context_(std::move(context)),
       timer_(strand_) {
+  if (const auto* s = strand_.target<upstream_strand>())
+    affinity_ = std::make_shared<const connection_affinity>(connection_affinity{*s});
   // Chunks are SSE events: each must leave at once, not wait for the previous one's ACK.
   beast::error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);

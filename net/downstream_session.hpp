@@ -52,6 +52,8 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void post_abort(std::uint64_t exchange);
   // This connection's strand, for timers whose callbacks answer on it.
   const boost::asio::any_io_executor& executor() const { return strand_; }
+  // The same strand, for the upstream exchanges made for this connection's requests.
+  const std::shared_ptr<const connection_affinity>& affinity() const { return affinity_; }
 
  private:
   enum class phase { waiting, reading, exchange, between, lingering, closed };
@@ -99,6 +101,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
 
   const boost::asio::any_io_executor strand_;
   boost::beast::tcp_stream stream_;
+  std::shared_ptr<const connection_affinity> affinity_;  // null if strand_ is not a strand
   std::shared_ptr<server_context> context_;
   boost::beast::flat_buffer buffer_;
   std::optional<parser_type> parser_;

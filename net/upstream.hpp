@@ -61,6 +61,8 @@ class upstream_exchange {
   virtual void cancel() = 0;
 };
 
+struct connection_affinity;  // net/connection_affinity.hpp
+
 class upstream_client {
  public:
   upstream_client(io_runtime& io, upstream_endpoint endpoint);
@@ -70,8 +72,11 @@ class upstream_client {
 
   // Starts the exchange at once (pooled connection when one is idle, else a new one).
   // A connection goes back to the pool only after a complete response that allows keep-alive.
-  std::shared_ptr<upstream_exchange> start(upstream_request request,
-                                           std::shared_ptr<upstream_events> events);
+  // With `affinity` (a caller connection's, response_channel::affinity()), the exchange runs on
+  // that connection's strand.
+  std::shared_ptr<upstream_exchange> start(
+      upstream_request request, std::shared_ptr<upstream_events> events,
+      std::shared_ptr<const connection_affinity> affinity = nullptr);
 
   std::size_t idle_connections() const;
 

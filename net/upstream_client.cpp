@@ -1,6 +1,7 @@
 #include <memory>
 #include <utility>
 
+#include "net/connection_affinity.hpp"
 #include "net/io_runtime.hpp"
 #include "net/upstream.hpp"
 #include "net/upstream_session.hpp"
@@ -22,10 +23,12 @@ upstream_client::~upstream_client() {
   impl_->origin->pool->shut();
 }
 
-std::shared_ptr<upstream_exchange> upstream_client::start(upstream_request request,
-                                                          std::shared_ptr<upstream_events> events) {
+std::shared_ptr<upstream_exchange> upstream_client::start(
+    upstream_request request, std::shared_ptr<upstream_events> events,
+    std::shared_ptr<const connection_affinity> affinity) {
   auto session = std::make_shared<upstream_session>(impl_->origin, impl_->origin->pool->take(),
-                                                    std::move(request), std::move(events));
+                                                    std::move(request), std::move(events),
+                                                    std::move(affinity));
   session->run();
   return session;
 }

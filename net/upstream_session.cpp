@@ -1,5 +1,6 @@
 #include "net/upstream_session.hpp"
 
+#include "net/connection_affinity.hpp"
 #include "net/header_text.hpp"
 #include "net/upstream_wire.hpp"
 
@@ -7,6 +8,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/read.hpp>
@@ -93,9 +96,12 @@ upstream_origin::upstream_origin(asio::io_context& io_context, upstream_endpoint
 upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
                                    std::shared_ptr<upstream_connection> pooled,
                                    upstream_request request,
-                                   std::shared_ptr<upstream_events> events)
+                                   std::shared_ptr<upstream_events> events,
+                                   std::shared_ptr<const connection_affinity> affinity)
     : origin_(std::move(origin)),
-      strand_(pooled ? pooled->executor() : asio::make_strand(origin_->io)),
+      strand_(affinity ? affinity->strand
+              : pooled ? pooled->executor()
+                       : asio::make_strand(origin_->io)),
       events_(std::move(events)),
       wire_(upstream_wire(request, origin_->host_header)),
       head_request_(request.method == "HEAD"),
@@ -105,11 +111,13 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
 template <class... Args>
 auto upstream_session::tracked(void (upstream_session::*fn)(Args...)) {
   ++pending_;
-  return [self = shared_from_this(), fn](Args... args) {
+  // Bound to this exchange's strand: a pooled socket's own executor is the strand of whoever
+  // made it.
+  return asio::bind_executor(strand_, [self = shared_from_this(), fn](Args... args) {
     --self->pending_;
     (self.get()->*fn)(std::forward<Args>(args)...);
     self->report_closed_if_done();
-  };
+  });
 }
 
 void upstream_session::run() {
@@ -118,7 +126,8 @@ void upstream_session::run() {
 
 void upstream_session::cancel() {
   if (cancelled_.exchange(true)) return;
-  asio::post(strand_, tracked(&upstream_session::on_cancel));
+  // At once when called on this strand (the caller's connection: its deadline, its disconnect).
+  asio::dispatch(strand_, tracked(&upstream_session::on_cancel));
 }
 
 void upstream_session::on_cancel() {
@@ -165,11 +174,12 @@ void upstream_session::do_resolve() {
   if (!resolver_) resolver_.emplace(strand_);  // a retry on a new connection reuses it
   resolver_->async_resolve(
       strip_brackets(origin_->endpoint.host), origin_->service,
-      [self = shared_from_this()](const error_code& ec,
-                                  const asio::ip::tcp::resolver::results_type& results) {
-        self->on_resolve(ec, results);
-        self->report_closed_if_done();
-      });
+      asio::bind_executor(
+          strand_, [self = shared_from_this()](
+                       const error_code& ec, const asio::ip::tcp::resolver::results_type& results) {
+            self->on_resolve(ec, results);
+            self->report_closed_if_done();
+          }));
 }
 
 void upstream_session::on_resolve(const error_code& ec,

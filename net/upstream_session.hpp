@@ -52,9 +52,12 @@ class upstream_session : public upstream_exchange,
                          public std::enable_shared_from_this<upstream_session> {
  public:
   // `pooled` is an idle connection taken from the pool, or nullptr for a new one.
+  // `affinity`: run on that caller connection's strand (else the pooled connection's, or a new
+  // one).
   upstream_session(std::shared_ptr<upstream_origin> origin,
                    std::shared_ptr<upstream_connection> pooled, upstream_request request,
-                   std::shared_ptr<upstream_events> events);
+                   std::shared_ptr<upstream_events> events,
+                   std::shared_ptr<const connection_affinity> affinity = nullptr);
 
   void run();
   void cancel() override;

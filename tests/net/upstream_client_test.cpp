@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/connection_affinity.hpp"
 #include "net/io_runtime.hpp"
 #include "net/upstream.hpp"
 
@@ -252,6 +253,40 @@ class UpstreamClientTest : public testing::Test {
 
 // --- plain HTTP --------------------------------------------------------------------------------
 
+// Records, for every callback, whether it ran on the given strand.
+class strand_recorder : public recorder {
+ public:
+  explicit strand_recorder(tether::net::upstream_strand strand) : strand_(std::move(strand)) {}
+  void on_connected(bool reused) override {
+    check();
+    recorder::on_connected(reused);
+  }
+  void on_head(int status, header_list headers) override {
+    check();
+    recorder::on_head(status, std::move(headers));
+  }
+  void on_body(std::string bytes) override {
+    check();
+    recorder::on_body(std::move(bytes));
+  }
+  void on_end() override {
+    check();
+    recorder::on_end();
+  }
+  void on_closed() override {
+    check();
+    recorder::on_closed();
+  }
+  int off_strand() const { return off_strand_.load(); }
+
+ private:
+  void check() {
+    if (!strand_.running_in_this_thread()) ++off_strand_;
+  }
+  tether::net::upstream_strand strand_;
+  std::atomic<int> off_strand_{0};
+};
+
 TEST_F(UpstreamClientTest, PlainRequestDeliversHeadBodyEndThenClosed) {
   std::promise<http::request<http::string_body>> seen;
   script_server server([&](tcp::socket& s, int) {
@@ -340,6 +375,54 @@ TEST_F(UpstreamClientTest, FiveSequentialExchangesReuseOneKeptAliveConnection) {
   }
   EXPECT_EQ(server.accepted(), 1);
   EXPECT_EQ(client.idle_connections(), 1u);
+}
+
+// An exchange made for a caller connection runs on that connection's strand, on a new
+// connection and on a pooled one made under another caller's strand; a cancel issued on that
+// strand reaches the server at once.
+TEST_F(UpstreamClientTest, AnExchangeWithAffinityRunsOnItsCallersStrand) {
+  std::promise<void> got_third;
+  std::promise<std::chrono::steady_clock::time_point> third_closed;
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    for (int i = 0; i < 2; ++i) {
+      if (!read_request(s, b)) return;
+      send(s, ok_response);
+    }
+    if (!read_request(s, b)) return;
+    got_third.set_value();
+    wait_for_eof(s);
+    third_closed.set_value(std::chrono::steady_clock::now());
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto& ctx = *static_cast<asio::io_context*>(io_.native());
+  for (int i = 0; i < 2; ++i) {
+    auto strand = asio::make_strand(ctx);
+    auto events = std::make_shared<strand_recorder>(strand);
+    auto exchange = client.start(simple_request(), events,
+                                 std::make_shared<const tether::net::connection_affinity>(
+                                     tether::net::connection_affinity{strand}));
+    ASSERT_TRUE(events->wait_closed()) << i;
+    EXPECT_THAT(events->log(), ElementsAre(i == 0 ? "connected:new" : "connected:reused",
+                                           "head:200", "body", "end", "closed"));
+    EXPECT_EQ(events->off_strand(), 0) << "exchange " << i;
+  }
+  auto strand = asio::make_strand(ctx);
+  auto events = std::make_shared<strand_recorder>(strand);
+  auto exchange = client.start(simple_request(), events,
+                               std::make_shared<const tether::net::connection_affinity>(
+                                   tether::net::connection_affinity{strand}));
+  ASSERT_EQ(got_third.get_future().wait_for(wait_limit), std::future_status::ready);
+  std::promise<std::chrono::steady_clock::time_point> cancelled;
+  asio::post(strand, [&] {
+    exchange->cancel();
+    cancelled.set_value(std::chrono::steady_clock::now());
+  });
+  auto closed = third_closed.get_future();
+  ASSERT_EQ(closed.wait_for(wait_limit), std::future_status::ready);
+  EXPECT_LT(closed.get() - cancelled.get_future().get(), 50ms);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_EQ(events->off_strand(), 0);
 }
 
 TEST_F(UpstreamClientTest, PooledConnectionClosedByServerIsReplacedWithoutFailure) {
