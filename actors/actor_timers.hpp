@@ -36,25 +36,6 @@ class actor_timers {
     return t;
   }
 
-  // Runs `fire` on an io thread after `delay` (it must not touch the owner's state: it runs
-  // outside the actor).
-  std::shared_ptr<net::timer> run_after(std::chrono::nanoseconds delay,
-                                        std::function<void()> fire) {
-    prune();
-    auto t = service_->start(delay, std::move(fire));
-    pending_.push_back(t);
-    return t;
-  }
-
-  // Runs `fire` on an io thread at `when` (steady clock), exactly: for deadlines.
-  std::shared_ptr<net::timer> run_at(std::chrono::steady_clock::time_point when,
-                                     std::function<void()> fire) {
-    prune();
-    auto t = service_->start_at(when, std::move(fire));
-    pending_.push_back(t);
-    return t;
-  }
-
   // Cancelled with the others when the owner ends (a timer started elsewhere, e.g. on a
   // connection's strand by its response_channel).
   void track(std::shared_ptr<net::timer> t) {

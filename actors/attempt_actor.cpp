@@ -3,6 +3,7 @@
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/retry_policy.hpp"
+#include "actors/relay_events.hpp"
 #include "net/sse_framer.hpp"
 
 namespace tether {
@@ -81,11 +82,7 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
   auto on_head = [st, stream = spec.stream](int status, net::header_list& headers) {
     st->status = status;
     st->headers = std::move(headers);
-    // Relayed event by event only when it is an event stream; an upstream that ignores
-    // `stream: true` and answers plain JSON is passed on whole, like any other response.
-    const auto* type = net::find_header(st->headers, "content-type");
-    st->streaming = stream && status >= 200 && status < 300 && type != nullptr &&
-                    type->find("text/event-stream") != std::string::npos;
+    st->streaming = relayed_as_stream(stream, status, st->headers);
   };
 
   // A body that is not relayed as a stream is held to max_response_bytes before it gets here

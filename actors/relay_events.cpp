@@ -4,6 +4,12 @@
 
 namespace tether {
 
+bool relayed_as_stream(bool asked, int status, const net::header_list& headers) {
+  if (!asked || status < 200 || status >= 300) return false;
+  const auto* type = net::find_header(headers, "content-type");
+  return type != nullptr && type->find("text/event-stream") != std::string::npos;
+}
+
 relay_events::relay_events(caf::actor owner, caf::actor attempt, bool stream,
                            std::uint64_t max_body)
     : owner_(std::move(owner)),
@@ -25,9 +31,7 @@ void relay_events::attach(const std::shared_ptr<net::upstream_exchange>& exchang
 void relay_events::on_connected(bool) {}
 
 void relay_events::on_head(int status, net::header_list headers) {
-  const auto* type = net::find_header(headers, "content-type");
-  if (stream_ && status >= 200 && status < 300 && type != nullptr &&
-      type->find("text/event-stream") != std::string::npos) {
+  if (relayed_as_stream(stream_, status, headers)) {
     relayed_as_stream_ = true;
     caf::anon_send(attempt_, up_head_atom::value, status, std::move(headers));
     return;

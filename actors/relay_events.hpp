@@ -23,6 +23,11 @@
 
 namespace tether {
 
+// The line both this relay and the attempt draw: a response is relayed to the caller event by
+// event only when it is a 2xx event stream and the caller asked for a stream. An upstream that
+// ignores `stream: true` and answers plain JSON is passed on whole, like any other response.
+bool relayed_as_stream(bool asked, int status, const net::header_list& headers);
+
 class relay_events final : public net::upstream_events {
  public:
   static constexpr std::size_t hold_limit = 64 * 1024;

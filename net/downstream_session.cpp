@@ -17,6 +17,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 
+#include "net/buffered_parse.hpp"
 #include "net/connection_affinity.hpp"
 #include "net/header_text.hpp"
 #include "net/receive_stamp.hpp"
@@ -301,7 +302,7 @@ void downstream_session::do_read_header() {
   // io queue (≈10k instructions and a queue trip per request, callgrind).
   if (buffer_.size() > 0) {
     beast::error_code ec;
-    put_buffered(ec);
+    put_buffered(*parser_, buffer_, ec);
     if (ec || parser_->is_header_done()) {
       on_read_header(ec, 0);
       return;
@@ -310,21 +311,6 @@ void downstream_session::do_read_header() {
   http::async_read_header(
       stream_, buffer_, *parser_,
       beast::bind_front_handler(&downstream_session::on_read_header, shared_from_this()));
-}
-
-void downstream_session::put_buffered(beast::error_code& ec) {
-  // Stops at the end of the head unless the parser is eager; need_more only means the rest is
-  // still to come. The parser enforces the header and body limits itself.
-  while (!parser_->is_done() && buffer_.size() > 0) {
-    const auto used = parser_->put(buffer_.data(), ec);
-    buffer_.consume(used);
-    if (ec == http::error::need_more) {
-      ec = {};
-      return;
-    }
-    if (ec || used == 0) return;
-    if (!parser_->eager() && parser_->is_header_done()) return;
-  }
 }
 
 void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
@@ -369,7 +355,7 @@ void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
   if (buffer_.size() > 0) {
     parser_->eager(true);
     beast::error_code pec;
-    put_buffered(pec);
+    put_buffered(*parser_, buffer_, pec);
     if (pec) {
       on_read_error(pec);
       return;

@@ -64,8 +64,6 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void on_readable(boost::beast::error_code ec, std::size_t n);
   void do_read_header();
   void on_read_header(boost::beast::error_code ec, std::size_t n);
-  // Feeds what the buffer holds to the parser, synchronously; sets `ec` only on a real error.
-  void put_buffered(boost::beast::error_code& ec);
   void do_write_continue();
   void on_write_continue(boost::beast::error_code ec, std::size_t n);
   void do_read_body();

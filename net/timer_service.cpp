@@ -1,6 +1,6 @@
 #include "net/timer_service.hpp"
 
-#include <boost/asio/strand.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include "net/io_runtime.hpp"
 #include "net/timer_heap.hpp"
@@ -19,12 +19,8 @@ timer_service::~timer_service() = default;
 
 std::shared_ptr<timer> timer_service::start(std::chrono::nanoseconds delay,
                                             std::function<void()> fire) {
-  return start_at(std::chrono::steady_clock::now() + delay, std::move(fire));
-}
-
-std::shared_ptr<timer> timer_service::start_at(std::chrono::steady_clock::time_point when,
-                                               std::function<void()> fire) {
-  return timer_heap::of(*impl_->ctx).start(when, std::move(fire));
+  return timer_heap::of(*impl_->ctx)
+      .start(std::chrono::steady_clock::now() + delay, std::move(fire));
 }
 
 }  // namespace tether::net

@@ -26,11 +26,8 @@ class timer_service {
   timer_service(const timer_service&) = delete;
   timer_service& operator=(const timer_service&) = delete;
 
+  // Due `delay` from now (the moment of this call: arming does not wait for the io thread).
   std::shared_ptr<timer> start(std::chrono::nanoseconds delay, std::function<void()> fire);
-  // Fires at `when` (steady clock), however long the arming waits in the io thread's queue: a
-  // deadline armed with a delay would drift by that wait (2–5 ms under a burst, bench scenario 4).
-  std::shared_ptr<timer> start_at(std::chrono::steady_clock::time_point when,
-                                  std::function<void()> fire);
 
  private:
   struct impl;

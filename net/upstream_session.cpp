@@ -1,5 +1,6 @@
 #include "net/upstream_session.hpp"
 
+#include "net/buffered_parse.hpp"
 #include "net/connection_affinity.hpp"
 #include "net/header_text.hpp"
 #include "net/upstream_wire.hpp"
@@ -28,12 +29,6 @@ std::string strip_brackets(const std::string& host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
     return host.substr(1, host.size() - 2);
   return host;
-}
-
-bool is_ip_literal(const std::string& host) {
-  boost::system::error_code ec;
-  asio::ip::make_address(strip_brackets(host), ec);
-  return !ec;
 }
 
 std::optional<asio::ip::tcp::endpoint> literal_endpoint(const upstream_endpoint& ep) {
@@ -87,7 +82,6 @@ upstream_origin::upstream_origin(asio::io_context& io_context, upstream_endpoint
       endpoint(std::move(ep)),
       service(std::to_string(endpoint.port)),
       host_header(make_host_header(endpoint)),
-      host_is_ip(is_ip_literal(endpoint.host)),
       literal(literal_endpoint(endpoint)),
       tls(make_tls_context(endpoint)),
       pool(std::make_shared<upstream_pool>(io, endpoint.max_idle_connections,
@@ -236,7 +230,7 @@ void upstream_session::on_connect(const error_code& ec, const asio::ip::tcp::end
 void upstream_session::do_handshake() {
   auto& stream = connection_->tls_stream();
   const auto& ep = origin_->endpoint;
-  if (!origin_->host_is_ip) SSL_set_tlsext_host_name(stream.native_handle(), ep.host.c_str());
+  if (!origin_->literal) SSL_set_tlsext_host_name(stream.native_handle(), ep.host.c_str());
   if (ep.verify_peer) {
     stream.set_verify_mode(asio::ssl::verify_peer);
     // host_name_verification rejects without saying why; the X509 error makes the message
@@ -354,18 +348,7 @@ void upstream_session::do_read_body() {
   // Bytes that cannot be parsed yet (half a chunk header) need a read: then this falls through.
   if (connection_->buffer().size() > 0) {
     error_code ec;
-    auto& in = connection_->buffer();
-    std::size_t parsed = 0;
-    while (in.size() > 0 && !parser_->is_done()) {
-      const auto used = parser_->put(in.data(), ec);
-      in.consume(used);
-      parsed += used;
-      if (ec == http::error::need_more || ec == http::error::need_buffer) {
-        ec = {};
-        break;
-      }
-      if (ec || used == 0) break;
-    }
+    const auto parsed = put_buffered(*parser_, connection_->buffer(), ec);
     if (ec || parsed > 0 || parser_->is_done()) return on_read_body(ec, 0);
   }
   // One read_some per round: whatever arrived is passed on at once (SSE must not wait).

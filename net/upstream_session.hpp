@@ -40,9 +40,8 @@ struct upstream_origin {
   const upstream_endpoint endpoint;
   const std::string service;      // the port, as the resolver wants it
   const std::string host_header;  // host[:port]
-  const bool host_is_ip;          // no SNI for an IP literal (RFC 6066 §3)
   // An IP literal's endpoint: connected without the resolver, whose own thread would cost two
-  // thread hand-offs and a getaddrinfo per new connection.
+  // thread hand-offs and a getaddrinfo per new connection; and given no SNI (RFC 6066 §3).
   const std::optional<asio::ip::tcp::endpoint> literal;
   asio::ssl::context tls;
   std::shared_ptr<upstream_pool> pool;

@@ -10,6 +10,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "net/buffered_parse.hpp"
 #include "net/receive_stamp.hpp"
 
 namespace tether::bench {
@@ -175,15 +176,8 @@ void client_connection::on_readable(std::uint64_t gen, error_code ec) {
     s.parser->put_eof(pec);
   } else {
     s.buffer.commit(static_cast<std::size_t>(read.n));
-    while (s.buffer.size() > 0 && !s.parser->is_done()) {
-      const auto used = s.parser->put(s.buffer.data(), pec);
-      s.buffer.consume(used);
-      if (pec == http::error::need_more) {
-        pec = {};
-        break;
-      }
-      if (pec || used == 0) break;
-    }
+    s.parser->eager(true);  // past the head in the same call: the rest is not in the socket
+    net::put_buffered(*s.parser, s.buffer, pec);
   }
   if (read.stamp) {
     const auto arrived =

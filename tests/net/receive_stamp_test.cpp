@@ -2,11 +2,7 @@
 // that turns it into the request's steady-clock arrival.
 #include "net/receive_stamp.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -23,38 +19,10 @@ using namespace std::chrono_literals;
 using wall = std::chrono::system_clock;
 using steady = std::chrono::steady_clock;
 
-// A connected pair of TCP sockets on 127.0.0.1; `server` is the accepted end.
-struct tcp_pair {
-  tcp_pair() {
-    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-    socklen_t size = sizeof address;
-    ok = ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-         ::listen(listener, 1) == 0 &&
-         ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &size) == 0;
-    client = ::socket(AF_INET, SOCK_STREAM, 0);
-    ok = ok && ::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
-    server = ok ? ::accept(listener, nullptr, nullptr) : -1;
-    ok = ok && server >= 0;
-    ::close(listener);
-  }
-  ~tcp_pair() {
-    if (client >= 0) ::close(client);
-    if (server >= 0) ::close(server);
-  }
-  bool readable(std::chrono::milliseconds timeout) const {
-    pollfd p{server, POLLIN, 0};
-    return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
-  }
-  bool ok = false;
-  int client = -1;
-  int server = -1;
-};
+using test::loopback_pair;
 
 TEST(ReceiveStampTest, BytesThatWaitedInTheSocketCarryTheMomentTheyArrived) {
-  tcp_pair pair;
+  loopback_pair pair;
   ASSERT_TRUE(pair.ok);
   ASSERT_TRUE(enable_receive_stamps(pair.server));
   // While this socket is open the kernel keeps stamping; it may need a moment to start.
@@ -74,7 +42,7 @@ TEST(ReceiveStampTest, BytesThatWaitedInTheSocketCarryTheMomentTheyArrived) {
 }
 
 TEST(ReceiveStampTest, NothingToReadIsEagainAndTheEndOfStreamIsZero) {
-  tcp_pair pair;
+  loopback_pair pair;
   ASSERT_TRUE(pair.ok);
   enable_receive_stamps(pair.server);
   char buf[16];
@@ -88,7 +56,7 @@ TEST(ReceiveStampTest, NothingToReadIsEagainAndTheEndOfStreamIsZero) {
 }
 
 TEST(ReceiveStampTest, WithoutStampsEnabledTheReadStillWorks) {
-  tcp_pair pair;
+  loopback_pair pair;
   ASSERT_TRUE(pair.ok);
   ASSERT_EQ(::send(pair.client, "abc", 3, 0), 3);
   ASSERT_TRUE(pair.readable(2000ms));
