@@ -180,6 +180,9 @@ downstream_session::downstream_session(tcp::socket socket, std::shared_ptr<serve
   // Chunks are SSE events: each must leave at once, not wait for the previous one's ACK.
   beast::error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);
+  // Writes are tried at once (do_write): a synchronous write must fail with would_block, not
+  // wait. Asio's asynchronous operations are unaffected.
+  stream_.socket().non_blocking(true, ec);
   // Receive timestamps (SO_TIMESTAMPNS) come with the socket: accepted sockets inherit them from
   // the listener (listener.cpp).
 }
@@ -230,8 +233,14 @@ void downstream_session::do_wait_request() {
 
   if (buffer_.size() > 0) {  // a pipelined request is already here
     fresh_ = false;
-    arrival_ = steady::now();
-    arrival_wall_ = std::chrono::system_clock::now();
+    if (buffered_arrival_) {
+      arrival_ = *buffered_arrival_;
+      arrival_wall_ = buffered_arrival_wall_;
+    } else {
+      arrival_ = steady::now();
+      arrival_wall_ = std::chrono::system_clock::now();
+    }
+    buffered_arrival_.reset();
     do_read_header();
     return;
   }
@@ -240,36 +249,78 @@ void downstream_session::do_wait_request() {
   phase_ = phase::waiting;
   arm_timer(timer_use::idle, fresh_ ? connected_ + context_->limits.header_timeout
                                     : steady::now() + context_->limits.keepalive_timeout);
-  do_wait_readable();
+  // The peek that watched the client during the response (do_watch_read) is still pending and
+  // now waits for the next request.
+  do_peek();
 }
 
 // The first bytes of a request are read with recvmsg, which also gives the kernel's receive
 // timestamp: the request's arrival, however long it then waited for this thread. The wait is a
 // peek, not async_wait: Asio tries a read at once and under the reactor's lock, while a wait
 // only completes on the next readiness edge, which bytes already here have used up.
-void downstream_session::do_wait_readable() {
+// One peek serves every phase: it watches for the client leaving during an exchange and then,
+// still pending, becomes the wait for the next request — no cancel and no new read per request.
+void downstream_session::do_peek() {
+  if (peek_pending_) return;
+  peek_pending_ = true;
   stream_.socket().async_receive(
       asio::buffer(&peek_byte_, 1), tcp::socket::message_peek,
-      beast::bind_front_handler(&downstream_session::on_readable, shared_from_this()));
+      beast::bind_front_handler(&downstream_session::on_peek, shared_from_this()));
 }
 
-void downstream_session::on_readable(beast::error_code ec, std::size_t) {
-  if (phase_ == phase::closed) return;
-  if (ec) {  // EOF, reset, or the idle timeout or a drain closed it: no request was lost
-    do_close();
-    return;
+void downstream_session::on_peek(beast::error_code ec, std::size_t) {
+  peek_pending_ = false;
+  switch (phase_) {
+    case phase::closed:
+    case phase::reading:  // a pipelined request is being read from the buffer
+      return;
+    case phase::waiting:
+      if (ec) {  // EOF, reset, or the idle timeout or a drain closed it: no request was lost
+        do_close();
+        return;
+      }
+      on_request_bytes();
+      return;
+    case phase::exchange:
+      if (ec) {  // EOF or reset: the client left (do_close tells the observer)
+        do_close();
+        return;
+      }
+      on_pipelined_bytes();
+      return;
+    case phase::lingering:
+      if (ec) {
+        do_close();
+        return;
+      }
+      on_lingering_bytes();
+      return;
   }
-  auto space = buffer_.prepare(read_chunk);
+}
+
+stamped_read downstream_session::read_into_buffer(std::size_t limit) {
+  auto space = buffer_.prepare(limit);
   const auto read = read_stamped(stream_.socket().native_handle(), space.data(), space.size());
-  if (read.n < 0 && (read.err == EAGAIN || read.err == EWOULDBLOCK || read.err == EINTR)) {
-    do_wait_readable();
+  if (read.n > 0) buffer_.commit(static_cast<std::size_t>(read.n));
+  return read;
+}
+
+namespace {
+bool would_block(const stamped_read& read) {
+  return read.n < 0 && (read.err == EAGAIN || read.err == EWOULDBLOCK || read.err == EINTR);
+}
+}  // namespace
+
+void downstream_session::on_request_bytes() {
+  const auto read = read_into_buffer(read_chunk);
+  if (would_block(read)) {
+    do_peek();
     return;
   }
   if (read.n <= 0) {  // EOF or reset
     do_close();
     return;
   }
-  buffer_.commit(static_cast<std::size_t>(read.n));
   const auto steady_now = steady::now();
   const auto system_now = std::chrono::system_clock::now();
   if (fresh_) {
@@ -291,12 +342,46 @@ void downstream_session::on_readable(beast::error_code ec, std::size_t) {
   do_read_header();
 }
 
+// A request pipelined behind the one being answered: kept (up to pipeline_cap) and parsed once
+// the response is done, its arrival being when its first bytes reached the host.
+void downstream_session::on_pipelined_bytes() {
+  const bool first = buffer_.size() == 0;
+  const auto read = read_into_buffer(std::min(read_chunk, pipeline_cap - buffer_.size()));
+  if (would_block(read)) {
+    do_watch_read();
+    return;
+  }
+  if (read.n <= 0) {  // EOF or reset: the client left
+    do_close();
+    return;
+  }
+  if (first) {
+    const auto steady_now = steady::now();
+    const auto system_now = std::chrono::system_clock::now();
+    auto received = steady_now;
+    if (read.stamp)
+      received = std::min(received, steady_from_stamp(*read.stamp, steady_now, system_now));
+    buffered_arrival_ = received;
+    buffered_arrival_wall_ =
+        system_now -
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(steady_now - received);
+  }
+  do_watch_read();
+}
+
+void downstream_session::on_lingering_bytes() {
+  buffer_.consume(buffer_.size());
+  const auto read = read_into_buffer(read_chunk);
+  if (!would_block(read) && read.n <= 0) {
+    do_close();
+    return;
+  }
+  buffer_.consume(buffer_.size());
+  do_peek();
+}
+
 void downstream_session::do_read_header() {
   phase_ = phase::reading;
-  // The request deadline is ours, not the stream's: the stream would close the socket on expiry
-  // and leave no way to answer 408.
-  stream_.expires_never();
-  arm_timer(timer_use::request_deadline, arrival_ + context_->limits.header_timeout);
   // A head already in the buffer (the usual case: it came in the first read) is parsed here;
   // Beast's composed read would parse the same bytes and then post its completion through the
   // io queue (≈10k instructions and a queue trip per request, callgrind).
@@ -308,9 +393,19 @@ void downstream_session::do_read_header() {
       return;
     }
   }
+  arm_request_deadline();
   http::async_read_header(
       stream_, buffer_, *parser_,
       beast::bind_front_handler(&downstream_session::on_read_header, shared_from_this()));
+}
+
+// Armed only when the request must be waited for: a request that came whole (the usual case) is
+// read without touching the timer.
+void downstream_session::arm_request_deadline() {
+  // The request deadline is ours, not the stream's: the stream would close the socket on expiry
+  // and leave no way to answer 408.
+  stream_.expires_never();
+  arm_timer(timer_use::request_deadline, arrival_ + context_->limits.header_timeout);
 }
 
 void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
@@ -369,6 +464,7 @@ void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
 }
 
 void downstream_session::do_write_continue() {
+  arm_request_deadline();
   asio::async_write(
       stream_, asio::buffer(continue_response),
       beast::bind_front_handler(&downstream_session::on_write_continue, shared_from_this()));
@@ -388,6 +484,7 @@ void downstream_session::on_write_continue(beast::error_code ec, std::size_t) {
 }
 
 void downstream_session::do_read_body() {
+  arm_request_deadline();
   http::async_read(
       stream_, buffer_, *parser_,
       beast::bind_front_handler(&downstream_session::on_read_body, shared_from_this()));
@@ -512,48 +609,10 @@ bool downstream_session::current(std::uint64_t exchange) const {
   return exchange == exchange_ && phase_ == phase::exchange && !response_complete_;
 }
 
+// Keeps the peek pending while the handler works: it is the only way to see the client leave.
 void downstream_session::do_watch_read() {
-  if (watch_pending_ || phase_ != phase::exchange) return;
-  if (buffer_.size() >= pipeline_cap) return;
-  watch_pending_ = true;
-  stream_.async_read_some(
-      buffer_.prepare(std::min(read_chunk, pipeline_cap - buffer_.size())),
-      beast::bind_front_handler(&downstream_session::on_watch_read, shared_from_this()));
-}
-
-void downstream_session::on_watch_read(beast::error_code ec, std::size_t n) {
-  watch_pending_ = false;
-  switch (phase_) {
-    case phase::closed:
-      return;
-    case phase::lingering:
-      if (ec) {
-        do_close();
-      } else {
-        buffer_.consume(buffer_.size());
-        do_linger_read();
-      }
-      return;
-    case phase::exchange:
-      if (ec) {  // EOF or reset: the client left (do_close tells the observer)
-        do_close();
-        return;
-      }
-      buffer_.commit(n);  // a pipelined request, parsed after this response
-      do_watch_read();
-      return;
-    case phase::between:  // the response ended and cancelled this read to go on
-      if (ec && ec != asio::error::operation_aborted) {
-        do_close();
-        return;
-      }
-      if (!ec) buffer_.commit(n);
-      do_wait_request();
-      return;
-    case phase::waiting:
-    case phase::reading:
-      return;  // not reachable: the watch read is over before a new request is read
-  }
+  if (phase_ != phase::exchange || buffer_.size() >= pipeline_cap) return;
+  do_peek();
 }
 
 void downstream_session::post_send_full(std::uint64_t exchange, int status, header_list headers,
@@ -633,35 +692,47 @@ void downstream_session::end_stream() {
   do_write();
 }
 
+// What is queued goes out in gathered writes, in order, tried at once on the non-blocking
+// socket: a response usually fits the socket's buffer, and then it costs no asynchronous
+// operation, no completion through the io queue and no stall timer. Only what the socket cannot
+// take now waits for an asynchronous write_some — write_some, not write: a client that stops
+// reading must not hold the session (and the upstream work behind it) forever, so the stall timer
+// measures the time without progress, not the time of a large body.
 void downstream_session::do_write() {
   if (writing_ || phase_ == phase::closed) return;
+  std::vector<asio::const_buffer> buffers;
+  while (!write_queue_.empty()) {
+    gather_writes(buffers);
+    beast::error_code ec;
+    const auto n = stream_.socket().write_some(buffers, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+    if (ec) {
+      do_close();
+      return;
+    }
+    consume_written(n);
+    if (n < asio::buffer_size(buffers)) break;  // the socket's buffer is full
+  }
   if (write_queue_.empty()) {
     if (phase_ == phase::exchange && response_complete_) on_exchange_done();
     return;
   }
-  // What is queued goes out in one gathered write, in order. write_some, not write: a client
-  // that stops reading must not hold the session (and the upstream work behind it) forever, so
-  // the stall timer measures the time without progress, not the time of a large body.
-  std::vector<asio::const_buffer> buffers;
-  buffers.reserve(std::min<std::size_t>(write_queue_.size(), max_gather));
+  gather_writes(buffers);
+  writing_ = true;
+  arm_timer(timer_use::write_stall, steady::now() + context_->limits.keepalive_timeout);
+  stream_.socket().async_write_some(
+      buffers, beast::bind_front_handler(&downstream_session::on_write, shared_from_this()));
+}
+
+void downstream_session::gather_writes(std::vector<asio::const_buffer>& buffers) const {
+  buffers.clear();
   for (const auto& item : write_queue_) {
     if (buffers.size() == max_gather) break;
     buffers.emplace_back(asio::buffer(item) + (buffers.empty() ? write_offset_ : 0));
   }
-  writing_ = true;
-  arm_timer(timer_use::write_stall, steady::now() + context_->limits.keepalive_timeout);
-  stream_.async_write_some(
-      buffers, beast::bind_front_handler(&downstream_session::on_write, shared_from_this()));
 }
 
-void downstream_session::on_write(beast::error_code ec, std::size_t n) {
-  writing_ = false;
-  if (phase_ == phase::closed) return;
-  disarm_timer();
-  if (ec) {
-    do_close();
-    return;
-  }
+void downstream_session::consume_written(std::size_t n) {
   while (n > 0) {
     const auto left = write_queue_.front().size() - write_offset_;
     if (n < left) {
@@ -672,6 +743,17 @@ void downstream_session::on_write(beast::error_code ec, std::size_t n) {
     write_offset_ = 0;
     write_queue_.pop_front();
   }
+}
+
+void downstream_session::on_write(beast::error_code ec, std::size_t n) {
+  writing_ = false;
+  if (phase_ == phase::closed) return;
+  disarm_timer();
+  if (ec) {
+    do_close();
+    return;
+  }
+  consume_written(n);
   do_write();
 }
 
@@ -681,10 +763,11 @@ void downstream_session::on_exchange_done() {
     do_linger();
     return;
   }
-  phase_ = phase::between;
-  if (watch_pending_) {
-    beast::error_code ec;
-    stream_.socket().cancel(ec);  // on_watch_read goes on with the next request
+  // A pipelined request goes on from the io queue: answered at once (a refusal, say), it would
+  // otherwise recurse through the synchronous write, one level per request in the buffer.
+  if (buffer_.size() > 0) {
+    phase_ = phase::reading;  // a peek completing meanwhile is dropped: it consumed nothing
+    asio::post(strand_, [self = shared_from_this()] { self->do_wait_request(); });
     return;
   }
   do_wait_request();
@@ -699,15 +782,8 @@ void downstream_session::do_linger() {
   arm_timer(timer_use::linger,
             steady::now() + std::min<std::chrono::milliseconds>(linger_timeout,
                                                                 context_->limits.header_timeout));
-  if (!watch_pending_) do_linger_read();
-}
-
-void downstream_session::do_linger_read() {
   buffer_.consume(buffer_.size());
-  watch_pending_ = true;
-  stream_.async_read_some(
-      buffer_.prepare(read_chunk),
-      beast::bind_front_handler(&downstream_session::on_watch_read, shared_from_this()));
+  do_peek();
 }
 
 void downstream_session::do_close() {
@@ -715,6 +791,7 @@ void downstream_session::do_close() {
   const bool client_gone = phase_ == phase::exchange && !response_complete_;
   phase_ = phase::closed;
   disarm_timer();
+  timer_.cancel();  // its pending wait holds this session
   stream_.close();
   if (registered_) {
     context_->sessions.remove(this);
@@ -726,21 +803,40 @@ void downstream_session::do_close() {
 
 // --- the one timer -----------------------------------------------------------------------------
 
+// The timer is lazy: arming records the due time and starts a wait only if none is pending
+// that wakes up no later; disarming only forgets the due time. A wait that wakes up early (the
+// previous idle timeout, say) re-arms for what is due then. A kept-alive connection thus arms and
+// cancels no Asio timer per request (each did cost a heap operation under the reactor's lock, a
+// timerfd update and the aborted wait's completion through the io queue).
 void downstream_session::arm_timer(timer_use use, steady::time_point at) {
   timer_use_ = use;
-  const auto serial = ++timer_serial_;
+  timer_due_ = at;
+  if (timer_waiting_ && timer_wait_at_ <= at) return;
+  start_timer_wait(at);
+}
+
+void downstream_session::start_timer_wait(steady::time_point at) {
+  const auto serial = ++timer_serial_;  // a wait this one replaces is stale when it completes
+  timer_waiting_ = true;
+  timer_wait_at_ = at;
   timer_.expires_at(at);
   timer_.async_wait(
       [self = shared_from_this(), serial](beast::error_code ec) { self->on_timer(ec, serial); });
 }
 
 void downstream_session::disarm_timer() {
-  ++timer_serial_;
-  timer_.cancel();
+  timer_due_ = steady::time_point::max();
 }
 
 void downstream_session::on_timer(beast::error_code ec, std::uint64_t serial) {
-  if (ec || serial != timer_serial_ || phase_ == phase::closed) return;
+  if (serial != timer_serial_) return;
+  timer_waiting_ = false;
+  if (ec || phase_ == phase::closed || timer_due_ == steady::time_point::max()) return;
+  if (steady::now() < timer_due_) {
+    start_timer_wait(timer_due_);
+    return;
+  }
+  timer_due_ = steady::time_point::max();
   switch (timer_use_) {
     case timer_use::request_deadline: {
       if (phase_ != phase::reading) return;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -24,6 +25,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include "net/downstream.hpp"
+#include "net/receive_stamp.hpp"
 
 namespace tether::net {
 
@@ -56,13 +58,18 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   const std::shared_ptr<const connection_affinity>& affinity() const { return affinity_; }
 
  private:
-  enum class phase { waiting, reading, exchange, between, lingering, closed };
+  enum class phase { waiting, reading, exchange, lingering, closed };
   using parser_type = boost::beast::http::request_parser<boost::beast::http::string_body>;
 
   void do_wait_request();
-  void do_wait_readable();
-  void on_readable(boost::beast::error_code ec, std::size_t n);
+  void do_peek();
+  void on_peek(boost::beast::error_code ec, std::size_t n);
+  stamped_read read_into_buffer(std::size_t limit);
+  void on_request_bytes();
+  void on_pipelined_bytes();
+  void on_lingering_bytes();
   void do_read_header();
+  void arm_request_deadline();
   void on_read_header(boost::beast::error_code ec, std::size_t n);
   void do_write_continue();
   void on_write_continue(boost::beast::error_code ec, std::size_t n);
@@ -77,7 +84,6 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void refuse(protocol_error error, std::string detail);
   void start_exchange(incoming_request request);
   void do_watch_read();
-  void on_watch_read(boost::beast::error_code ec, std::size_t n);
   bool current(std::uint64_t exchange) const;
 
   void send_full(int status, header_list headers, std::string body);
@@ -85,15 +91,17 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void send_chunk(std::string data);
   void end_stream();
   void do_write();
+  void gather_writes(std::vector<boost::asio::const_buffer>& buffers) const;
+  void consume_written(std::size_t n);
   void on_write(boost::beast::error_code ec, std::size_t n);
   void on_exchange_done();
 
   void do_linger();
-  void do_linger_read();
   void do_close();
 
   enum class timer_use { idle, request_deadline, write_stall, linger };
   void arm_timer(timer_use use, std::chrono::steady_clock::time_point at);
+  void start_timer_wait(std::chrono::steady_clock::time_point at);
   void disarm_timer();
   void on_timer(boost::beast::error_code ec, std::uint64_t serial);
 
@@ -107,6 +115,9 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   // during the exchange, the lingering close at the end.
   boost::asio::steady_timer timer_;
   timer_use timer_use_ = timer_use::request_deadline;
+  std::chrono::steady_clock::time_point timer_due_ = std::chrono::steady_clock::time_point::max();
+  bool timer_waiting_ = false;  // a wait is pending on timer_, to wake up at timer_wait_at_
+  std::chrono::steady_clock::time_point timer_wait_at_;
   std::uint64_t timer_serial_ = 0;
   bool timed_out_ = false;
   phase phase_ = phase::waiting;
@@ -127,7 +138,10 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   bool streaming_ = false;
   bool response_complete_ = false;
   std::shared_ptr<exchange_observer> observer_;
-  bool watch_pending_ = false;
+  bool peek_pending_ = false;  // one 1-byte peek serves the wait, the watch and the linger
+  // When the first bytes of a pipelined request reached the host.
+  std::optional<std::chrono::steady_clock::time_point> buffered_arrival_;
+  std::chrono::system_clock::time_point buffered_arrival_wall_;
 
   std::deque<std::string> write_queue_;
   std::size_t write_offset_ = 0;  // bytes of write_queue_.front() already written

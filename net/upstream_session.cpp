@@ -24,6 +24,7 @@ namespace http = beast::http;
 namespace {
 
 constexpr std::uint32_t header_limit = 64 * 1024;
+constexpr std::size_t head_read_size = 8 * 1024;
 
 std::string strip_brackets(const std::string& host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
@@ -262,6 +263,12 @@ void upstream_session::on_handshake(const error_code& ec) {
 
 void upstream_session::on_connected() {
   connecting_ = false;
+  if (!connection_->tls()) {
+    // For do_write's synchronous attempt: would_block instead of a wait. Asio's asynchronous
+    // operations are unaffected. Pooled connections keep the mode.
+    error_code ignored;
+    connection_->tcp().socket().non_blocking(true, ignored);
+  }
   connect_timer_.cancel();
   if (!connected_reported_) {
     connected_reported_ = true;
@@ -272,8 +279,23 @@ void upstream_session::on_connected() {
 
 void upstream_session::do_write() {
   if (cancelled_) return finish();
-  connection_->visit([this](auto& stream) {
-    asio::async_write(stream, asio::buffer(wire_), tracked(&upstream_session::on_write));
+  // Plain TCP: the request is written at once on the non-blocking socket (it nearly always fits
+  // the socket's buffer), without an asynchronous operation and its completion through the io
+  // queue; only what the socket cannot take now is written asynchronously.
+  std::size_t written = 0;
+  if (!connection_->tls()) {
+    error_code ec;
+    auto& socket = connection_->tcp().socket();
+    while (written < wire_.size()) {
+      const auto n = socket.write_some(asio::buffer(wire_) + written, ec);
+      if (ec) break;
+      written += n;
+    }
+    if (written == wire_.size()) return do_read_head();
+    if (ec != asio::error::would_block && ec != asio::error::try_again) return on_write(ec, 0);
+  }
+  connection_->visit([this, written](auto& stream) {
+    asio::async_write(stream, asio::buffer(wire_) + written, tracked(&upstream_session::on_write));
   });
 }
 
@@ -306,10 +328,37 @@ void upstream_session::do_read_head() {
   // The caller enforces max_response_bytes itself (by cancelling).
   parser_->body_limit(boost::none);
   if (head_request_) parser_->skip(true);
+  if (!connection_->tls()) return read_head_plain();
   connection_->visit([this](auto& stream) {
     http::async_read_header(stream, connection_->buffer(), *parser_,
                             tracked(&upstream_session::on_read_head));
   });
+}
+
+// Plain TCP: the socket's reads feed the parser directly, as Beast's async_read_header would but
+// without its composed operation's layers (and the bytes an interim response left are parsed at
+// once).
+void upstream_session::read_head_plain() {
+  auto& buffer = connection_->buffer();
+  if (buffer.size() > 0) {
+    error_code ec;
+    put_buffered(*parser_, buffer, ec);
+    if (ec || parser_->is_header_done()) return on_read_head(ec, 0);
+  }
+  connection_->tcp().socket().async_read_some(buffer.prepare(head_read_size),
+                                              tracked(&upstream_session::on_head_bytes));
+}
+
+void upstream_session::on_head_bytes(const error_code& ec, std::size_t bytes) {
+  if (cancelled_) return finish();
+  // Beast's mapping of a read's end: nothing at all is end_of_stream, half a head is
+  // partial_message (on_read_head tells them apart for the retry on a new connection).
+  if (ec == asio::error::eof)
+    return on_read_head(
+        parser_->got_some() ? http::error::partial_message : http::error::end_of_stream, 0);
+  if (ec) return on_read_head(ec, 0);
+  connection_->buffer().commit(bytes);
+  read_head_plain();
 }
 
 void upstream_session::on_read_head(const error_code& ec, std::size_t) {

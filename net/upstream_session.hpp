@@ -81,6 +81,8 @@ class upstream_session : public upstream_exchange,
   void do_write();
   void on_write(const error_code& ec, std::size_t bytes);
   void do_read_head();
+  void read_head_plain();
+  void on_head_bytes(const error_code& ec, std::size_t bytes);
   void on_read_head(const error_code& ec, std::size_t bytes);
   void do_read_body();
   void on_read_body(error_code ec, std::size_t bytes);

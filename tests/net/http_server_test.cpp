@@ -455,6 +455,25 @@ TEST_F(HttpServerTest, PipelinedRequestsInOneWriteAreAnsweredInOrder) {
   EXPECT_EQ(second->body, "second:defg");
 }
 
+// A thousand requests in the buffer, each answered from inside the handler: every response is
+// written at once, and each next request goes on from the io queue, not from deeper in the
+// stack of the one before.
+TEST_F(HttpServerTest, AThousandPipelinedRequestsAnsweredAtOnceAreAllAnsweredInOrder) {
+  serve([&](incoming_request request, std::shared_ptr<response_channel> channel) {
+    channel->send_full(200, {}, request.target);
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  std::string burst;
+  for (int i = 0; i < 1000; ++i) burst += get("/" + std::to_string(i));
+  ASSERT_TRUE(client.send(burst));
+  for (int i = 0; i < 1000; ++i) {
+    const auto response = client.read_response();
+    ASSERT_TRUE(response) << "response " << i;
+    ASSERT_EQ(response->body, "/" + std::to_string(i));
+  }
+}
+
 TEST_F(HttpServerTest, ContentLengthOverLimitIsRefusedWithoutReadingBodyAndClosed) {
   server_limits limits;
   limits.max_request_bytes = 1000;
@@ -625,6 +644,77 @@ TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosedSilentlyAfterKeepaliveTime
   EXPECT_TRUE(client.wait_closed());
   EXPECT_GE(steady::now() - start, 150ms);
   EXPECT_TRUE(client.buffer_.empty());
+}
+
+// The session's timer is lazy (a wait pending for an earlier time re-arms when it wakes): a
+// connection kept busy past several keep-alive timeouts stays open, and its idle timeout counts
+// from its last response.
+TEST_F(HttpServerTest, KeptAliveConnectionsIdleTimeoutCountsFromItsLastResponse) {
+  server_limits limits;
+  limits.keepalive_timeout = 300ms;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(client.send(get("/a")));
+    ASSERT_TRUE(client.read_response()) << "request " << i;
+    std::this_thread::sleep_for(150ms);  // idle time is what is tested: half the timeout
+  }
+  ASSERT_TRUE(client.send(get("/last")));
+  ASSERT_TRUE(client.read_response());
+  const auto last = steady::now();
+  EXPECT_TRUE(client.wait_closed());
+  const auto idle = steady::now() - last;
+  EXPECT_GE(idle, 250ms);
+  EXPECT_LT(idle, 1500ms);
+  EXPECT_EQ(log_.size(), 6u);
+}
+
+// The header timeout of a request on a kept-alive connection comes before the idle timeout the
+// timer was waiting for: the earlier time must replace the pending wait.
+TEST_F(HttpServerTest, HalfARequestOnAKeptAliveConnectionGets408AtTheHeaderTimeout) {
+  server_limits limits;
+  limits.header_timeout = 200ms;
+  limits.keepalive_timeout = 5s;
+  serve(echo_handler(log_), limits);
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/first")));
+  ASSERT_TRUE(client.read_response());
+  // Past the fresh connection's header timeout: the timer now waits for the idle timeout.
+  std::this_thread::sleep_for(300ms);
+  const auto start = steady::now();
+  ASSERT_TRUE(client.send("GET /slow HTTP/1.1\r\nHost: t\r\n"));
+  const auto response = client.read_response(3s);
+  const auto elapsed = steady::now() - start;
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 408);
+  EXPECT_GE(elapsed, 150ms);
+  EXPECT_LT(elapsed, 1500ms);
+  EXPECT_EQ(log_.size(), 1u);
+}
+
+// A client that stops reading must not hold the connection (and the work behind it): the write
+// that cannot progress for keepalive_timeout closes it.
+TEST_F(HttpServerTest, ClientThatStopsReadingIsClosedAfterTheStallTimeout) {
+  server_limits limits;
+  limits.keepalive_timeout = 300ms;
+  const std::string large(32 * 1024 * 1024, 'x');  // more than both sockets' buffers hold
+  std::promise<steady::time_point> answered;
+  serve(
+      [&](incoming_request, std::shared_ptr<response_channel> channel) {
+        channel->send_full(200, {}, large);
+        answered.set_value(steady::now());
+        return std::shared_ptr<exchange_observer>();
+      },
+      limits);
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/large")));
+  auto answered_at = answered.get_future();
+  ASSERT_EQ(answered_at.wait_for(bound), std::future_status::ready);
+  const auto start = answered_at.get();
+  EXPECT_TRUE(eventually([&] { return server_->open_connections() == 0; }, 3s));
+  const auto held = steady::now() - start;
+  EXPECT_GE(held, 250ms);
+  EXPECT_LT(held, 2500ms);
 }
 
 TEST_F(HttpServerTest, StreamedChunksReachClientOneByOneAsSent) {

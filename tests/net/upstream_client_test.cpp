@@ -327,6 +327,71 @@ TEST_F(UpstreamClientTest, PlainRequestDeliversHeadBodyEndThenClosed) {
   EXPECT_EQ(client.idle_connections(), 1u);
 }
 
+// More than the socket takes at once: the request is written partly at once, the rest
+// asynchronously, and arrives whole.
+TEST_F(UpstreamClientTest, ARequestLargerThanTheSocketBufferArrivesWhole) {
+  std::string large(6 * 1024 * 1024, 'x');
+  for (std::size_t i = 0; i < large.size(); i += 4096) large[i] = static_cast<char>('a' + i % 26);
+  std::promise<std::string> seen;
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(boost::none);  // Beast's default for a request is 1 MiB
+    boost::system::error_code ec;
+    http::read(s, b, parser, ec);
+    seen.set_value(ec ? "read failed: " + ec.message() : parser.get().body());
+    send(s, ok_response);
+    wait_for_eof(s);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(large), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+  auto fut = seen.get_future();
+  ASSERT_EQ(fut.wait_for(wait_limit), std::future_status::ready);
+  EXPECT_TRUE(fut.get() == large);
+}
+
+// A head split across reads, after an interim response in the same bytes as its first part.
+TEST_F(UpstreamClientTest, AHeadInPiecesAfterAnInterimResponseIsParsedWhole) {
+  std::promise<void> first_part_read;
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 20");
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // two reads, not one
+    send(s, "0 OK\r\nContent-Length: 5\r\nX-Part: two\r\n\r\nhello");
+    wait_for_eof(s);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+  EXPECT_EQ(events->body(), "hello");
+  ASSERT_NE(header(events->headers(), "x-part"), nullptr);
+  EXPECT_EQ(*header(events->headers(), "x-part"), "two");
+  EXPECT_EQ(client.idle_connections(), 1u);
+}
+
+// Half a head and then the end of the connection: the server broke, it did not send garbage.
+TEST_F(UpstreamClientTest, AHeadCutShortFailsAsResetNotMalformed) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s, "HTTP/1.1 200 OK\r\nContent-Le");
+    s.close();
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "failure", "closed"));
+  EXPECT_EQ(events->failure(), upstream_failure::reset);
+  EXPECT_EQ(server.accepted(), 1);
+}
+
 TEST_F(UpstreamClientTest, StreamedBodyPieceArrivesBeforeTheNextIsSent) {
   std::promise<void> first_seen;
   std::atomic<bool> seen_before_second{false};
