@@ -24,6 +24,7 @@ struct attempt_state {
   std::shared_ptr<actor_timers> timers;
   std::shared_ptr<net::timer> idle_timer;
   caf::actor request;
+  caf::actor connection;
 };
 
 attempt_end failure_kind(std::int32_t net_kind) {
@@ -54,11 +55,21 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
   st->timers = std::make_shared<actor_timers>(rt->timers.get(), self->address());
   self->attach_functor([timers = st->timers](const caf::error&) { timers->cancel_all(); });
 
+  // The request learns of this actor's end from its monitor; the links are for a request that
+  // dies (its exit reaches the attempts) and for the connection (below). Unlinking first saves
+  // an exit_msg the receiver would only ignore: two messages per request.
+  auto finish = [self, st] {
+    self->unlink_from(st->request);
+    self->unlink_from(st->connection);  // a normal end: the connection finishes its exchange
+    self->quit();
+  };
+
   auto fail = [self, st](attempt_end kind, std::string message) {
     if (st->done) return;
     st->done = true;
     self->send(st->request, att_fail_atom::value, static_cast<std::int32_t>(kind),
                std::move(message), st->committed);
+    self->unlink_from(st->request);
     // Not a normal exit: the linked connection actor takes it as "stop the work".
     self->quit(caf::exit_reason::user_shutdown);
   };
@@ -105,7 +116,7 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
     }
   };
 
-  auto on_end = [self, st, relay_events, fail] {
+  auto on_end = [self, st, relay_events, fail, finish] {
     if (st->done) return;
     if (st->streaming) {
       // An unterminated tail is not a whole event; it is dropped rather than cut into.
@@ -118,30 +129,32 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
         // A 2xx stream with an empty body: nothing was relayed, so it is an ordinary answer.
         st->done = true;
         self->send(st->request, att_result_atom::value, st->status, st->headers, std::string{});
-        self->quit();
+        finish();
         return;
       }
       st->done = true;
       self->send(st->request, att_end_atom::value);
-      self->quit();
+      finish();
       return;
     }
     st->done = true;
     self->send(st->request, att_result_atom::value, st->status, st->headers, std::move(st->body));
-    self->quit();
+    finish();
   };
 
-  auto conn = self->spawn<caf::linked>(connection_actor, rt, caf::actor_cast<caf::actor>(self),
-                                       st->request, spec.connection);
-  self->send(st->request, conn_spawned_atom::value, conn);
+  // Counted before it exists: the request, which outlives this actor, then waits for its
+  // work_ended whatever happens next.
+  if (spec.connections) spec.connections->fetch_add(1);
+  // The per-try clock starts once the attempt may use the upstream (the connection arms it at
+  // the grant); queue wait is bounded by the queue limit and the request deadline instead.
+  spec.connection.attempt_timeout = spec.timeout;
+  st->connection = self->spawn<caf::linked>(connection_actor, rt, caf::actor_cast<caf::actor>(self),
+                                            st->request, std::move(spec.connection));
 
   return {
-      [st, owner, timeout = spec.timeout](queued_atom, std::int64_t /*wait_ns*/) {
-        // The per-try clock starts once the attempt may use the upstream; queue wait is bounded
-        // by the queue limit and the request deadline instead.
-        if (timeout.count() > 0) st->timers->after(timeout, attempt_timeout_atom::value);
+      [owner, on_head](up_head_atom, int status, net::header_list& headers) {
+        on_head(status, headers);
       },
-      [on_head](up_head_atom, int status, net::header_list& headers) { on_head(status, headers); },
       [on_body](up_body_atom, std::string& bytes) { on_body(bytes); },
       [on_end](up_end_atom) { on_end(); },
       // A response that was not an event stream, held by net/'s relay until it was complete:

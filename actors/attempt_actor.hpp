@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <chrono>
 
 #include "actors/connection_actor.hpp"
@@ -17,10 +18,12 @@ struct attempt_spec {
   bool stream = false;
   std::chrono::milliseconds timeout{0};  // 0 = none (the request deadline still bounds it)
   std::chrono::milliseconds idle_timeout{0};
+  // Counted up before the connection actor is spawned; the request counts its work_ended
+  // messages against it and outlives every connection (null: not counted, in tests).
+  std::shared_ptr<std::atomic<std::uint32_t>> connections;
 };
 
 // Messages to `request`:
-//   (conn_spawned_atom, actor)                     the connection to monitor
 //   (att_result_atom, int status, header_list, string body)  a complete response
 //   (att_head_atom, int status, header_list)       a stream is committed; events follow
 //   (att_event_atom, string)                       one whole SSE event

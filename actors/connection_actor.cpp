@@ -3,6 +3,8 @@
 #include "actors/messages.hpp"
 #include "actors/relay_events.hpp"
 
+#include <optional>
+
 namespace tether {
 namespace {
 
@@ -12,6 +14,8 @@ struct connection_state {
   bool granted = false;
   bool closing = false;
   bool closed = false;
+  std::optional<std::int64_t> closed_ns;
+  std::shared_ptr<net::timer> attempt_timer;
   std::int64_t asked_ns = 0;
   std::int64_t queue_wait_ns = 0;  // asked → the budget's answer; 0 if none came
 };
@@ -27,12 +31,12 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   const auto max_response_bytes = spec.max_response_bytes;
   const auto stream = spec.stream;
 
-  // The socket's end is this actor's end: report it, then exit, which frees the budget slot.
-  auto finish = [self, st, request, upstream](std::int64_t closed_ns) {
+  // The socket's end is this actor's end: the exit frees the budget slot (the budget's monitor)
+  // and reports the work's end to the request (the functor attached below).
+  auto finish = [self, st](std::int64_t closed_ns) {
     if (st->closed) return;
     st->closed = true;
-    self->send(request, work_ended_atom::value, static_cast<std::uint64_t>(upstream), closed_ns,
-               st->granted, st->queue_wait_ns);
+    st->closed_ns = closed_ns;
     self->quit();
   };
 
@@ -52,9 +56,15 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
     cancel();
   });
 
-  // Backstop: however this actor ends (an exception, an unexpected kill), the socket closes.
-  self->attach_functor([st](const caf::error&) {
+  // However this actor ends (normally, an exception, an unexpected kill), the socket closes and
+  // the request hears of the end: it waits for one work_ended per connection its attempts
+  // started, so the report is sent from here rather than before a quit that may not be reached.
+  // (One message instead of the report plus the down_msg of a monitor.)
+  self->attach_functor([st, request, upstream](const caf::error&) {
     if (st->exchange && !st->closed) st->exchange->cancel();
+    if (st->attempt_timer) st->attempt_timer->cancel();
+    caf::anon_send(request, work_ended_atom::value, static_cast<std::uint64_t>(upstream),
+                   st->closed_ns.value_or(now_ns()), st->granted, st->queue_wait_ns);
   });
 
   st->asked_ns = now_ns();
@@ -62,22 +72,31 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
              spec.priority);
 
   auto request_to_send = std::make_shared<net::upstream_request>(std::move(spec.request));
+  const auto attempt_timeout = spec.attempt_timeout;
 
   return {
       [self, rt, st, attempt, request_to_send, upstream, hub, affinity, stream, max_response_bytes,
-       finish](grant_atom, bool granted, const std::string& reason) {
+       attempt_timeout, finish](grant_atom, bool granted, const std::string& reason) {
         // A second answer comes only when a lost budget host's claims were re-asked locally
         // (budget_link_actor); the local budget counts this actor either way.
         if (st->closing || st->closed || st->answered) return;
         st->answered = true;
         st->queue_wait_ns = now_ns() - st->asked_ns;
-        self->send(attempt, queued_atom::value, st->queue_wait_ns);
         if (!granted) {
           self->send(attempt, up_fail_atom::value, up_fail_overloaded, reason);
           finish(now_ns());
           return;
         }
         st->granted = true;
+        if (attempt_timeout.count() > 0) {
+          // The attempt's clock, kept here to save it a message per request; it holds only the
+          // attempt's address.
+          st->attempt_timer =
+              rt->timers->start(attempt_timeout, [to = caf::actor_addr(attempt.address())] {
+                if (auto a = caf::actor_cast<caf::actor>(to))
+                  caf::anon_send(a, attempt_timeout_atom::value);
+              });
+        }
         auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self), attempt,
                                                      stream, max_response_bytes);
         st->exchange =

@@ -4,6 +4,7 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <cstdint>
 
 #include "actors/cancel_hub.hpp"
@@ -26,10 +27,15 @@ struct connection_spec {
   // The caller connection's strand (opaque): the exchange runs on it, so the caller's deadline
   // and disconnect reach the upstream socket without a hop. Null: a strand of its own.
   std::shared_ptr<const net::connection_affinity> affinity;
+  // The attempt's per-try timeout, 0 = none: armed here when the budget grants the slot (the
+  // clock starts once the attempt may use the upstream) and sent to the attempt as
+  // attempt_timeout_atom; cancelled when this actor ends, by when the attempt has its answer.
+  std::chrono::milliseconds attempt_timeout{0};
 };
 
-// `attempt` receives up_* messages (straight from net/) and (queued_atom, wait_ns); `request`
-// receives (work_ended_atom, upstream, closed_ns, started, queue_wait_ns) when the socket is gone.
+// `attempt` receives up_* messages (straight from net/) and (attempt_timeout_atom); `request`
+// receives (work_ended_atom, upstream, closed_ns, started, queue_wait_ns) as this actor exits,
+// however it ends: the request counts its connections down by it.
 caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor attempt,
                                caf::actor request, connection_spec spec);
 

@@ -15,6 +15,7 @@
 // work really ended (work_ended_ms) and how long a cancel took to reach the socket.
 #include "actors/request_actor.hpp"
 
+#include <atomic>
 #include <set>
 
 #include "actors/access_log.hpp"
@@ -54,7 +55,10 @@ struct request_state {
   std::uint64_t backoff_generation = 0;
 
   std::set<caf::actor_addr> live_attempts;
-  std::set<caf::actor_addr> live_connections;
+  // Connection actors started by this request's attempts (counted by them before each spawn) and
+  // those whose work_ended came: the request outlives every connection.
+  std::atomic<std::uint32_t> connections_started{0};
+  std::uint32_t connections_ended = 0;
   std::optional<std::int64_t> cancel_decided_ns;
   std::optional<std::int64_t> answered_ns;
   std::optional<std::int64_t> caller_left_ns;
@@ -136,7 +140,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
   // ---- ending -------------------------------------------------------------------------------
 
   auto maybe_quit = [self, st] {
-    if (st->now != phase::answered || !st->live_attempts.empty() || !st->live_connections.empty())
+    if (st->now != phase::answered || !st->live_attempts.empty() ||
+        st->connections_started.load() != st->connections_ended)
       return;
     access_record r;
     r.request_id = st->spec.request_id;
@@ -240,7 +245,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
   // ---- starting attempts --------------------------------------------------------------------
 
   auto start_attempt = std::make_shared<std::function<void()>>();
-  *start_attempt = [self, st, rt, answer_error] {
+  // Holds the state (with every handler that holds start_attempt): the behavior owns it.
+  *start_attempt = [self, st, rt, owner, answer_error] {
     auto now = std::chrono::steady_clock::now();
     if (st->deadline.expired(now)) {
       answer_error(outcome::deadline_exceeded, "the request deadline passed before an attempt");
@@ -267,6 +273,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     a.connection.max_response_bytes = settings.max_response_bytes;
     a.connection.stream = st->spec.stream;
     a.connection.affinity = st->channel->affinity();
+    // Shares the state's lifetime (aliasing): no allocation.
+    a.connections = std::shared_ptr<std::atomic<std::uint32_t>>(owner, &st->connections_started);
     auto& req = a.connection.request;
     req.method = "POST";
     req.target = up.url.path_prefix + st->spec.path;
@@ -363,8 +371,6 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
             r.end = attempt_end::reset;
             after_failure(r, "attempt ended unexpectedly");
           }
-        } else {
-          st->live_connections.erase(msg.source);
         }
         maybe_quit();
       });
@@ -408,10 +414,6 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
   if (st->now == phase::answered) self->send(self, safety_atom::value);
 
   return {
-      [self, st, owner](conn_spawned_atom, caf::actor conn) {
-        st->live_connections.insert(conn.address());
-        self->monitor(conn);
-      },
       [st, record_attempt_end, after_failure, mark_answered, release_attempt, lost_to_deadline,
        maybe_quit](att_result_atom, int status, net::header_list& headers, std::string& body) {
         if (st->now == phase::answered) return;
@@ -551,6 +553,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       },
       [st, rt, maybe_quit](work_ended_atom, std::uint64_t upstream, std::int64_t closed_ns,
                            bool held_slot, std::int64_t queue_wait_ns) {
+        ++st->connections_ended;
         st->queue_wait_ns += queue_wait_ns;
         st->last_work_end_ns = std::max(st->last_work_end_ns.value_or(0), closed_ns);
         st->trace->event("work_ended", closed_ns);

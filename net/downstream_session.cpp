@@ -323,20 +323,18 @@ void downstream_session::on_request_bytes() {
   }
   const auto steady_now = steady::now();
   const auto system_now = std::chrono::system_clock::now();
-  if (fresh_) {
+  if (read.stamp) {
+    // When the bytes reached the host, on a new connection too: a connection opened ahead of its
+    // first request (a client's warm pool) must not have its idle time charged to the request.
+    arrival_ = steady_from_stamp(*read.stamp, steady_now, system_now);
+    arrival_wall_ = system_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                     steady_now - arrival_);
+  } else if (fresh_) {  // no stamp (stamping not yet on): the accept bounds it
     arrival_ = connected_;
     arrival_wall_ = connected_wall_;
   } else {
     arrival_ = steady_now;
     arrival_wall_ = system_now;
-  }
-  if (read.stamp) {
-    const auto received = steady_from_stamp(*read.stamp, steady_now, system_now);
-    if (received < arrival_) {
-      arrival_ = received;
-      arrival_wall_ = system_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                       steady_now - received);
-    }
   }
   fresh_ = false;
   do_read_header();

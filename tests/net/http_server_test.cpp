@@ -353,6 +353,27 @@ TEST(HttpServerArrivalTest, ArrivalIsWhenTheKernelReceivedTheRequestNotWhenItWas
   EXPECT_GE(wall_age, answered - sent - 20ms);
 }
 
+// A connection opened ahead of its first request (a client's warm pool): the request arrives
+// when its bytes do, not at the accept, or its deadline would be charged the connection's idle
+// time.
+TEST(HttpServerArrivalTest, AFreshConnectionsFirstRequestArrivesWithItsBytesNotAtTheAccept) {
+  request_log log;
+  io_runtime io{1};
+  http_server server{io, server_limits{}, echo_handler(log)};
+  const auto port = server.listen("127.0.0.1", 0);
+  ASSERT_TRUE(test::await_receive_stamps(bound));
+  test_client client(port);
+  ASSERT_TRUE(client.connected());
+  std::this_thread::sleep_for(100ms);  // the connection's idle time is what is tested
+  const auto sent = steady::now();
+  ASSERT_TRUE(client.send(get("/first")));
+  ASSERT_TRUE(client.read_response());
+  ASSERT_TRUE(log.wait_for(1));
+  const auto request = log.at(0);
+  EXPECT_GE(request.arrival, sent - 1ms) << "arrival was taken at the accept";
+  EXPECT_LT(request.arrival, sent + 20ms);
+}
+
 // Requests sent the moment a connection opens, and each next one the moment the previous
 // response is read, from several clients at once: whenever the bytes arrive (before or after the
 // session starts waiting for them), the session sees them. A guard for the first read's wait
