@@ -43,7 +43,7 @@ struct request_state {
   std::int64_t arrival_ns = 0;
   std::int64_t arrival_wall_ns = 0;  // queue priority: comparable across cluster nodes
 
-  std::vector<std::string> chain;  // requested model, then its fallbacks
+  const std::vector<std::string>* chain = nullptr;  // requested model, then its fallbacks
   std::size_t chain_pos = 0;
   std::uint32_t model_attempts = 0;
   std::vector<std::size_t> tried;
@@ -77,21 +77,6 @@ struct request_state {
     return static_cast<double>(ns - arrival_ns) / 1e6;
   }
 };
-
-std::vector<std::string> fallback_chain(const router& routes, const std::string& model) {
-  // Depth-first through each model's fallbacks, each model once (config rejects cycles).
-  std::vector<std::string> chain;
-  std::vector<std::string> stack{model};
-  while (!stack.empty()) {
-    auto m = stack.back();
-    stack.pop_back();
-    if (std::find(chain.begin(), chain.end(), m) != chain.end()) continue;
-    chain.push_back(m);
-    const auto& fb = routes.fallbacks_of(m);
-    for (auto it = fb.rbegin(); it != fb.rend(); ++it) stack.push_back(*it);
-  }
-  return chain;
-}
 
 // Upstream response headers worth passing to the caller.
 net::header_list pass_headers(const net::header_list& upstream, const std::string& request_id) {
@@ -129,7 +114,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
                             std::chrono::system_clock::now().time_since_epoch())
                             .count() -
                         (now_ns() - st->arrival_ns);
-  st->chain = fallback_chain(*rt->routes, st->spec.model);
+  st->chain = &rt->routes->chain_of(st->spec.model);
   st->timers = std::make_shared<actor_timers>(rt->timers.get(), self->address());
   self->attach_functor([timers = st->timers](const caf::error&) { timers->cancel_all(); });
   st->trace = std::make_unique<request_trace>(
@@ -252,7 +237,11 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       answer_error(outcome::deadline_exceeded, "the request deadline passed before an attempt");
       return;
     }
-    const auto& model = st->chain[st->chain_pos];
+    if (st->chain_pos >= st->chain->size()) {  // the gateway only spawns known models
+      answer_error(outcome::internal_error, "no deployment for a configured model");
+      return;
+    }
+    const auto& model = (*st->chain)[st->chain_pos];
     auto dep_index = rt->routes->choose(model, st->tried);
     if (!dep_index) {
       answer_error(outcome::internal_error, "no deployment for a configured model");
@@ -287,8 +276,10 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       // A chained gateway inherits what is left of this request's budget.
       req.headers.push_back({"x-request-deadline-ms", std::to_string(left->count())});
     }
-    std::string url = std::string{up.url.tls ? "https://" : "http://"} + up.url.host + ":" +
-                      std::to_string(up.url.port) + req.target;
+    std::string url;  // a span attribute: built only when spans are exported
+    if (rt->tracer)
+      url = std::string{up.url.tls ? "https://" : "http://"} + up.url.host + ":" +
+            std::to_string(up.url.port) + req.target;
     req.headers.push_back({"traceparent", st->trace->begin_attempt(
                                               static_cast<std::uint32_t>(st->attempts.size()),
                                               up.name, up.url.host, up.url.port, url, now_ns())});
@@ -312,9 +303,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
   auto after_failure = [st, rt, answer_error, start_attempt](const attempt_report& report,
                                                              const std::string& message) {
     st->history.record(report);
-    auto settings = rt->cfg.effective_request(st->chain[st->chain_pos]);
+    auto settings = rt->cfg.effective_request((*st->chain)[st->chain_pos]);
     retry_policy policy{settings.max_retries, settings.retry_backoff};
-    bool has_fallback = st->chain_pos + 1 < st->chain.size();
+    bool has_fallback = st->chain_pos + 1 < st->chain->size();
     auto d = policy.decide(report, st->model_attempts,
                            st->deadline.remaining(std::chrono::steady_clock::now()), has_fallback);
     ++st->model_attempts;

@@ -1,8 +1,8 @@
 #include "actors/policy/model_request.hpp"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <optional>
-#include <vector>
 
 namespace tether {
 namespace {
@@ -83,9 +83,18 @@ class scanner {
   std::size_t pos_ = 0;
 };
 
-// Every value span of a top-level key named "model" (escapes in the key decoded).
-std::vector<span> model_value_spans(std::string_view body) {
-  std::vector<span> found;
+// The value spans of the top-level keys named "model" (escapes in the key decoded): the first
+// one and how many there are. No allocation: it runs twice per request.
+struct model_spans {
+  span first;
+  std::size_t count = 0;
+  void push_back(span sp) {
+    if (count++ == 0) first = sp;
+  }
+};
+
+model_spans model_value_spans(std::string_view body) {
+  model_spans found;
   scanner sc{body};
   if (!sc.eat('{')) return found;
   if (sc.eat('}')) return found;
@@ -114,7 +123,9 @@ std::variant<model_request_info, body_error> inspect_model_request(std::string_v
   boost::json::parse_options opts;
   opts.max_depth = max_depth;
   boost::system::error_code ec;
-  boost::json::monotonic_resource mr;
+  // A chat request's DOM fits here; a larger one continues on the heap.
+  unsigned char arena[4096];
+  boost::json::monotonic_resource mr(arena, sizeof arena);
   auto doc = boost::json::parse(body, ec, &mr, opts);
   if (ec) {
     if (ec == boost::json::error::too_deep) {
@@ -123,7 +134,7 @@ std::variant<model_request_info, body_error> inspect_model_request(std::string_v
     return body_error{"request body is not valid JSON (" + ec.message() + ")"};
   }
   if (!doc.is_object()) return body_error{"request body must be a JSON object"};
-  if (model_value_spans(body).size() > 1) {
+  if (model_value_spans(body).count > 1) {
     return body_error{"request body has more than one `model` key"};
   }
   const auto& obj = doc.as_object();
@@ -143,14 +154,25 @@ std::variant<model_request_info, body_error> inspect_model_request(std::string_v
 }
 
 std::string rewrite_model(std::string_view body, std::string_view new_model) {
-  auto spans = model_value_spans(body);
-  if (spans.size() != 1) return std::string(body);
+  const auto spans = model_value_spans(body);
+  if (spans.count != 1) return std::string(body);
+  // A name without characters JSON escapes (the usual case) is quoted as it is.
+  const bool plain = std::none_of(new_model.begin(), new_model.end(), [](char c) {
+    return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  });
+  std::string replacement;
+  if (!plain) replacement = boost::json::serialize(boost::json::value(new_model));
   std::string out;
-  auto replacement = boost::json::serialize(boost::json::value(new_model));
-  out.reserve(body.size() + replacement.size());
-  out.append(body.substr(0, spans[0].begin));
-  out.append(replacement);
-  out.append(body.substr(spans[0].end));
+  out.reserve(body.size() + new_model.size() + replacement.size() + 2);
+  out.append(body.substr(0, spans.first.begin));
+  if (plain) {
+    out += '"';
+    out.append(new_model);
+    out += '"';
+  } else {
+    out.append(replacement);
+  }
+  out.append(body.substr(spans.first.end));
   return out;
 }
 

@@ -23,6 +23,24 @@ router::router(const config::gateway_config& cfg) {
   }
   in_flight_ = std::make_unique<std::atomic<int>[]>(deployments_.size());
   for (std::size_t i = 0; i < deployments_.size(); ++i) in_flight_[i].store(0);
+  for (const auto& model : public_models_) {
+    auto& chain = chains_[model];
+    std::vector<std::string> stack{model};
+    while (!stack.empty()) {
+      auto m = stack.back();
+      stack.pop_back();
+      if (std::find(chain.begin(), chain.end(), m) != chain.end()) continue;
+      chain.push_back(m);
+      const auto& fb = fallbacks_of(m);
+      for (auto it = fb.rbegin(); it != fb.rend(); ++it) stack.push_back(*it);
+    }
+  }
+}
+
+const std::vector<std::string>& router::chain_of(const std::string& model) const {
+  static const std::vector<std::string> none;
+  auto it = chains_.find(model);
+  return it == chains_.end() ? none : it->second;
 }
 
 const std::vector<std::string>& router::fallbacks_of(const std::string& model) const {

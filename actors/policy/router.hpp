@@ -30,6 +30,9 @@ class router {
   // Public model names in configuration order, each once.
   const std::vector<std::string>& public_models() const { return public_models_; }
   const std::vector<std::string>& fallbacks_of(const std::string& model) const;
+  // The model, then its fallbacks depth-first, each model once (config rejects cycles): what a
+  // request for `model` may try, in order. Computed once, at construction; empty if unknown.
+  const std::vector<std::string>& chain_of(const std::string& model) const;
   const deployment& at(std::size_t index) const { return deployments_[index]; }
   std::size_t size() const { return deployments_.size(); }
 
@@ -43,6 +46,7 @@ class router {
   std::vector<deployment> deployments_;
   std::map<std::string, std::vector<std::size_t>> by_model_;
   std::map<std::string, std::vector<std::string>> fallbacks_;
+  std::map<std::string, std::vector<std::string>> chains_;
   std::vector<std::string> public_models_;
   std::unique_ptr<std::atomic<int>[]> in_flight_;
   mutable std::atomic<std::size_t> rotation_{0};

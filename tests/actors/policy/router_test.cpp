@@ -29,6 +29,30 @@ config::gateway_config two_deployments() {
   return cfg;
 }
 
+// a → {b, c}, b → {d, c}: depth first (a b d c), each model once, whatever the repeats.
+TEST(RouterTest, ChainIsTheModelThenItsFallbacksDepthFirstEachOnce) {
+  config::gateway_config cfg;
+  config::upstream_config u;
+  u.name = "up";
+  cfg.upstreams.push_back(u);
+  auto model = [&](const char* name, std::vector<std::string> fallbacks) {
+    config::model_config m;
+    m.name = name;
+    m.upstream = "up";
+    m.fallbacks = std::move(fallbacks);
+    cfg.models.push_back(m);
+  };
+  model("a", {"b", "c"});
+  model("b", {"d", "c"});
+  model("c", {});
+  model("d", {});
+  router r{cfg};
+  EXPECT_EQ(r.chain_of("a"), (std::vector<std::string>{"a", "b", "d", "c"}));
+  EXPECT_EQ(r.chain_of("b"), (std::vector<std::string>{"b", "d", "c"}));
+  EXPECT_EQ(r.chain_of("c"), (std::vector<std::string>{"c"}));
+  EXPECT_TRUE(r.chain_of("unknown").empty());
+}
+
 TEST(RouterTest, PublicModelsAreListedOnceInConfigOrder) {
   router r{two_deployments()};
   EXPECT_EQ(r.public_models(), (std::vector<std::string>{"llama", "small"}));
