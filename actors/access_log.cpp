@@ -6,23 +6,44 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 #include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include "actors/policy/json_text.hpp"
 
 namespace tether {
 namespace {
 
 bool json_format = true;
 
+// "2026-11-30T21:03:18.123Z". The seconds' text changes once a second: each thread keeps it.
+void append_iso_now(std::string& out) {
+  thread_local std::time_t cached_second = -1;
+  thread_local char cached[80];  // 19 used; room for what snprintf could write
+  const auto now = std::chrono::system_clock::now();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  const std::time_t secs = ms / 1000;
+  if (secs != cached_second) {
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    std::snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    cached_second = secs;
+  }
+  const auto milli = static_cast<int>(ms % 1000);
+  out += cached;
+  out += '.';
+  out += static_cast<char>('0' + milli / 100);
+  out += static_cast<char>('0' + milli / 10 % 10);
+  out += static_cast<char>('0' + milli % 10);
+  out += 'Z';
+}
+
 std::string iso_now() {
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t secs = ms / 1000;
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return buf;
+  std::string out;
+  append_iso_now(out);
+  return out;
 }
 
 void emit(spdlog::level::level_enum lvl, const std::string& message) {
@@ -55,21 +76,33 @@ namespace {
 // which a reader of the log can take in at a glance (a generic serializer prints "1.2345E1").
 class json_line {
  public:
-  json_line() { out_.push_back('{'); }
+  explicit json_line(std::size_t capacity) {
+    out_.reserve(capacity);
+    out_.push_back('{');
+  }
   json_line& str(std::string_view key, std::string_view value) {
-    return raw(key, boost::json::serialize(boost::json::value(value)));
+    append_json_string(key_(key), value);
+    return *this;
+  }
+  json_line& now(std::string_view key) {
+    auto& out = key_(key);
+    out += '"';
+    append_iso_now(out);
+    out += '"';
+    return *this;
   }
   json_line& boolean(std::string_view key, bool v) { return raw(key, v ? "true" : "false"); }
-  json_line& integer(std::string_view key, long long v) { return raw(key, std::to_string(v)); }
+  json_line& integer(std::string_view key, long long v) {
+    append_integer(key_(key), v);
+    return *this;
+  }
   json_line& ms(std::string_view key, std::optional<double> v) {
-    return raw(key, v ? fmt::format("{:.3f}", *v) : std::string{"null"});
+    if (!v) return raw(key, "null");
+    append_decimal_3(key_(key), *v);
+    return *this;
   }
   json_line& raw(std::string_view key, std::string_view json) {
-    if (out_.size() > 1) out_.push_back(',');
-    out_.push_back('"');
-    out_.append(key);
-    out_.append("\":");
-    out_.append(json);
+    key_(key).append(json);
     return *this;
   }
   std::string done() {
@@ -78,6 +111,14 @@ class json_line {
   }
 
  private:
+  std::string& key_(std::string_view key) {
+    if (out_.size() > 1) out_.push_back(',');
+    out_.push_back('"');
+    out_.append(key);
+    out_.append("\":");
+    return out_;
+  }
+
   std::string out_;
 };
 
@@ -89,7 +130,7 @@ void write_access_log(const access_record& r) {
     std::string attempts = "[";
     for (const auto& a : r.attempts) {
       if (attempts.size() > 1) attempts.push_back(',');
-      json_line al;
+      json_line al{160};
       al.str("upstream", a.upstream).str("model", a.model);
       if (a.status) {
         al.integer("status", *a.status);
@@ -100,8 +141,8 @@ void write_access_log(const access_record& r) {
       attempts += al.done();
     }
     attempts.push_back(']');
-    json_line l;
-    l.str("ts", iso_now())
+    json_line l{640};
+    l.now("ts")
         .str("type", "access")
         .str("request_id", r.request_id)
         .str("model", r.model)
@@ -117,7 +158,8 @@ void write_access_log(const access_record& r) {
         .ms("work_ended_ms", r.work_ended_ms)
         .ms("cancel_latency_ms", r.cancel_latency_ms)
         .raw("attempts", attempts);
-    spdlog::info("{}", l.done());
+    // The line as it is: no format string to parse.
+    spdlog::default_logger_raw()->log(spdlog::level::info, spdlog::string_view_t(l.done()));
   } else {
     auto show = [](const std::optional<double>& v) {
       return v ? fmt::format("{:.1f}", *v) : std::string{"-"};

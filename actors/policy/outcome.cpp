@@ -3,6 +3,8 @@
 #include <array>
 #include <string>
 
+#include "actors/policy/json_text.hpp"
+
 namespace tether {
 namespace {
 
@@ -52,51 +54,6 @@ int status_of(outcome o) {
 std::string_view error_type_of(outcome o) {
   return infos[static_cast<std::size_t>(o)].type;
 }
-
-namespace {
-
-// JSON string escaping as boost::json::serialize does it: quote, backslash and control
-// characters; everything else (UTF-8 included) as it is.
-void append_json_string(std::string& out, std::string_view text) {
-  static constexpr char hex[] = "0123456789abcdef";
-  out += '"';
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += "\\u00";
-          out += hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
-          out += hex[static_cast<unsigned char>(c) & 0xf];
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
-
-}  // namespace
 
 // Written directly rather than through a boost::json DOM: it is on the deadline's path, where a
 // burst of expiries is answered one after another on one io thread (≈6k instructions less each).
