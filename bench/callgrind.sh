@@ -6,7 +6,8 @@
 # Usage: bench/callgrind.sh [N=300]   Environment: BUILD_DIR (default build/), PORT (19601),
 # MODEL (default mock: answers at once; mock-hang with DEADLINE_MS=5 counts the deadline's path:
 # intake, the 504, the upstream close and the tree's teardown), KEEP_CALLGRIND=dir (keep the
-# profiles for callgrind_annotate).
+# profiles for callgrind_annotate), ACCESS_LOG=1 (write the access line, as the bench's tether
+# does; by default the log level is warn and the count leaves the line out).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
@@ -26,8 +27,8 @@ trap cleanup EXIT
 "$build/bench/tether-mock" --listen "127.0.0.1:$mock_port" >/dev/null 2>&1 &
 pids+=($!)
 "$build/bench/tether-bench" --print-tether-config --listen "127.0.0.1:$port" \
-  --mock "127.0.0.1:$mock_port" --cap 8 | sed 's/log_level = "info"/log_level = "warn"/' \
-  >"$work/tether.toml"
+  --mock "127.0.0.1:$mock_port" --cap 8 >"$work/tether.toml"
+if [ -z "${ACCESS_LOG:-}" ]; then sed -i 's/log_level = "info"/log_level = "warn"/' "$work/tether.toml"; fi
 
 # Prints the instructions of one tether life serving `count` requests.
 measure() {
