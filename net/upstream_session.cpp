@@ -1,5 +1,7 @@
 #include "net/upstream_session.hpp"
 
+#include <boost/beast/core/read_size.hpp>
+
 #include "net/buffered_parse.hpp"
 #include "net/connection_affinity.hpp"
 #include "net/header_text.hpp"
@@ -345,8 +347,11 @@ void upstream_session::read_head_plain() {
     put_buffered(*parser_, buffer, ec);
     if (ec || parser_->is_header_done()) return on_read_head(ec, 0);
   }
-  connection_->tcp().socket().async_read_some(buffer.prepare(head_read_size),
-                                              tracked(&upstream_session::on_head_bytes));
+  // Sized as Beast's reads size it (512 bytes into an empty buffer, else what its capacity
+  // holds): a held stream keeps this buffer, and 10,000 of them keep 10,000.
+  connection_->tcp().socket().async_read_some(
+      buffer.prepare(beast::read_size(buffer, head_read_size)),
+      tracked(&upstream_session::on_head_bytes));
 }
 
 void upstream_session::on_head_bytes(const error_code& ec, std::size_t bytes) {
