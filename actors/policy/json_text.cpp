@@ -6,42 +6,56 @@
 
 namespace tether {
 
-void append_json_string(std::string& out, std::string_view text) {
+namespace {
+
+bool needs_escape(char c) {
+  return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+}
+
+void append_escape(std::string& out, char c) {
   static constexpr char hex[] = "0123456789abcdef";
-  out += '"';
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += "\\u00";
-          out += hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
-          out += hex[static_cast<unsigned char>(c) & 0xf];
-        } else {
-          out += c;
-        }
-    }
+  switch (c) {
+    case '"':
+      out += "\\\"";
+      return;
+    case '\\':
+      out += "\\\\";
+      return;
+    case '\b':
+      out += "\\b";
+      return;
+    case '\f':
+      out += "\\f";
+      return;
+    case '\n':
+      out += "\\n";
+      return;
+    case '\r':
+      out += "\\r";
+      return;
+    case '\t':
+      out += "\\t";
+      return;
+    default:
+      out += "\\u00";
+      out += hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
+      out += hex[static_cast<unsigned char>(c) & 0xf];
   }
+}
+
+}  // namespace
+
+// Runs of characters that need no escape (nearly all of them) are appended whole.
+void append_json_string(std::string& out, std::string_view text) {
+  out += '"';
+  std::size_t run = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (!needs_escape(text[i])) continue;
+    out.append(text, run, i - run);
+    append_escape(out, text[i]);
+    run = i + 1;
+  }
+  out.append(text, run, text.size() - run);
   out += '"';
 }
 
