@@ -237,6 +237,16 @@ boost::system::error_code wait_for_eof(Stream& s) {
   return ec;  // asio::error::eof for a close, connection_reset for an abort
 }
 
+// A server that reads the request, sends `bytes` and closes the connection.
+script_server::script sends_then_closes(std::string bytes) {
+  return [bytes = std::move(bytes)](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s, bytes);
+    s.close();
+  };
+}
+
 const std::string ok_response =
     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello";
 
@@ -377,12 +387,7 @@ TEST_F(UpstreamClientTest, AHeadInPiecesAfterAnInterimResponseIsParsedWhole) {
 
 // Half a head and then the end of the connection: the server broke, it did not send garbage.
 TEST_F(UpstreamClientTest, AHeadCutShortFailsAsResetNotMalformed) {
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    send(s, "HTTP/1.1 200 OK\r\nContent-Le");
-    s.close();
-  });
+  script_server server{sends_then_closes("HTTP/1.1 200 OK\r\nContent-Le")};
   upstream_client client(io_, local_endpoint(server.port()));
   auto events = std::make_shared<recorder>();
   auto exchange = client.start(simple_request(), events);
@@ -616,12 +621,8 @@ TEST_F(UpstreamClientTest, GarbageStatusLineFailsAsMalformed) {
 }
 
 TEST_F(UpstreamClientTest, ConnectionClosedMidBodyFailsAsResetAfterTheBytesSoFar) {
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    send(s, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789");
-    s.close();
-  });
+  script_server server{
+      sends_then_closes("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")};
   upstream_client client(io_, local_endpoint(server.port()));
   auto events = std::make_shared<recorder>();
   auto exchange = client.start(simple_request(), events);
@@ -648,12 +649,8 @@ TEST_F(UpstreamClientTest, ServerClosedBeforeAnyResponseFailsAsReset) {
 }
 
 TEST_F(UpstreamClientTest, ConnectionCloseResponseReadToEofIsNotPooled) {
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    send(s, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end");
-    s.close();
-  });
+  script_server server{
+      sends_then_closes("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")};
   upstream_client client(io_, local_endpoint(server.port()));
   auto events = std::make_shared<recorder>();
   auto exchange = client.start(simple_request(), events);
