@@ -1,5 +1,7 @@
 #include "bench/bench/bench_context.hpp"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -107,6 +109,24 @@ std::optional<double> process_rss_kib(int pid) {
   return std::nullopt;
 }
 
+// utime + stime (fields 14 and 15 of /proc/<pid>/stat; the name in field 2 may hold spaces).
+std::optional<double> process_cpu_seconds(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  static const long ticks = sysconf(_SC_CLK_TCK);
+  return static_cast<double>(utime + stime) / static_cast<double>(ticks > 0 ? ticks : 100);
+}
+
 std::vector<int> children_of(int pid) {
   std::vector<int> out;
   std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
@@ -123,6 +143,14 @@ std::optional<double> bench_context::rss_kib(const target& t) const {
   auto total = process_rss_kib(*t.pid);
   if (!total) return std::nullopt;
   for (int child : children_of(*t.pid)) total = *total + process_rss_kib(child).value_or(0);
+  return total;
+}
+
+std::optional<double> bench_context::cpu_seconds(const target& t) const {
+  if (!t.pid) return std::nullopt;
+  auto total = process_cpu_seconds(*t.pid);
+  if (!total) return std::nullopt;
+  for (int child : children_of(*t.pid)) total = *total + process_cpu_seconds(child).value_or(0);
   return total;
 }
 

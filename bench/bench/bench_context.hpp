@@ -91,6 +91,9 @@ class bench_context {
 
   // Resident set of a target's processes (an nginx master and its workers), in KiB.
   std::optional<double> rss_kib(const target& t) const;
+  // CPU time (user + system) the target's process and its children have used so far (nginx's
+  // worker is its master's child); nullopt without a pid.
+  std::optional<double> cpu_seconds(const target& t) const;
 
  private:
   boost::asio::io_context ioc_;

@@ -46,6 +46,13 @@ double level_samples::rps(const std::string& name) const {
   return static_cast<double>(n->second) / s->second;
 }
 
+double level_samples::cpu_us_per_request(const std::string& name) const {
+  auto c = cpu_s.find(name);
+  auto n = ok.find(name);
+  if (c == cpu_s.end() || n == ok.end() || n->second == 0) return 0;
+  return c->second * 1e6 / static_cast<double>(n->second);
+}
+
 level_samples sample_level(bench_context& ctx, const std::vector<const target*>& targets,
                            unsigned concurrency, std::size_t rounds, milliseconds slice) {
   level_samples out;
@@ -53,8 +60,11 @@ level_samples sample_level(bench_context& ctx, const std::vector<const target*>&
     for (std::size_t i = 0; i < targets.size(); ++i) {
       const target& t = *targets[(i + r) % targets.size()];
       auto req = ctx.request(t, bench_models::immediate, false);
+      const auto cpu_before = ctx.cpu_seconds(t);
       auto res = run_closed_loop(ctx, t,
                                  {concurrency, slice, 2'000'000, [&](std::size_t) { return req; }});
+      if (const auto cpu_after = ctx.cpu_seconds(t); cpu_before && cpu_after)
+        out.cpu_s[t.name] += *cpu_after - *cpu_before;
       for (const auto& e : res.results) {
         if (e.ok && e.status == 200) out.latencies_ms[t.name].push_back(e.latency_ms);
       }

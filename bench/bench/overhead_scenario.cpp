@@ -41,6 +41,9 @@ boost::json::object run_overhead(bench_context& ctx) {
       rps[t.name] = samples.rps(t.name);
       auto o = to_json(sums[t.name]);
       o["throughput_rps"] = std::round(rps[t.name]);
+      // The proxy's own CPU per request: on this shared, variable-speed VM it moves far less
+      // between runs than req/s does (the load generator's CPU is not in it).
+      if (t.pid) o["cpu_us_per_request"] = std::round(samples.cpu_us_per_request(t.name) * 10) / 10;
       o["failed"] = samples.failed[t.name];
       level[t.name] = std::move(o);
     }
@@ -58,6 +61,11 @@ boost::json::object run_overhead(bench_context& ctx) {
     double tput = rps["nginx"] > 0 ? rps["tether"] / rps["nginx"] : 0;
     d["added_p50_ratio_tether_over_nginx"] = std::round(ratio * 100) / 100;
     d["throughput_ratio_tether_over_nginx"] = std::round(tput * 1000) / 1000;
+    const double nginx_cpu = samples.cpu_us_per_request("nginx");
+    if (nginx_cpu > 0) {
+      d["cpu_per_request_ratio_tether_over_nginx"] =
+          std::round(samples.cpu_us_per_request("tether") / nginx_cpu * 100) / 100;
+    }
     derived["c" + std::to_string(c)] = std::move(d);
     if (c == 16) {
       if (nginx_added > 0) {

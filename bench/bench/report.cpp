@@ -72,8 +72,9 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
   if (scenarios.contains("overhead")) {
     md << "\n## 1. Overhead — non-streaming chat, mock answers at once, closed loop\n\n"
        << "![latency percentiles](" << svg_name << ")\n\n"
-       << "| concurrency | target | p50 | p99 | p99.9 | req/s | added p50 | added p99 |\n"
-       << "|---|---|---|---|---|---|---|---|\n";
+       << "| concurrency | target | p50 | p99 | p99.9 | req/s | added p50 | added p99 | CPU µs/req "
+          "|\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
     for (const char* c : {"c1", "c16", "c64"}) {
       for (const char* t : target_names) {
         bool proxy = std::string_view(t) != "direct";
@@ -92,6 +93,10 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
                    ? num(root,
                          {"scenarios", "overhead", "derived", c, std::string(t) + "_added_p99_ms"},
                          3)
+                   : "")
+           << " | "
+           << (proxy
+                   ? num(root, {"scenarios", "overhead", "targets", c, t, "cpu_us_per_request"}, 1)
                    : "")
            << " |\n";
       }
@@ -113,6 +118,16 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << ", c=64 "
        << num(root,
               {"scenarios", "overhead", "derived", "c64", "throughput_ratio_tether_over_nginx"})
+       << ". CPU per request tether / nginx (each process's user + system time over its loops, "
+          "its children included): c=1 "
+       << num(root,
+              {"scenarios", "overhead", "derived", "c1", "cpu_per_request_ratio_tether_over_nginx"})
+       << ", c=16 "
+       << num(root, {"scenarios", "overhead", "derived", "c16",
+                     "cpu_per_request_ratio_tether_over_nginx"})
+       << ", c=64 "
+       << num(root, {"scenarios", "overhead", "derived", "c64",
+                     "cpu_per_request_ratio_tether_over_nginx"})
        << ".\n";
   }
   if (scenarios.contains("streaming")) {
