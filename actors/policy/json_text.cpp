@@ -1,6 +1,7 @@
 #include "actors/policy/json_text.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <system_error>
 
@@ -60,6 +61,24 @@ void append_json_string(std::string& out, std::string_view text) {
 }
 
 void append_decimal_3(std::string& out, double v) {
+  // The usual value (a duration in ms) in integer arithmetic: v × 1000 is off the exact product
+  // by at most half an ulp (6.1e-5 below 1e12), so away from a tie its rounding is the exact
+  // value's — the one printf and to_chars give. Near a tie, and outside that range, to_chars.
+  if (!std::signbit(v) && v < 1e9) {
+    const double scaled = v * 1000.0;
+    const double whole = std::floor(scaled);
+    const double frac = scaled - whole;
+    if (std::fabs(frac - 0.5) > 1e-3) {
+      const auto thousandths = static_cast<long long>(whole) + (frac > 0.5 ? 1 : 0);
+      append_integer(out, thousandths / 1000);
+      const auto rest = static_cast<int>(thousandths % 1000);
+      out += '.';
+      out += static_cast<char>('0' + rest / 100);
+      out += static_cast<char>('0' + rest / 10 % 10);
+      out += static_cast<char>('0' + rest % 10);
+      return;
+    }
+  }
   char buf[64];
   const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, 3);
   if (r.ec == std::errc{}) {

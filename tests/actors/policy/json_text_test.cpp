@@ -51,14 +51,25 @@ TEST(JsonTextTest, StringsAreEscapedAsBoostJsonDoes) {
 }
 
 TEST(JsonTextTest, DecimalsHaveThreePlacesRoundedAsPrintfRounds) {
-  for (const double v : {0.0, -0.0, 1.0, 1.5, 0.0005, 0.0015, 1.0005, 2.675, 12.3456, -7.25,
-                         199.99949999, 1e9 + 0.123, 123456789.0625}) {
+  for (const double v :
+       {0.0, -0.0, 1.0, 1.5, 0.0005, 0.0015, 1.0005, 2.675, 12.3456, -7.25, 199.99949999, 999.9995,
+        0.9995, 1e9 + 0.123, 123456789.0625, 999999999.9994, 999999999.9996}) {
     EXPECT_EQ(decimal_3(v), printf_3(v)) << v;
   }
   std::mt19937_64 rng{42};
   std::uniform_real_distribution<double> ms{0.0, 600000.0};
   for (int i = 0; i < 20000; ++i) {
     const double v = ms(rng);
+    ASSERT_EQ(decimal_3(v), printf_3(v)) << v;
+  }
+  // Durations as tether computes them (ns / 1e6), including values a hair from a tie.
+  std::uniform_int_distribution<long long> ns{0, 999'999'999'999LL};
+  for (int i = 0; i < 20000; ++i) {
+    const double v = static_cast<double>(ns(rng)) / 1e6;
+    ASSERT_EQ(decimal_3(v), printf_3(v)) << v;
+  }
+  for (long long n = 0; n < 5000; ++n) {  // x.xxx5 exactly in decimal, a tie only in decimal
+    const double v = static_cast<double>(n * 1000 + 500) / 1e6;
     ASSERT_EQ(decimal_3(v), printf_3(v)) << v;
   }
 }
