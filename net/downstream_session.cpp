@@ -233,13 +233,10 @@ void downstream_session::do_wait_request() {
 
   if (buffer_.size() > 0) {  // a pipelined request is already here
     fresh_ = false;
-    if (buffered_arrival_) {
-      arrival_ = *buffered_arrival_;
-      arrival_wall_ = buffered_arrival_wall_;
-    } else {
-      arrival_ = steady::now();
-      arrival_wall_ = std::chrono::system_clock::now();
-    }
+    const auto at =
+        buffered_arrival_.value_or(moment{steady::now(), std::chrono::system_clock::now()});
+    arrival_ = at.steady;
+    arrival_wall_ = at.wall;
     buffered_arrival_.reset();
     do_read_header();
     return;
@@ -321,21 +318,12 @@ void downstream_session::on_request_bytes() {
     do_close();
     return;
   }
-  const auto steady_now = steady::now();
-  const auto system_now = std::chrono::system_clock::now();
-  if (read.stamp) {
-    // When the bytes reached the host, on a new connection too: a connection opened ahead of its
-    // first request (a client's warm pool) must not have its idle time charged to the request.
-    arrival_ = steady_from_stamp(*read.stamp, steady_now, system_now);
-    arrival_wall_ = system_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                     steady_now - arrival_);
-  } else if (fresh_) {  // no stamp (stamping not yet on): the accept bounds it
-    arrival_ = connected_;
-    arrival_wall_ = connected_wall_;
-  } else {
-    arrival_ = steady_now;
-    arrival_wall_ = system_now;
-  }
+  // When the bytes reached the host, on a new connection too: a connection opened ahead of its
+  // first request (a client's warm pool) must not have its idle time charged to the request.
+  // Without a stamp (stamping not yet on), a new connection's accept bounds it.
+  const auto at = !read.stamp && fresh_ ? moment{connected_, connected_wall_} : received_at(read);
+  arrival_ = at.steady;
+  arrival_wall_ = at.wall;
   fresh_ = false;
   do_read_header();
 }
@@ -353,18 +341,17 @@ void downstream_session::on_pipelined_bytes() {
     do_close();
     return;
   }
-  if (first) {
-    const auto steady_now = steady::now();
-    const auto system_now = std::chrono::system_clock::now();
-    auto received = steady_now;
-    if (read.stamp)
-      received = std::min(received, steady_from_stamp(*read.stamp, steady_now, system_now));
-    buffered_arrival_ = received;
-    buffered_arrival_wall_ =
-        system_now -
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(steady_now - received);
-  }
+  if (first) buffered_arrival_ = received_at(read);
   do_watch_read();
+}
+
+downstream_session::moment downstream_session::received_at(const stamped_read& read) {
+  const auto steady_now = steady::now();
+  const auto system_now = std::chrono::system_clock::now();
+  if (!read.stamp) return {steady_now, system_now};
+  const auto received = steady_from_stamp(*read.stamp, steady_now, system_now);
+  return {received, system_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                     steady_now - received)};
 }
 
 void downstream_session::on_lingering_bytes() {

@@ -59,6 +59,13 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
 
  private:
   enum class phase { waiting, reading, exchange, lingering, closed };
+  // A point in time on both clocks: the deadline counts on the steady one, logs show the wall.
+  struct moment {
+    std::chrono::steady_clock::time_point steady;
+    std::chrono::system_clock::time_point wall;
+  };
+  // When the bytes of `read` reached the host: its kernel stamp, or now without one.
+  static moment received_at(const stamped_read& read);
   using parser_type = boost::beast::http::request_parser<boost::beast::http::string_body>;
 
   void do_wait_request();
@@ -140,8 +147,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   std::shared_ptr<exchange_observer> observer_;
   bool peek_pending_ = false;  // one 1-byte peek serves the wait, the watch and the linger
   // When the first bytes of a pipelined request reached the host.
-  std::optional<std::chrono::steady_clock::time_point> buffered_arrival_;
-  std::chrono::system_clock::time_point buffered_arrival_wall_;
+  std::optional<moment> buffered_arrival_;
 
   std::deque<std::string> write_queue_;
   std::size_t write_offset_ = 0;  // bytes of write_queue_.front() already written

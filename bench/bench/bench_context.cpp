@@ -138,20 +138,26 @@ std::vector<int> children_of(int pid) {
 
 }  // namespace
 
-std::optional<double> bench_context::rss_kib(const target& t) const {
+namespace {
+
+// A per-process figure summed over a target's process and its children (nginx's workers are its
+// master's children); nullopt without a pid or a readable process.
+std::optional<double> over_process_tree(const target& t, std::optional<double> (*of)(int)) {
   if (!t.pid) return std::nullopt;
-  auto total = process_rss_kib(*t.pid);
+  auto total = of(*t.pid);
   if (!total) return std::nullopt;
-  for (int child : children_of(*t.pid)) total = *total + process_rss_kib(child).value_or(0);
+  for (int child : children_of(*t.pid)) total = *total + of(child).value_or(0);
   return total;
 }
 
+}  // namespace
+
+std::optional<double> bench_context::rss_kib(const target& t) const {
+  return over_process_tree(t, process_rss_kib);
+}
+
 std::optional<double> bench_context::cpu_seconds(const target& t) const {
-  if (!t.pid) return std::nullopt;
-  auto total = process_cpu_seconds(*t.pid);
-  if (!total) return std::nullopt;
-  for (int child : children_of(*t.pid)) total = *total + process_cpu_seconds(child).value_or(0);
-  return total;
+  return over_process_tree(t, process_cpu_seconds);
 }
 
 std::unordered_map<std::string, boost::json::object> mock_log_by_request_id(
