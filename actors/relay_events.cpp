@@ -1,6 +1,7 @@
 #include "actors/relay_events.hpp"
 
 #include "actors/messages.hpp"
+#include "net/notice_outbox.hpp"
 
 namespace tether {
 
@@ -78,8 +79,11 @@ void relay_events::on_failure(net::upstream_failure kind, std::string message) {
 
 void relay_events::on_closed() {
   attempt_ = nullptr;
-  auto owner = std::move(owner_);
-  caf::anon_send(owner, up_closed_atom::value, now_ns());
+  // The socket is closed: the report keeps its time and may wait behind the deadline's reports
+  // the io thread is holding (net/notice_outbox.hpp), in order.
+  net::post_notice([owner = std::move(owner_),
+                    at = now_ns()] { caf::anon_send(owner, up_closed_atom::value, at); },
+                   net::notice_timing::now_unless_holding);
 }
 
 void relay_events::refuse() {

@@ -26,6 +26,7 @@
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/retry_policy.hpp"
 #include "actors/request_trace.hpp"
+#include "net/notice_outbox.hpp"
 #include "net/sse_framer.hpp"
 
 namespace tether {
@@ -376,28 +377,36 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       // records the outcome and takes its tree down. A stream already begun is this actor's to
       // interrupt; the io thread then only closes the upstream sockets. The timer runs on the
       // caller's connection, so the 504 is written from the callback itself.
+      // Once the 504 is written the telling can wait until the io thread has caught up
+      // (net/notice_outbox.hpp): at a storm of expiries the tree's teardown then no longer takes
+      // turns on the CPU with the 504s still to be written. An interruption still to be sent
+      // cannot wait.
       std::weak_ptr<cancel_hub> weak_hub = st->spec.hub;
       std::weak_ptr<net::response_channel> weak_channel = st->channel;
-      st->timers->track(st->channel->run_at(
-          *st->deadline.due(),
-          [weak_hub, weak_channel, owner = self->address(), id = st->spec.request_id] {
-            auto hub = weak_hub.lock();
-            if (!hub) return;
-            const auto at = now_ns();
-            bool answered = false;
-            if (hub->claim_answer()) {
-              if (auto channel = weak_channel.lock()) {
-                channel->send_full(
-                    status_of(outcome::deadline_exceeded),
-                    {{"content-type", "application/json"}, {"x-request-id", id}},
-                    error_body(outcome::deadline_exceeded, "the request deadline passed", id));
-                answered = true;
-              }
-            }
-            hub->cancel_all();
-            if (auto a = caf::actor_cast<caf::actor>(owner))
-              caf::anon_send(a, deadline_atom::value, answered, at);
-          }));
+      st->timers->track(st->channel->run_at(*st->deadline.due(), [weak_hub, weak_channel,
+                                                                  owner = self->address(),
+                                                                  id = st->spec.request_id] {
+        auto hub = weak_hub.lock();
+        if (!hub) return;
+        const auto at = now_ns();
+        bool answered = false;
+        if (hub->claim_answer()) {
+          if (auto channel = weak_channel.lock()) {
+            channel->send_full(
+                status_of(outcome::deadline_exceeded),
+                {{"content-type", "application/json"}, {"x-request-id", id}},
+                error_body(outcome::deadline_exceeded, "the request deadline passed", id));
+            answered = true;
+          }
+        }
+        hub->cancel_all();
+        net::post_notice(
+            [owner, answered, at] {
+              if (auto a = caf::actor_cast<caf::actor>(owner))
+                caf::anon_send(a, deadline_atom::value, answered, at);
+            },
+            answered ? net::notice_timing::when_caught_up : net::notice_timing::now_unless_holding);
+      }));
     }
     (*start_attempt)();
   }

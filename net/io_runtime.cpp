@@ -6,6 +6,8 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "net/notice_outbox.hpp"
+
 namespace tether::net {
 
 namespace asio = boost::asio;
@@ -25,7 +27,10 @@ io_runtime::io_runtime(unsigned threads)
   const unsigned n = threads == 0 ? 1 : threads;
   impl_->threads.reserve(n);
   for (unsigned i = 0; i < n; ++i) {
-    impl_->threads.emplace_back([this] {
+    impl_->threads.emplace_back([this, n] {
+      // The outbox's flush is posted to the context and must run on the thread that filled
+      // it: only a context with one thread guarantees that.
+      if (n == 1) detail::bind_notice_outbox(&impl_->context);
       // A handler that throws must not take the whole io thread (and every socket on it) down:
       // the exception is dropped and the loop goes on until stop().
       for (;;) {

@@ -217,7 +217,14 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << v("answer_processed_overshoot_ms", "p99") << ", max "
        << v("answer_processed_overshoot_ms", "max")
        << ". The upstream close is the mock's record of it (its own clock, when it handled the "
-          "close).\n";
+          "close). Worst answer of each burst (ms):";
+    if (const auto* bursts = at_path(root, {"scenarios", "deadline_storm", "targets", "tether",
+                                            "answer_overshoot_max_per_burst_ms"});
+        bursts != nullptr && bursts->is_array()) {
+      for (const auto& b : bursts->get_array())
+        md << ' ' << (b.is_number() ? fmt::format("{:.3f}", b.to_number<double>()) : "–");
+    }
+    md << ".\n";
   }
   if (scenarios.contains("budget")) {
     auto v = [&](std::string_view a, std::string_view b = {}, int d = 3) {

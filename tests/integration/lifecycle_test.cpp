@@ -2,7 +2,10 @@
 // own record of when its connection closed and how many attempts reached it.
 #include <gtest/gtest.h>
 
+#include <latch>
 #include <map>
+#include <thread>
+#include <vector>
 
 #include "tests/integration/harness.hpp"
 
@@ -356,6 +359,71 @@ TEST_F(LifecycleTest, ClientCloseDuringABackoffSleepStartsNoFurtherAttempt) {
   // The log line is written when the tree is gone; the sleep was cancelled, so it comes at once.
   EXPECT_LT(num(line->at("duration_ms")), 600.0 + 100.0);
   EXPECT_EQ(mock_.stats().at("requests").as_int64(), 1);
+}
+
+// A storm: 60 callers whose deadlines pass together, 40 of them holding upstream slots (cap 40)
+// and 20 queued behind them. The io thread answers every 504 and closes every upstream socket
+// before the actors hear of it (net/notice_outbox.hpp); nothing may be lost on the way: every
+// caller is answered within the deadline's slack, every upstream connection the mock saw closes,
+// every request gets its access line, and the budget comes back whole (a new request is served).
+TEST_F(LifecycleTest, AStormOfExpiriesIsAnsweredAndTheBudgetComesBackWhole) {
+  auto cfg =
+      gateway_config(mock_, "deadline_ms = 100000\nattempt_timeout_ms = 100000\nmax_retries = 0",
+                     model_entry("hang", "mock-hang") + model_entry("chat", "mock"));
+  cfg.replace(cfg.find("max_in_flight = 64"), std::string("max_in_flight = 64").size(),
+              "max_in_flight = 40");
+  gw_ = std::make_unique<gateway_process>(cfg);
+  constexpr int callers = 60;
+  constexpr double budget_ms = 300;
+  std::vector<std::unique_ptr<http_connection>> conns;
+  for (int i = 0; i < callers; ++i) conns.push_back(std::make_unique<http_connection>(gw_->port()));
+  std::latch go{callers + 1};
+  std::vector<http_response> answers(callers);
+  std::vector<double> answered_at(callers);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < callers; ++i) {
+    threads.emplace_back([&, i] {
+      go.arrive_and_wait();
+      answers[i] = conns[i]->request(
+          "POST", "/v1/chat/completions", chat_body("hang"),
+          {{"x-request-deadline-ms", "300"}, {"x-request-id", "storm-" + std::to_string(i)}});
+      answered_at[i] = epoch_ms_now();
+    });
+  }
+  go.arrive_and_wait();
+  for (auto& t : threads) t.join();
+  double last_answer = 0;
+  for (int i = 0; i < callers; ++i) {
+    ASSERT_EQ(answers[i].status, 504) << i << " " << answers[i].body;
+    EXPECT_EQ(str(answers[i].json().at("error").at("code")), "deadline_exceeded");
+    EXPECT_GE(answers[i].elapsed.count(), budget_ms) << i;
+    EXPECT_LT(answers[i].elapsed.count(), budget_ms + 250) << i;
+    last_answer = std::max(last_answer, answered_at[i]);
+  }
+  // The cap held, and every connection the mock saw closed with the answers.
+  auto stats = mock_.wait_for_stats([](const boost::json::object& s) {
+    for (const auto& e : mock_log(s)) {
+      if (str(e.at("outcome")) == "in_progress") return false;
+    }
+    return true;
+  });
+  EXPECT_EQ(stats.at("max_active").as_int64(), 40);
+  // A queued one may get a slot freed by an earlier expiry just before its own deadline.
+  EXPECT_GE(mock_log(stats).size(), 40u);
+  for (const auto& e : mock_log(stats)) {
+    EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
+    EXPECT_LE(num(e.at("closed_ms")), last_answer + close_slack_ms);
+  }
+  await_access_lines(*gw_, callers, 5s);
+  std::size_t deadline_lines = 0;
+  for (const auto& l : access_lines(*gw_))
+    deadline_lines += str(l.at("outcome")) == "deadline_exceeded" ? 1 : 0;
+  EXPECT_EQ(deadline_lines, static_cast<std::size_t>(callers));
+  EXPECT_TRUE(
+      await_metric(gw_->port(), "tether_upstream_work_in_flight{upstream=\"mock\"}", 0, 2s));
+  EXPECT_EQ(metric(gw_->port(), "tether_queue_depth"), 0);
+  EXPECT_EQ(metric(gw_->port(), "tether_requests_in_flight"), 0);
+  EXPECT_EQ(post(chat_body("chat")).status, 200);
 }
 
 // ---- mid-stream ends ------------------------------------------------------------------------
