@@ -17,7 +17,10 @@ struct outbox {
   std::vector<std::function<void()>> notices;
   bool flush_posted = false;
   bool holding = false;
-  std::size_t seen = 0;  // notices queued when the flush was last posted
+  // Only notices asking to be held extend the hold: the reports queued behind them (every
+  // upstream close under load) must not keep it going until the limit.
+  std::size_t held = 0;
+  std::size_t held_seen = 0;  // `held` when the flush was last posted
   std::chrono::steady_clock::time_point first_held;
 };
 
@@ -27,13 +30,14 @@ void post_flush(outbox& box);
 
 void flush() {
   auto& box = this_thread_outbox;
-  if (box.notices.size() != box.seen &&
+  if (box.held != box.held_seen &&
       std::chrono::steady_clock::now() - box.first_held < notice_hold_limit) {
-    post_flush(box);  // this round added reports: the thread is not done yet
+    post_flush(box);  // this round held more: the thread is not done yet
     return;
   }
   box.flush_posted = false;
   box.holding = false;
+  box.held = 0;
   auto notices = std::move(box.notices);
   box.notices.clear();
   for (auto& notice : notices) {
@@ -47,7 +51,7 @@ void flush() {
 
 void post_flush(outbox& box) {
   box.flush_posted = true;
-  box.seen = box.notices.size();
+  box.held_seen = box.held;
   asio::post(*box.context, flush);
 }
 
@@ -60,9 +64,10 @@ bool queues(notice_timing timing) noexcept {
   return box.context != nullptr && (timing == notice_timing::when_caught_up || box.holding);
 }
 
-void queue_notice(std::function<void()> notice) {
+void queue_notice(std::function<void()> notice, notice_timing timing) {
   auto& box = this_thread_outbox;
   box.notices.push_back(std::move(notice));
+  if (timing == notice_timing::when_caught_up) ++box.held;
   if (!box.holding) {
     box.holding = true;
     box.first_held = std::chrono::steady_clock::now();

@@ -21,7 +21,8 @@ enum class notice_timing {
   now_unless_holding,
   // Held, with every report queued after it, while the io thread keeps finding more of these
   // to send: sent after the first of its rounds (a batch of the reactor's events and their
-  // handlers) that adds none, or hold_limit after the first was held.
+  // handlers) that adds none of these (reports queued behind them do not count), or
+  // notice_hold_limit after the first was held.
   when_caught_up,
 };
 
@@ -32,7 +33,7 @@ inline constexpr std::chrono::milliseconds notice_hold_limit{10};
 namespace detail {
 // true: `timing` asks to queue on this thread's outbox (an io thread holding, or asked to hold).
 bool queues(notice_timing timing) noexcept;
-void queue_notice(std::function<void()> notice);
+void queue_notice(std::function<void()> notice, notice_timing timing);
 // Called by io_runtime on each of its threads before running the io_context (net-internal:
 // `context` is the boost::asio::io_context).
 void bind_notice_outbox(void* context);
@@ -43,7 +44,7 @@ void bind_notice_outbox(void* context);
 template <class F>
 void post_notice(F&& notice, notice_timing timing) {
   if (detail::queues(timing)) {
-    detail::queue_notice(std::forward<F>(notice));
+    detail::queue_notice(std::forward<F>(notice), timing);
   } else {
     notice();
   }

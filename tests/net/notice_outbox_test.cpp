@@ -77,6 +77,32 @@ TEST_F(NoticeOutboxTest, HeldNoticesWaitUntilARoundAddsNoneAndKeepTheirOrder) {
                                             "held 3", "held 4", "held 5"}));
 }
 
+// Under load every round closes upstream connections: their reports queue behind a held one
+// but do not keep the hold going — the first round that holds nothing new sends them all.
+TEST_F(NoticeOutboxTest, ReportsQueuedBehindAHeldNoticeDoNotExtendTheHold) {
+  constexpr int rounds = 4;
+  auto round = std::make_shared<std::function<void(int)>>();
+  *round = [this, self = std::weak_ptr(round)](int i) {
+    log_.push_back("round " + std::to_string(i));
+    if (i + 1 < rounds) asio::post(ctx(), [next = self.lock(), i] { (*next)(i + 1); });
+    if (i == 0) {
+      post_notice([this] { log_.push_back("held 0"); }, notice_timing::when_caught_up);
+      return;
+    }
+    post_notice([this, i] { log_.push_back("report " + std::to_string(i)); },
+                notice_timing::now_unless_holding);
+    if (i == rounds - 1) done_.set_value();
+  };
+  asio::post(ctx(), [round] { (*round)(0); });
+  auto done = done_.get_future();
+  ASSERT_EQ(done.wait_for(2s), std::future_status::ready);
+  std::promise<void> drained;  // the log is the io thread's until this runs there
+  asio::post(ctx(), [&drained] { drained.set_value(); });
+  ASSERT_EQ(drained.get_future().wait_for(2s), std::future_status::ready);
+  EXPECT_EQ(log_, (std::vector<std::string>{"round 0", "round 1", "held 0", "report 1", "round 2",
+                                            "report 2", "round 3", "report 3"}));
+}
+
 TEST_F(NoticeOutboxTest, HeldNoticesGoAheadAtTheHoldLimitWhileTheRoundsGoOn) {
   // Shared with the io thread's handlers, which may outlive this test's body.
   struct storm {
