@@ -775,6 +775,10 @@ void downstream_session::do_close() {
   if (phase_ == phase::closed) return;
   const bool client_gone = phase_ == phase::exchange && !response_complete_;
   phase_ = phase::closed;
+  // The caller's upstream work stops first (its sockets are reset from here, cancel_hub.hpp):
+  // closing this socket, already abandoned by its client, can wait those few microseconds.
+  auto observer = std::move(observer_);
+  if (client_gone && observer) context_->with_owner([&] { observer->on_client_gone(); });
   disarm_timer();
   timer_.cancel();  // its pending wait holds this session
   stream_.close();
@@ -782,8 +786,6 @@ void downstream_session::do_close() {
     context_->sessions.remove(this);
     registered_ = false;
   }
-  auto observer = std::move(observer_);
-  if (client_gone && observer) context_->with_owner([&] { observer->on_client_gone(); });
 }
 
 // --- the one timer -----------------------------------------------------------------------------
