@@ -19,7 +19,9 @@ std::string generate_request_id() {
   // Per-thread generator seeded once: ids must be unique, not secret.
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char hex[] = "0123456789abcdef";
-  std::string id = "req_";
+  std::string id;
+  id.reserve(4 + 32);
+  id = "req_";
   for (int word = 0; word < 2; ++word) {
     auto bits = rng();
     for (int i = 0; i < 16; ++i) {
