@@ -138,11 +138,6 @@ int serve(tether::config::gateway_config cfg) {
   caf::actor_system_config sys_cfg;
   use_tether_scheduler(sys_cfg);
   sys_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cores));
-  // Work arrives from the io thread as external enqueues. In its "moderate" phase an idle CAF
-  // worker notices those only by sleep_for(50 us) polling (≈100 µs with the kernel's timer
-  // slack), paid at every io → actor hop; skipping that phase makes an idle worker wait on its
-  // condition variable, which external_enqueue signals at once.
-  sys_cfg.set("work-stealing.moderate-poll-attempts", std::size_t{0});
   // On one CPU, a worker polling for work only delays the io thread that would produce it: 10
   // polls instead of CAF's 100 before it sleeps (pinned to one CPU, bench scenario 1 quick, four
   // interleaved runs each: c=16 17.3k–18.5k instead of 11.4k–15.9k req/s, CPU per request

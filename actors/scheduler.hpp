@@ -1,6 +1,7 @@
 #pragma once
 // tether's CAF scheduler: CAF's work-stealing coordinator with a clock that is not woken when an
-// actor that never set a timeout exits (why: scheduler.cpp).
+// actor that never set a timeout exits, and job queues that allocate nothing per job (why:
+// scheduler.cpp).
 #include <caf/actor_system_config.hpp>
 
 namespace tether {
