@@ -32,6 +32,40 @@ namespace tether {
 // sleeping on the condition variable, it is woken by the enqueue at once.
 class stealing : public caf::policy::unprofiled {
  public:
+  // A worker's jobs. Called with the worker's mutex held, but for looks_empty().
+  class job_queue {
+   public:
+    bool empty() const { return jobs_.empty(); }
+    // Without the mutex, possibly stale: an empty poll costs no lock, and a job enqueued just
+    // after the look is found by the next poll or wakes the sleep that checks under the mutex.
+    bool looks_empty() const { return size_.load(std::memory_order_relaxed) == 0; }
+    void push_back(caf::resumable* job) {
+      jobs_.push_back(job);
+      sync();
+    }
+    void push_front(caf::resumable* job) {
+      jobs_.push_front(job);
+      sync();
+    }
+    caf::resumable* pop_front() {
+      auto* job = jobs_.front();
+      jobs_.pop_front();
+      sync();
+      return job;
+    }
+    caf::resumable* pop_back() {
+      auto* job = jobs_.back();
+      jobs_.pop_back();
+      sync();
+      return job;
+    }
+
+   private:
+    void sync() { size_.store(jobs_.size(), std::memory_order_relaxed); }
+    std::deque<caf::resumable*> jobs_;
+    std::atomic<std::size_t> size_{0};
+  };
+
   struct coordinator_data {
     explicit coordinator_data(caf::scheduler::abstract_coordinator*) {}
     std::atomic<std::size_t> next_worker{0};
@@ -58,9 +92,7 @@ class stealing : public caf::policy::unprofiled {
           relaxed_sleep(other.relaxed_sleep) {}
     worker_data& operator=(const worker_data&) = delete;
 
-    std::deque<caf::resumable*> jobs;  // guarded by mutex
-    // jobs.size(), written under the mutex: a poll of an empty queue looks without locking.
-    std::atomic<std::size_t> size{0};
+    job_queue jobs;  // guarded by mutex
     std::mutex mutex;
     std::condition_variable wake;
     bool sleeping = false;  // guarded by mutex
@@ -82,7 +114,6 @@ class stealing : public caf::policy::unprofiled {
     auto& data = d(self);
     std::lock_guard<std::mutex> guard{data.mutex};
     data.jobs.push_back(job);
-    data.size.store(data.jobs.size(), std::memory_order_relaxed);
     if (data.sleeping) data.wake.notify_one();
   }
 
@@ -91,7 +122,6 @@ class stealing : public caf::policy::unprofiled {
     auto& data = d(self);
     std::lock_guard<std::mutex> guard{data.mutex};
     data.jobs.push_front(job);
-    data.size.store(data.jobs.size(), std::memory_order_relaxed);
   }
 
   template <class Worker>
@@ -115,7 +145,7 @@ class stealing : public caf::policy::unprofiled {
         data.sleeping = true;
         data.wake.wait_for(guard, data.relaxed_sleep, [&] { return !data.jobs.empty(); });
         data.sleeping = false;
-        if (!data.jobs.empty()) return pop_front(data);
+        if (!data.jobs.empty()) return data.jobs.pop_front();
       }
       if (i % data.relaxed_steal_interval == 0) {
         if (auto* job = try_steal(self)) return job;
@@ -132,20 +162,10 @@ class stealing : public caf::policy::unprofiled {
   void foreach_central_resumable(Coordinator*, UnaryFunction) {}
 
  private:
-  // With the mutex held.
-  static caf::resumable* pop_front(worker_data& data) {
-    auto* job = data.jobs.front();
-    data.jobs.pop_front();
-    data.size.store(data.jobs.size(), std::memory_order_relaxed);
-    return job;
-  }
-
   static caf::resumable* take_head(worker_data& data) {
-    // A job enqueued just after this look is found by the next poll or wakes the sleep below.
-    if (data.size.load(std::memory_order_relaxed) == 0) return nullptr;
+    if (data.jobs.looks_empty()) return nullptr;
     std::lock_guard<std::mutex> guard{data.mutex};
-    if (data.jobs.empty()) return nullptr;
-    return pop_front(data);
+    return data.jobs.empty() ? nullptr : data.jobs.pop_front();
   }
 
   template <class Worker>
@@ -156,13 +176,10 @@ class stealing : public caf::policy::unprofiled {
     auto victim = std::uniform_int_distribution<std::size_t>{0, n - 1}(d(self).rng);
     if (victim == self->id()) victim = n - 1 == victim ? 0 : n - 1;
     auto& data = d(parent->worker_by_id(victim));
-    if (data.size.load(std::memory_order_relaxed) == 0) return nullptr;
+    if (data.jobs.looks_empty()) return nullptr;
     std::lock_guard<std::mutex> guard{data.mutex};
-    if (data.jobs.empty()) return nullptr;
-    auto* job = data.jobs.back();  // the other end, as CAF's take_tail
-    data.jobs.pop_back();
-    data.size.store(data.jobs.size(), std::memory_order_relaxed);
-    return job;
+    // The other end, as CAF's take_tail.
+    return data.jobs.empty() ? nullptr : data.jobs.pop_back();
   }
 };
 

@@ -14,9 +14,8 @@ namespace asio = boost::asio;
 
 struct outbox {
   asio::io_context* context = nullptr;
+  // Non-empty exactly while reports are held, and then a flush is always posted.
   std::vector<std::function<void()>> notices;
-  bool flush_posted = false;
-  bool holding = false;
   // Only notices asking to be held extend the hold: the reports queued behind them (every
   // upstream close under load) must not keep it going until the limit.
   std::size_t held = 0;
@@ -35,11 +34,9 @@ void flush() {
     post_flush(box);  // this round held more: the thread is not done yet
     return;
   }
-  box.flush_posted = false;
-  box.holding = false;
   box.held = 0;
   auto notices = std::move(box.notices);
-  box.notices.clear();
+  box.notices.clear();  // a notice below that posts another starts a new hold
   for (auto& notice : notices) {
     // One that throws must not lose the others: each may be the report a budget slot waits for.
     try {
@@ -50,7 +47,6 @@ void flush() {
 }
 
 void post_flush(outbox& box) {
-  box.flush_posted = true;
   box.held_seen = box.held;
   asio::post(*box.context, flush);
 }
@@ -61,18 +57,19 @@ namespace detail {
 
 bool queues(notice_timing timing) noexcept {
   const auto& box = this_thread_outbox;
-  return box.context != nullptr && (timing == notice_timing::when_caught_up || box.holding);
+  return box.context != nullptr &&
+         (timing == notice_timing::when_caught_up || !box.notices.empty());
 }
 
 void queue_notice(std::function<void()> notice, notice_timing timing) {
   auto& box = this_thread_outbox;
+  const bool first = box.notices.empty();
   box.notices.push_back(std::move(notice));
   if (timing == notice_timing::when_caught_up) ++box.held;
-  if (!box.holding) {
-    box.holding = true;
+  if (first) {
     box.first_held = std::chrono::steady_clock::now();
+    post_flush(box);
   }
-  if (!box.flush_posted) post_flush(box);
 }
 
 void bind_notice_outbox(void* context) {

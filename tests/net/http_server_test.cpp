@@ -317,23 +317,32 @@ TEST_F(HttpServerTest, GetReachesHandlerWithLowerCasedHeadersAndIsAnswered) {
   EXPECT_LE(request.arrival, steady::now());
 }
 
+// One io thread serving echo on a listening socket that asked for the kernel's receive stamps.
+class HttpServerArrivalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    port_ = server_.listen("127.0.0.1", 0);
+    // The kernel may take a moment to start stamping.
+    ASSERT_TRUE(test::await_receive_stamps(bound));
+  }
+
+  request_log log_;
+  io_runtime io_{1};
+  http_server server_{io_, server_limits{}, echo_handler(log_)};
+  std::uint16_t port_ = 0;
+};
+
 // A request's arrival is when its bytes reached the host, not when a busy io thread read them:
 // the caller's deadline is counted from it. The one io thread is kept busy for 80 ms while the
 // second request on a keep-alive connection comes in.
-TEST(HttpServerArrivalTest, ArrivalIsWhenTheKernelReceivedTheRequestNotWhenItWasRead) {
-  request_log log;
-  io_runtime io{1};
-  http_server server{io, server_limits{}, echo_handler(log)};
-  const auto port = server.listen("127.0.0.1", 0);
-  // The listening socket asked for receive stamps; the kernel may take a moment to start.
-  ASSERT_TRUE(test::await_receive_stamps(bound));
-  test_client client(port);
+TEST_F(HttpServerArrivalTest, ArrivalIsWhenTheKernelReceivedTheRequestNotWhenItWasRead) {
+  test_client client(port_);
   ASSERT_TRUE(client.send(get("/first")));
   ASSERT_TRUE(client.read_response());
 
   std::promise<void> busy;
   auto busy_started = busy.get_future();
-  boost::asio::post(*static_cast<boost::asio::io_context*>(io.native()), [&busy] {
+  boost::asio::post(*static_cast<boost::asio::io_context*>(io_.native()), [&busy] {
     busy.set_value();
     std::this_thread::sleep_for(80ms);  // the io thread's backlog, simulated
   });
@@ -343,8 +352,8 @@ TEST(HttpServerArrivalTest, ArrivalIsWhenTheKernelReceivedTheRequestNotWhenItWas
   const auto response = client.read_response();
   ASSERT_TRUE(response);
   const auto answered = steady::now();
-  ASSERT_TRUE(log.wait_for(2));
-  const auto request = log.at(1);
+  ASSERT_TRUE(log_.wait_for(2));
+  const auto request = log_.at(1);
   EXPECT_EQ(request.target, "/second");
   ASSERT_GE(answered - sent, 70ms);  // the io thread was indeed busy
   EXPECT_GE(request.arrival, sent - 1ms);
@@ -356,20 +365,15 @@ TEST(HttpServerArrivalTest, ArrivalIsWhenTheKernelReceivedTheRequestNotWhenItWas
 // A connection opened ahead of its first request (a client's warm pool): the request arrives
 // when its bytes do, not at the accept, or its deadline would be charged the connection's idle
 // time.
-TEST(HttpServerArrivalTest, AFreshConnectionsFirstRequestArrivesWithItsBytesNotAtTheAccept) {
-  request_log log;
-  io_runtime io{1};
-  http_server server{io, server_limits{}, echo_handler(log)};
-  const auto port = server.listen("127.0.0.1", 0);
-  ASSERT_TRUE(test::await_receive_stamps(bound));
-  test_client client(port);
+TEST_F(HttpServerArrivalTest, AFreshConnectionsFirstRequestArrivesWithItsBytesNotAtTheAccept) {
+  test_client client(port_);
   ASSERT_TRUE(client.connected());
   std::this_thread::sleep_for(100ms);  // the connection's idle time is what is tested
   const auto sent = steady::now();
   ASSERT_TRUE(client.send(get("/first")));
   ASSERT_TRUE(client.read_response());
-  ASSERT_TRUE(log.wait_for(1));
-  const auto request = log.at(0);
+  ASSERT_TRUE(log_.wait_for(1));
+  const auto request = log_.at(0);
   EXPECT_GE(request.arrival, sent - 1ms) << "arrival was taken at the accept";
   EXPECT_LT(request.arrival, sent + 20ms);
 }
