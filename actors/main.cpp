@@ -109,8 +109,9 @@ int serve(tether::config::gateway_config cfg) {
   // 74–75 µs of CPU and 1.3–1.6 → 1.0–1.1 context switches per request, ≈+20% throughput). No
   // actor blocks a worker (only main's scoped_actor blocks, on its own thread).
   unsigned cores = usable_cpus();
-  // The io threads outlive the actor system: no actor may outlive the sockets it owns.
-  net::io_runtime io{1};
+  // The io runs on the first CAF worker's thread (actors/scheduler.cpp says why), and outlives
+  // the actor system: no actor may outlive the sockets it owns.
+  net::io_runtime io{net::io_runtime::lent_thread};
 
   auto rt = std::make_shared<gateway_runtime>();
   rt->cfg = std::move(cfg);
@@ -136,13 +137,8 @@ int serve(tether::config::gateway_config cfg) {
   }
 
   caf::actor_system_config sys_cfg;
-  use_tether_scheduler(sys_cfg);
+  use_tether_scheduler(sys_cfg, &io);
   sys_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cores));
-  // On one CPU, a worker polling for work only delays the io thread that would produce it: 10
-  // polls instead of CAF's 100 before it sleeps (pinned to one CPU, bench scenario 1 quick, four
-  // interleaved runs each: c=16 17.3k–18.5k instead of 11.4k–15.9k req/s, CPU per request
-  // 61–73 instead of 62–81 µs). With more CPUs the producer runs beside the poller: CAF's default.
-  if (cores == 1) sys_cfg.set("work-stealing.aggressive-poll-attempts", std::size_t{10});
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
   const auto& cluster = rt->cfg.cluster;
   bool clustered = !cluster.budget_listen.empty() || !cluster.budget_host.empty();
@@ -224,8 +220,8 @@ int serve(tether::config::gateway_config cfg) {
   rt->budget = nullptr;
   rt->supervisor = nullptr;
   // Every request tree has ended (the drain said so), so no actor owns a socket any more. The io
-  // threads go first: a thread that ever called into CAF holds a reference to CAF's logger, and
-  // ~actor_system waits for that logger to be released.
+  // stops first; its thread, the first CAF worker, then runs the jobs left like any worker until
+  // ~actor_system shuts the workers down.
   io.join();
   system.reset();
   return 0;

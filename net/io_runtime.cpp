@@ -1,10 +1,13 @@
 #include "net/io_runtime.hpp"
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 
 #include "net/notice_outbox.hpp"
 
@@ -20,6 +23,10 @@ struct io_runtime::impl {
   // Keeps run() returning only on stop(), even while no socket is open yet.
   asio::executor_work_guard<asio::io_context::executor_type> guard;
   std::vector<std::thread> threads;
+  // Lent mode: the thread in run_here(), so that join() can wait for it to leave.
+  std::mutex lent_mutex;
+  std::condition_variable lent_left;
+  std::thread::id lent_runner;  // guarded by lent_mutex; default id: none
 };
 
 io_runtime::io_runtime(unsigned threads)
@@ -44,12 +51,50 @@ io_runtime::io_runtime(unsigned threads)
   }
 }
 
+io_runtime::io_runtime(lent_thread_t) : impl_(std::make_unique<impl>(1)) {}
+
+void io_runtime::run_here() {
+  {
+    std::lock_guard<std::mutex> guard{impl_->lent_mutex};
+    impl_->lent_runner = std::this_thread::get_id();
+  }
+  detail::bind_notice_outbox(&impl_->context);
+  for (;;) {
+    try {
+      impl_->context.run();
+      break;
+    } catch (...) {
+    }
+  }
+  detail::bind_notice_outbox(nullptr);
+  std::lock_guard<std::mutex> guard{impl_->lent_mutex};
+  impl_->lent_runner = std::thread::id{};
+  impl_->lent_left.notify_all();
+}
+
+void io_runtime::post(void (*fn)(void*), void* arg) {
+  asio::post(impl_->context, [fn, arg] { fn(arg); });
+}
+
+bool io_runtime::stopped() const {
+  return impl_->context.stopped();
+}
+
 io_runtime::~io_runtime() {
   join();
 }
 
 void io_runtime::join() {
   stop();
+  {
+    // The lent thread finishes the handler it is in; from that handler itself, waiting would
+    // deadlock.
+    std::unique_lock<std::mutex> guard{impl_->lent_mutex};
+    const auto self = std::this_thread::get_id();
+    impl_->lent_left.wait(guard, [&] {
+      return impl_->lent_runner == std::thread::id{} || impl_->lent_runner == self;
+    });
+  }
   for (auto& thread : impl_->threads) {
     if (thread.get_id() == std::this_thread::get_id()) {
       // Destroyed from one of its own handlers: joining would deadlock.

@@ -9,6 +9,12 @@ namespace tether::net {
 class io_runtime {
  public:
   explicit io_runtime(unsigned threads = 1);
+  // No thread of its own: the context runs on a thread lent to it, which calls run_here()
+  // (tether's first CAF worker, so that the io work and the actors' jobs share one thread and
+  // hand work to each other without waking anybody).
+  struct lent_thread_t {};
+  static constexpr lent_thread_t lent_thread{};
+  explicit io_runtime(lent_thread_t);
   ~io_runtime();  // stops the context and joins the threads
   io_runtime(const io_runtime&) = delete;
   io_runtime& operator=(const io_runtime&) = delete;
@@ -16,7 +22,14 @@ class io_runtime {
   // The underlying boost::asio::io_context, for net/ only (opaque to everyone else).
   void* native();
   void stop();
-  // stop() and wait for the threads to leave: after this no handler runs. Idempotent.
+  bool stopped() const;
+  // Lent mode: runs the context's handlers on the calling thread until stop(); a handler that
+  // throws is dropped. Called by one thread at a time; after stop() it returns at once.
+  void run_here();
+  // Queues fn(arg) behind the handlers already queued; from any thread.
+  void post(void (*fn)(void*), void* arg);
+  // stop() and wait for the threads (or the lent thread) to leave: after this no handler runs.
+  // Idempotent.
   void join();
 
  private:

@@ -1,0 +1,163 @@
+// tether's scheduler with an io_runtime lent to it: the first worker runs the io context, its
+// jobs run in that context's handlers, and neither side can starve or strand the other.
+#include "actors/scheduler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "net/io_runtime.hpp"
+
+namespace tether {
+namespace {
+
+using namespace std::chrono_literals;
+
+// An actor system whose first worker runs `io`; the io stops before the system goes, as in
+// main.cpp.
+class LentSchedulerTest : public ::testing::Test {
+ protected:
+  void start(std::size_t workers) {
+    use_tether_scheduler(cfg_, &io_);
+    cfg_.set("scheduler.max-threads", workers);
+    cfg_.set("logger.verbosity", caf::atom("quiet"));
+    system_ = std::make_unique<caf::actor_system>(cfg_);
+  }
+
+  void TearDown() override {
+    io_.join();
+    system_.reset();
+  }
+
+  // Runs `fn` in a handler of the io context.
+  void post_io(std::function<void()> fn) {
+    auto* heap = new std::function<void()>(std::move(fn));
+    io_.post(
+        [](void* arg) {
+          std::unique_ptr<std::function<void()>> f{static_cast<std::function<void()>*>(arg)};
+          (*f)();
+        },
+        heap);
+  }
+
+  // An actor that answers every int with the same int.
+  caf::actor spawn_echo() {
+    return system_->spawn([]() -> caf::behavior { return {[](int n) { return n; }}; });
+  }
+
+  // Asks `echo` for n; true if the answer came within the bound.
+  bool round_trip(const caf::actor& echo, int n) {
+    caf::scoped_actor self{*system_};
+    bool ok = false;
+    self->request(echo, 5s, n).receive([&](int m) { ok = m == n; }, [](caf::error&) {});
+    return ok;
+  }
+
+  net::io_runtime io_{net::io_runtime::lent_thread};
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> system_;
+};
+
+TEST_F(LentSchedulerTest, AnIoHandlerAndTheActorItMessagesRunOnTheSameThread) {
+  start(1);
+  std::promise<std::thread::id> in_actor;
+  auto actor = system_->spawn([&in_actor]() -> caf::behavior {
+    return {[&in_actor](int) { in_actor.set_value(std::this_thread::get_id()); }};
+  });
+  std::promise<std::thread::id> in_handler;
+  post_io([&] {
+    in_handler.set_value(std::this_thread::get_id());
+    caf::anon_send(actor, 1);
+  });
+  auto handler_thread = in_handler.get_future();
+  auto actor_thread = in_actor.get_future();
+  ASSERT_EQ(handler_thread.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(actor_thread.wait_for(5s), std::future_status::ready);
+  const auto io_id = handler_thread.get();
+  EXPECT_EQ(actor_thread.get(), io_id);
+  EXPECT_NE(io_id, std::this_thread::get_id());
+}
+
+// The lent thread sleeps in the io context's poll when it has nothing to do: a message from a
+// thread of its own (here the test's) must wake it, every time.
+TEST_F(LentSchedulerTest, AMessageFromAnotherThreadWakesTheIdleIoThreadEveryTime) {
+  start(1);
+  auto echo = spawn_echo();
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(round_trip(echo, i)) << "round trip " << i;
+}
+
+// Actors that keep sending themselves messages must not keep the io handlers from running: the
+// io shares their thread.
+TEST_F(LentSchedulerTest, IoHandlersRunWhileActorsKeepTheThreadBusy) {
+  start(1);
+  // Shared with the actors, which may outlive this body until the system shuts down.
+  struct shared {
+    std::atomic<bool> stop{false};
+    std::atomic<std::uint64_t> spins{0};
+  };
+  auto state = std::make_shared<shared>();
+  auto spinner = [state](caf::event_based_actor* self) -> caf::behavior {
+    return {[self, state](caf::atom_constant<caf::atom("spin")>) {
+      state->spins.fetch_add(1, std::memory_order_relaxed);
+      if (!state->stop.load()) self->send(self, caf::atom_constant<caf::atom("spin")>::value);
+    }};
+  };
+  auto a = system_->spawn(spinner);
+  auto b = system_->spawn(spinner);
+  caf::anon_send(a, caf::atom_constant<caf::atom("spin")>::value);
+  caf::anon_send(b, caf::atom_constant<caf::atom("spin")>::value);
+  // Handlers posted from the test thread while the spinners run, each awaited.
+  for (int i = 0; i < 20; ++i) {
+    std::promise<void> ran;
+    post_io([&ran] { ran.set_value(); });
+    ASSERT_EQ(ran.get_future().wait_for(5s), std::future_status::ready) << "handler " << i;
+  }
+  const auto seen = state->spins.load();
+  state->stop = true;
+  // The spinners were running all along (not finished before the handlers were posted).
+  EXPECT_GT(seen, 1000u);
+}
+
+TEST_F(LentSchedulerTest, ActorsKeepRunningAfterTheIoStops) {
+  start(1);
+  auto echo = spawn_echo();
+  ASSERT_TRUE(round_trip(echo, 1));
+  io_.join();
+  ASSERT_TRUE(io_.stopped());
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(round_trip(echo, i)) << "round trip " << i;
+}
+
+// With a second worker, jobs go to both (round robin): the one that sleeps on its condition
+// variable and the one in the io context.
+TEST_F(LentSchedulerTest, WithTwoWorkersEveryActorAnswers) {
+  start(2);
+  std::vector<caf::actor> echoes;
+  for (int i = 0; i < 200; ++i) echoes.push_back(spawn_echo());
+  caf::scoped_actor self{*system_};
+  for (int i = 0; i < 200; ++i) self->send(echoes[static_cast<std::size_t>(i)], i);
+  int answers = 0;
+  long sum = 0;
+  for (int i = 0; i < 200; ++i) {
+    self->receive(
+        [&](int n) {
+          ++answers;
+          sum += n;
+        },
+        caf::after(5s) >> [] {});
+  }
+  EXPECT_EQ(answers, 200);
+  EXPECT_EQ(sum, 199L * 200 / 2);
+  std::promise<void> ran;
+  post_io([&ran] { ran.set_value(); });
+  EXPECT_EQ(ran.get_future().wait_for(5s), std::future_status::ready);
+}
+
+}  // namespace
+}  // namespace tether
