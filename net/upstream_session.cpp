@@ -378,22 +378,17 @@ void upstream_session::on_read_head(const error_code& ec, std::size_t) {
     return fail(upstream_failure::reset,
                 "connection to " + where() + " broke before the response head: " + ec.message());
   }
-  const auto& head = parser_->get();
-  const int status = head.result_int();
+  const int status = parser_->status();
   // Interim responses (100 Continue, 103 Early Hints) precede the real one.
   if (status / 100 == 1 && status != 101) return do_read_head();
-  header_list headers;
-  headers.reserve(static_cast<std::size_t>(std::distance(head.begin(), head.end())));
-  for (const auto& field : head)
-    headers.push_back({to_lower_ascii(field.name_string()), std::string(field.value())});
-  events_->on_head(status, std::move(headers));
+  events_->on_head(status, std::move(parser_->headers()));
   do_read_body();
 }
 
 void upstream_session::do_read_body() {
   if (cancelled_) return finish();
   if (parser_->is_done()) return complete();
-  auto& body = parser_->get().body();
+  auto& body = parser_->body();
   auto& buffer = connection_->body_buffer();
   body.data = buffer.data();
   body.size = buffer.size();
@@ -419,7 +414,7 @@ void upstream_session::on_read_body(error_code ec, std::size_t) {
   // such servers end, and the parser has all there is.
   if (ec == asio::ssl::error::stream_truncated && parser_->need_eof()) parser_->put_eof(ec);
   const auto& buffer = connection_->body_buffer();
-  const auto produced = buffer.size() - parser_->get().body().size;
+  const auto produced = buffer.size() - parser_->body().size;
   if (produced > 0) events_->on_body(std::string(buffer.data(), produced));
   if (ec) {
     if (ec.category() == http_category() && ec != http::error::end_of_stream &&
@@ -434,7 +429,7 @@ void upstream_session::on_read_body(error_code ec, std::size_t) {
 
 void upstream_session::complete() {
   const bool keep_alive =
-      parser_->keep_alive() && parser_->get().version() == 11 && connection_->buffer().size() == 0;
+      parser_->keep_alive() && parser_->version() == 11 && connection_->buffer().size() == 0;
   if (keep_alive)
     origin_->pool->park(std::move(connection_));
   else

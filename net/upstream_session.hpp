@@ -22,12 +22,11 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/parser.hpp>
 
 #include "net/upstream.hpp"
 #include "net/upstream_connection.hpp"
 #include "net/upstream_pool.hpp"
+#include "net/upstream_response_parser.hpp"
 
 namespace tether::net {
 
@@ -63,7 +62,6 @@ class upstream_session : public upstream_exchange,
 
  private:
   using error_code = boost::system::error_code;
-  using response_parser = beast::http::response_parser<beast::http::buffer_body>;
 
   // Wraps a member as a completion handler counted in pending_, so that on_closed waits for it.
   template <class... Args>
@@ -104,7 +102,7 @@ class upstream_session : public upstream_exchange,
   // Made only for a new connection: most exchanges run on a pooled one.
   std::optional<asio::ip::tcp::resolver> resolver_;
   asio::steady_timer connect_timer_;
-  std::optional<response_parser> parser_;
+  std::optional<upstream_response_parser> parser_;
 
   std::atomic<bool> cancelled_{false};
   std::atomic<int> pending_{0};
