@@ -399,8 +399,7 @@ void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
     on_read_error(ec);
     return;
   }
-  const auto& message = parser_->get();
-  const auto fields = static_cast<std::size_t>(std::distance(message.begin(), message.end()));
+  const auto fields = parser_->headers().size();
   if (fields > context_->limits.max_header_fields) {
     refuse(protocol_error::headers_too_large,
            "more than " + std::to_string(context_->limits.max_header_fields) + " header fields");
@@ -408,8 +407,8 @@ void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
   }
   // Beast accepts repeated equal Content-Lengths and a non-chunked Transfer-Encoding next to a
   // Content-Length; both are request-smuggling material, refused outright.
-  const auto lengths = message.count(http::field::content_length);
-  const auto encodings = message.count(http::field::transfer_encoding);
+  const auto lengths = parser_->content_lengths();
+  const auto encodings = parser_->transfer_encodings();
   if (lengths > 1) {
     refuse(protocol_error::malformed, "duplicate Content-Length");
     return;
@@ -426,7 +425,7 @@ void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
     dispatch_request();
     return;
   }
-  if (beast::iequals(message[http::field::expect], "100-continue")) {
+  if (parser_->expects_continue()) {
     do_write_continue();
     return;
   }
@@ -526,30 +525,25 @@ void downstream_session::on_write_timeout_response(beast::error_code, std::size_
 }
 
 incoming_request downstream_session::make_request(bool with_body) {
-  auto& message = parser_->get();
   incoming_request request;
-  request.method = std::string(message.method_string());
-  request.target = std::string(message.target());
-  request.headers.reserve(static_cast<std::size_t>(std::distance(message.begin(), message.end())));
-  for (const auto& field : message) {
-    request.headers.push_back({to_lower_ascii(field.name_string()), std::string(field.value())});
-  }
-  if (with_body) request.body = std::move(message.body());
+  request.method = parser_->method_string();
+  request.target = std::move(parser_->target());
+  request.headers = std::move(parser_->headers());
+  if (with_body) request.body = std::move(parser_->body());
   request.arrival = arrival_;
   request.arrival_wall = arrival_wall_;
   return request;
 }
 
 void downstream_session::dispatch_request() {
-  const auto& message = parser_->get();
-  http10_ = message.version() < 11;
-  head_request_ = message.method() == http::verb::head;
-  keep_alive_ = !http10_ && message.keep_alive() && !context_->draining;
+  http10_ = parser_->version() < 11;
+  head_request_ = parser_->method() == http::verb::head;
+  keep_alive_ = !http10_ && parser_->keep_alive() && !context_->draining;
   start_exchange(make_request(true));
 }
 
 void downstream_session::refuse(protocol_error error, std::string detail) {
-  http10_ = parser_->get().version() < 11;
+  http10_ = parser_->version() < 11;
   head_request_ = false;
   keep_alive_ = false;  // the rest of the stream cannot be trusted to start at a request
   auto request = make_request(false);

@@ -21,10 +21,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 #include "net/downstream.hpp"
+#include "net/downstream_request_parser.hpp"
 #include "net/receive_stamp.hpp"
 
 namespace tether::net {
@@ -66,7 +65,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   };
   // When the bytes of `read` reached the host: its kernel stamp, or now without one.
   static moment received_at(const stamped_read& read);
-  using parser_type = boost::beast::http::request_parser<boost::beast::http::string_body>;
+  using parser_type = downstream_request_parser;
 
   void do_wait_request();
   void do_peek();

@@ -1,13 +1,17 @@
-// The downstream request path without its socket: Beast's request_parser with the limits the
-// server uses (config defaults), the framing checks net/downstream_session.cpp applies after the
-// header (field count, duplicate Content-Length, Content-Length with Transfer-Encoding,
+// The downstream request path without its socket: net::downstream_request_parser with the
+// limits the server uses (config defaults), the framing checks net/downstream_session.cpp applies
+// after the header (field count, duplicate Content-Length, Content-Length with Transfer-Encoding,
 // Transfer-Encoding not ending in chunked), then, for a model request, the body inspection and
-// model rewrite the gateway applies. Pipelined requests are parsed one after another.
+// model rewrite the gateway applies. Pipelined requests are parsed one after another. Each
+// request is parsed by Beast's request_parser<string_body> as well, which runs the same
+// basic_parser: the two must agree on every outcome (error, bytes used, method, target, version,
+// keep-alive, the header fields and the counts the checks use, the body).
 //
 // The real downstream_session is not driven here: it needs a connected socket, a strand and the
 // gateway's handler (an actor system), which would make each run milliseconds, not
 // microseconds. The checks below mirror on_read_header; keep them in step with it.
 #include <boost/asio/buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -17,9 +21,12 @@
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "actors/policy/model_request.hpp"
 #include "config/config.hpp"
+#include "net/downstream_request_parser.hpp"
+#include "net/header_text.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 namespace {
@@ -33,44 +40,104 @@ bool is_model_path(std::string_view target) {
          target == "/v1/embeddings";
 }
 
-// Parses one request from the front of `input`; returns the bytes it used, or 0 when the
-// connection would end here (refused, incomplete or malformed).
-std::size_t one_request(std::string_view input) {
+// Beast's parser over the same bytes, the same way: the reference for tether's.
+struct reference {
   http::request_parser<http::string_body> parser;
+  boost::system::error_code ec;
+  std::size_t used = 0;
+};
+
+template <class Parser>
+void configure(Parser& parser) {
   parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
   parser.body_limit(limits.max_request_bytes);
   parser.eager(false);  // stop after the header, as async_read_header does
-  boost::system::error_code ec;
-  std::size_t used = 0;
-  while (!parser.is_header_done()) {
+}
+
+// Feeds `input` from `used` until `done` holds or the parser stops; returns false when it stops
+// short (error or bytes spent).
+template <class Parser, class Done>
+bool feed(Parser& parser, std::string_view input, std::size_t& used, boost::system::error_code& ec,
+          Done done) {
+  while (!done()) {
     const auto n = parser.put(boost::asio::buffer(input.data() + used, input.size() - used), ec);
     used += n;
-    if (ec || n == 0) return 0;  // refused (4xx) or incomplete: the connection ends
+    if (ec || n == 0) return false;
   }
-  const auto& message = parser.get();
-  const auto fields = static_cast<std::size_t>(std::distance(message.begin(), message.end()));
-  if (fields > limits.max_header_fields) return 0;
-  const auto lengths = message.count(http::field::content_length);
-  const auto encodings = message.count(http::field::transfer_encoding);
+  return true;
+}
+
+// tether's parser agrees with Beast's on the head.
+void check_head(tether::net::downstream_request_parser& ours, reference& ref) {
+  const auto& message = ref.parser.get();
+  TETHER_FUZZ_CHECK(ours.method() == message.method());
+  TETHER_FUZZ_CHECK(ours.method_string() == message.method_string());
+  TETHER_FUZZ_CHECK(ours.target() == message.target());
+  TETHER_FUZZ_CHECK(ours.version() == static_cast<int>(message.version()));
+  TETHER_FUZZ_CHECK(ours.keep_alive() == ref.parser.keep_alive());
+  TETHER_FUZZ_CHECK(ours.content_lengths() == message.count(http::field::content_length));
+  TETHER_FUZZ_CHECK(ours.transfer_encodings() == message.count(http::field::transfer_encoding));
+  TETHER_FUZZ_CHECK(ours.expects_continue() ==
+                    boost::beast::iequals(message[http::field::expect], "100-continue"));
+  // Beast's fields put a field after the last one of the same name; ours keep the wire's order.
+  std::vector<tether::net::http_header> grouped;
+  for (const auto& h : ours.headers()) {
+    auto at = grouped.end();
+    for (auto it = grouped.begin(); it != grouped.end(); ++it)
+      if (it->name == h.name) at = it + 1;
+    grouped.insert(at, h);
+  }
+  std::size_t i = 0;
+  for (const auto& field : message) {
+    TETHER_FUZZ_CHECK(i < grouped.size());
+    TETHER_FUZZ_CHECK(grouped[i].name == tether::net::to_lower_ascii(field.name_string()));
+    TETHER_FUZZ_CHECK(grouped[i].value == field.value());
+    ++i;
+  }
+  TETHER_FUZZ_CHECK(i == grouped.size());
+}
+
+// Parses one request from the front of `input`; returns the bytes it used, or 0 when the
+// connection would end here (refused, incomplete or malformed).
+std::size_t one_request(std::string_view input) {
+  tether::net::downstream_request_parser parser;
+  configure(parser);
+  reference ref;
+  configure(ref.parser);
+  boost::system::error_code ec;
+  std::size_t used = 0;
+  const bool head = feed(parser, input, used, ec, [&] { return parser.is_header_done(); });
+  const bool ref_head =
+      feed(ref.parser, input, ref.used, ref.ec, [&] { return ref.parser.is_header_done(); });
+  TETHER_FUZZ_CHECK(head == ref_head);
+  TETHER_FUZZ_CHECK(ec == ref.ec);
+  TETHER_FUZZ_CHECK(used == ref.used);
+  if (!head) return 0;  // refused (4xx) or incomplete: the connection ends
+  check_head(parser, ref);
+  if (parser.headers().size() > limits.max_header_fields) return 0;
+  const auto lengths = parser.content_lengths();
+  const auto encodings = parser.transfer_encodings();
   if (lengths > 1 || (lengths > 0 && encodings > 0)) return 0;
   if (encodings > 0 && !parser.chunked()) return 0;
 
   parser.eager(true);
-  while (!parser.is_done()) {
-    const auto n = parser.put(boost::asio::buffer(input.data() + used, input.size() - used), ec);
-    used += n;
-    if (ec == http::error::need_more || (!ec && n == 0)) return 0;  // the client went quiet
-    if (ec) return 0;
-  }
+  ref.parser.eager(true);
+  const bool whole = feed(parser, input, used, ec, [&] { return parser.is_done(); });
+  const bool ref_whole =
+      feed(ref.parser, input, ref.used, ref.ec, [&] { return ref.parser.is_done(); });
+  TETHER_FUZZ_CHECK(whole == ref_whole);
+  TETHER_FUZZ_CHECK(ec == ref.ec);
+  TETHER_FUZZ_CHECK(used == ref.used);
+  TETHER_FUZZ_CHECK(parser.body() == ref.parser.get().body());
+  if (!whole) return 0;  // malformed, over the limit, or the client went quiet
   TETHER_FUZZ_CHECK(used <= input.size());
-  const auto& request = parser.get();
-  const auto& body = request.body();
+  const auto& body = parser.body();
   TETHER_FUZZ_CHECK(body.size() <= limits.max_request_bytes);
   if (lengths == 1) {
     TETHER_FUZZ_CHECK(parser.content_length().has_value() || body.empty());
   }
 
-  if (request.method() == http::verb::post && is_model_path(request.target())) {
+  if (parser.method() == http::verb::post && is_model_path(parser.target())) {
     auto inspected = tether::inspect_model_request(body, limits.max_json_depth);
     if (const auto* info = std::get_if<tether::model_request_info>(&inspected)) {
       const auto rewritten = tether::rewrite_model(body, "upstream/model");
@@ -82,7 +149,7 @@ std::size_t one_request(std::string_view input) {
     }
   }
   // A request that does not keep the connection alive is the last one read.
-  return request.keep_alive() ? used : 0;
+  return parser.keep_alive() ? used : 0;
 }
 
 }  // namespace
