@@ -21,13 +21,12 @@
 #include <iterator>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "actors/policy/model_request.hpp"
 #include "config/config.hpp"
 #include "net/downstream_request_parser.hpp"
-#include "net/header_text.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
+#include "tests/fuzz/same_fields.hpp"
 
 namespace {
 
@@ -79,22 +78,7 @@ void check_head(tether::net::downstream_request_parser& ours, reference& ref) {
   TETHER_FUZZ_CHECK(ours.transfer_encodings() == message.count(http::field::transfer_encoding));
   TETHER_FUZZ_CHECK(ours.expects_continue() ==
                     boost::beast::iequals(message[http::field::expect], "100-continue"));
-  // Beast's fields put a field after the last one of the same name; ours keep the wire's order.
-  std::vector<tether::net::http_header> grouped;
-  for (const auto& h : ours.headers()) {
-    auto at = grouped.end();
-    for (auto it = grouped.begin(); it != grouped.end(); ++it)
-      if (it->name == h.name) at = it + 1;
-    grouped.insert(at, h);
-  }
-  std::size_t i = 0;
-  for (const auto& field : message) {
-    TETHER_FUZZ_CHECK(i < grouped.size());
-    TETHER_FUZZ_CHECK(grouped[i].name == tether::net::to_lower_ascii(field.name_string()));
-    TETHER_FUZZ_CHECK(grouped[i].value == field.value());
-    ++i;
-  }
-  TETHER_FUZZ_CHECK(i == grouped.size());
+  tether::fuzz::check_same_fields(ours.headers(), message);
 }
 
 // Parses one request from the front of `input`; returns the bytes it used, or 0 when the

@@ -12,11 +12,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <vector>
 
-#include "net/header_text.hpp"
 #include "net/upstream_response_parser.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
+#include "tests/fuzz/same_fields.hpp"
 
 namespace {
 
@@ -85,23 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   TETHER_FUZZ_CHECK(ours.status() == static_cast<int>(head.result_int()));
   TETHER_FUZZ_CHECK(ours.version() == static_cast<int>(head.version()));
   TETHER_FUZZ_CHECK(ours.keep_alive() == beast.keep_alive());
-  // Beast's fields put a field after the last one of the same name; ours keep the wire's order.
-  // Grouped the same way (a stable move within each name), they must be the same list.
-  std::vector<tether::net::http_header> grouped;
-  for (const auto& h : ours.headers()) {
-    auto at = grouped.end();
-    for (auto it = grouped.begin(); it != grouped.end(); ++it)
-      if (it->name == h.name) at = it + 1;
-    grouped.insert(at, h);
-  }
-  std::size_t i = 0;
-  for (const auto& field : head) {
-    TETHER_FUZZ_CHECK(i < grouped.size());
-    const auto& h = grouped[i++];
-    TETHER_FUZZ_CHECK(h.name == tether::net::to_lower_ascii(field.name_string()));
-    TETHER_FUZZ_CHECK(h.value == field.value());
-  }
-  TETHER_FUZZ_CHECK(i == grouped.size());
+  tether::fuzz::check_same_fields(ours.headers(), head);
   TETHER_FUZZ_CHECK(body == boost::beast::buffers_to_string(beast.get().body().data()));
   return 0;
 }
