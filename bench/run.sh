@@ -10,9 +10,10 @@
 # three targets interleaved, and stops everything it started, whatever happens. Scenario 7 also
 # starts a budget host and a member node (issue #7) and compares the member with tether.
 #
-# Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 io thread + CAF workers)
-# share CPU 0, one at a time under load; the load generator and the mock share CPU 1. Both
-# proxies thus get the same single core. Environment: BUILD_DIR (default build/), JOBS (2),
+# Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
+# the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share
+# CPU 1. Both proxies thus get the same single core. Environment: BUILD_DIR (default build/),
+# JOBS (2),
 # MOCK_PORT/NGINX_PORT/TETHER_PORT (18100..18102), TETHER_HOST_PORT/TETHER_BUDGET_PORT/
 # TETHER_MEMBER_PORT (18103..18105), SKIP_BUILD=1 (use the binaries as built), BENCH_LOG_DIR=dir
 # (keep the logs).
@@ -74,7 +75,7 @@ log "open files limit $(ulimit -n)"
 if [ "$(nproc)" -ge 2 ]; then
   proxy_cpus=(taskset -c 0)
   load_cpus=(taskset -c 1)
-  placement="Pinned with taskset: nginx (1 worker) and tether (1 io thread + CAF workers) on CPU 0, one of them loaded at a time; tether-bench (1 thread) and tether-mock (1 thread) on CPU 1."
+  placement="Pinned with taskset: nginx (1 worker) and tether (1 thread: io and CAF worker) on CPU 0, one of them loaded at a time; tether-bench (1 thread) and tether-mock (1 thread) on CPU 1."
 else
   proxy_cpus=()
   load_cpus=()
