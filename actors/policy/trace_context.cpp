@@ -1,5 +1,6 @@
 #include "actors/policy/trace_context.hpp"
 
+#include <algorithm>
 #include <random>
 
 namespace tether {
@@ -30,20 +31,21 @@ std::string random_hex(std::size_t digits) {
   // Per-thread generator seeded once: ids must be unique across the trace's systems, not secret.
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char hex[] = "0123456789abcdef";
-  std::string id;
-  id.reserve(digits);
-  for (;;) {
-    id.clear();
-    while (id.size() < digits) {
+  // Written in place, 16 digits per draw (appending a digit at a time cost ≈2k instructions for
+  // a request's three ids).
+  std::string id(digits, '0');
+  do {
+    for (std::size_t at = 0; at < digits; at += 16) {
       auto bits = rng();
-      for (int i = 0; i < 16 && id.size() < digits; ++i) {
-        id.push_back(hex[bits & 0xf]);
+      const std::size_t end = std::min(digits, at + 16);
+      for (std::size_t i = at; i < end; ++i) {
+        id[i] = hex[bits & 0xf];
         bits >>= 4;
       }
     }
     // The spec makes an all-zero id invalid; the odds are 2^-64, but a receiver would drop it.
-    if (!is_all_zero(id)) return id;
-  }
+  } while (is_all_zero(id));
+  return id;
 }
 
 }  // namespace
