@@ -170,7 +170,8 @@ class stealing : public caf::policy::unprofiled {
     data.io->post(&pump<Worker>, self);
   }
 
-  // One job, as CAF's worker loop runs it; false: the worker is to shut down.
+  // One job, as CAF's worker loop runs it (without its logging context, below); false: the
+  // worker is to shut down.
   template <class Worker>
   static bool run_job(Worker* self, caf::resumable* job) {
     // Every spawn (actor_system::spawn_impl) registers the calling thread with CAF's logger again.
@@ -296,29 +297,9 @@ constexpr int worker_nice = 5;
 template <>
 void caf::scheduler::worker<tether::stealing>::run() {
   if (!tether::stealing::run_lent_io(this)) return;
-  for (;;) {
-    auto* job = policy_.dequeue(this);
-    // Every spawn (actor_system::spawn_impl) registers the calling thread with CAF's logger again.
-    if (caf::logger::current_logger() != nullptr) caf::logger::set_current_actor_system(nullptr);
-    policy_.before_resume(this, job);
-    auto res = job->resume(this, max_throughput_);
-    policy_.after_resume(this, job);
-    switch (res) {
-      case resumable::resume_later:
-        policy_.resume_job_later(this, job);
-        break;
-      case resumable::done:
-        policy_.after_completion(this, job);
-        intrusive_ptr_release(job);
-        break;
-      case resumable::awaiting_message:
-        intrusive_ptr_release(job);
-        break;
-      case resumable::shutdown_execution_unit:
-        policy_.after_completion(this, job);
-        policy_.before_shutdown(this);
-        return;
-    }
+  // The policy's resume hooks (before_resume, after_resume, after_completion, before_shutdown)
+  // are unprofiled's no-ops: run_job leaves them out, for this loop and the pump alike.
+  while (tether::stealing::run_job(this, policy_.dequeue(this))) {
   }
 }
 
