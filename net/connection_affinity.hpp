@@ -1,7 +1,8 @@
-// The strand a caller's connection runs on, handed (opaquely, through the actors) to the
-// upstream exchange made for that caller: the exchange then runs on the same strand, so that what
-// the caller's connection decides (its deadline passed, the caller left) reaches the upstream
-// socket at once, not through a post behind everything else queued. net/-internal: it exposes
+// The executor a caller's connection runs on (its strand, or the io_context's own when one thread
+// runs it: connection_executor.hpp), handed (opaquely, through the actors) to the upstream
+// exchange made for that caller: the exchange then runs on the same executor, so that what the
+// caller's connection decides (its deadline passed, the caller left) reaches the upstream socket
+// at once, not through a post behind everything else queued. net/-internal: it exposes
 // Asio; everyone else holds it by an incomplete type.
 #pragma once
 
@@ -10,7 +11,7 @@
 namespace tether::net {
 
 struct connection_affinity {
-  upstream_strand strand;
+  upstream_executor executor;
 };
 
 }  // namespace tether::net

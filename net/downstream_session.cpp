@@ -175,8 +175,7 @@ downstream_session::downstream_session(tcp::socket socket, std::shared_ptr<serve
       stream_(std::move(socket)),
       context_(std::move(context)),
       timer_(strand_) {
-  if (const auto* s = strand_.target<upstream_strand>())
-    affinity_ = std::make_shared<const connection_affinity>(connection_affinity{*s});
+  affinity_ = std::make_shared<const connection_affinity>(connection_affinity{strand_});
   // Chunks are SSE events: each must leave at once, not wait for the previous one's ACK.
   beast::error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);

@@ -6,7 +6,8 @@
 //      ▼ drain, EOF             ▼                    ▼                            ─▶ closed)
 //    closed                  exchange             closed
 //
-// Every member is touched on the socket's strand only; the public functions post to it.
+// Every member is touched on the socket's executor only (its strand, or the io_context's own when
+// one thread runs it); the public functions post to it.
 #pragma once
 
 #include <chrono>
@@ -51,9 +52,10 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void post_send_chunk(std::uint64_t exchange, std::string data);
   void post_end_stream(std::uint64_t exchange);
   void post_abort(std::uint64_t exchange);
-  // This connection's strand, for timers whose callbacks answer on it.
+  // This connection's executor (a strand, or the io_context's own when one thread runs it), for
+  // timers whose callbacks answer on it.
   const boost::asio::any_io_executor& executor() const { return strand_; }
-  // The same strand, for the upstream exchanges made for this connection's requests.
+  // The same executor, for the upstream exchanges made for this connection's requests.
   const std::shared_ptr<const connection_affinity>& affinity() const { return affinity_; }
 
  private:
@@ -113,7 +115,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
 
   const boost::asio::any_io_executor strand_;
   boost::beast::tcp_stream stream_;
-  std::shared_ptr<const connection_affinity> affinity_;  // null if strand_ is not a strand
+  std::shared_ptr<const connection_affinity> affinity_;
   std::shared_ptr<server_context> context_;
   boost::beast::flat_buffer buffer_;
   std::optional<parser_type> parser_;

@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include "net/connection_executor.hpp"
 #include "net/notice_outbox.hpp"
 
 namespace tether::net {
@@ -32,6 +33,7 @@ struct io_runtime::impl {
 io_runtime::io_runtime(unsigned threads)
     : impl_(std::make_unique<impl>(threads == 0 ? 1 : threads)) {
   const unsigned n = threads == 0 ? 1 : threads;
+  if (n == 1) mark_one_thread(impl_->context);
   impl_->threads.reserve(n);
   for (unsigned i = 0; i < n; ++i) {
     impl_->threads.emplace_back([this, n] {
@@ -51,7 +53,9 @@ io_runtime::io_runtime(unsigned threads)
   }
 }
 
-io_runtime::io_runtime(lent_thread_t) : impl_(std::make_unique<impl>(1)) {}
+io_runtime::io_runtime(lent_thread_t) : impl_(std::make_unique<impl>(1)) {
+  mark_one_thread(impl_->context);
+}
 
 void io_runtime::run_here() {
   {

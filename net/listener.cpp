@@ -8,6 +8,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/beast/core/bind_handler.hpp>
 
+#include "net/connection_executor.hpp"
 #include "net/downstream_session.hpp"
 #include "net/receive_stamp.hpp"
 #include "net/server_context.hpp"
@@ -94,7 +95,7 @@ void listener::close() {
 
 void listener::do_accept() {
   if (stopped_) return;
-  acceptor_.async_accept(asio::make_strand(io_),
+  acceptor_.async_accept(connection_executor(io_),
                          beast::bind_front_handler(&listener::on_accept, shared_from_this()));
 }
 

@@ -19,17 +19,18 @@ namespace tether::net {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 
-// Every handler of a connection runs on the strand it was created with; an exchange that takes a
-// pooled connection adopts that strand, so socket and session never race.
-using upstream_strand = asio::strand<asio::io_context::executor_type>;
-using upstream_tcp_stream = beast::basic_stream<asio::ip::tcp, upstream_strand>;
+// Every handler of a connection runs on the executor it was created with (a strand, or the
+// io_context's own when one thread runs it: connection_executor.hpp); an exchange that takes a
+// pooled connection adopts it, so socket and session never race.
+using upstream_executor = asio::any_io_executor;
+using upstream_tcp_stream = beast::basic_stream<asio::ip::tcp, upstream_executor>;
 using upstream_tls_stream = beast::ssl_stream<upstream_tcp_stream>;
 
 class upstream_connection {
  public:
-  explicit upstream_connection(upstream_strand strand)
+  explicit upstream_connection(upstream_executor strand)
       : stream_(std::in_place_type<upstream_tcp_stream>, std::move(strand)) {}
-  upstream_connection(upstream_strand strand, asio::ssl::context& tls)
+  upstream_connection(upstream_executor strand, asio::ssl::context& tls)
       : stream_(std::in_place_type<upstream_tls_stream>, std::move(strand), tls) {}
 
   bool tls() const { return std::holds_alternative<upstream_tls_stream>(stream_); }
@@ -40,7 +41,7 @@ class upstream_connection {
     return std::get<upstream_tcp_stream>(stream_);
   }
 
-  upstream_strand executor() { return tcp().get_executor(); }
+  upstream_executor executor() { return tcp().get_executor(); }
 
   // The stream the HTTP layer reads and writes: the TLS stream or the bare TCP stream.
   template <class F>

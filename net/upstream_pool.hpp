@@ -35,7 +35,7 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
 
   const std::size_t max_idle_;
   const std::chrono::milliseconds idle_timeout_;
-  upstream_strand strand_;
+  upstream_executor strand_;
   asio::steady_timer sweep_timer_;  // touched on strand_ only
 
   mutable std::mutex mutex_;

@@ -4,6 +4,7 @@
 
 #include "net/buffered_parse.hpp"
 #include "net/connection_affinity.hpp"
+#include "net/connection_executor.hpp"
 #include "net/header_text.hpp"
 #include "net/upstream_wire.hpp"
 
@@ -96,9 +97,9 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
                                    std::shared_ptr<upstream_events> events,
                                    std::shared_ptr<const connection_affinity> affinity)
     : origin_(std::move(origin)),
-      strand_(affinity ? affinity->strand
+      strand_(affinity ? affinity->executor
               : pooled ? pooled->executor()
-                       : asio::make_strand(origin_->io)),
+                       : connection_executor(origin_->io)),
       events_(std::move(events)),
       wire_(upstream_wire(request, origin_->host_header)),
       head_request_(request.method == "HEAD"),

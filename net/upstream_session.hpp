@@ -94,7 +94,7 @@ class upstream_session : public upstream_exchange,
   std::string where() const;
 
   const std::shared_ptr<upstream_origin> origin_;
-  upstream_strand strand_;
+  upstream_executor strand_;
   std::shared_ptr<upstream_events> events_;  // released after on_closed (breaks cycles)
   const std::string wire_;   // the request's bytes, written again as they are on a retry
   const bool head_request_;  // its response has no body, whatever its head says

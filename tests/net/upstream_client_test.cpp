@@ -266,7 +266,8 @@ class UpstreamClientTest : public testing::Test {
 // Records, for every callback, whether it ran on the given strand.
 class strand_recorder : public recorder {
  public:
-  explicit strand_recorder(tether::net::upstream_strand strand) : strand_(std::move(strand)) {}
+  explicit strand_recorder(asio::strand<asio::io_context::executor_type> strand)
+      : strand_(std::move(strand)) {}
   void on_connected(bool reused) override {
     check();
     recorder::on_connected(reused);
@@ -293,7 +294,7 @@ class strand_recorder : public recorder {
   void check() {
     if (!strand_.running_in_this_thread()) ++off_strand_;
   }
-  tether::net::upstream_strand strand_;
+  asio::strand<asio::io_context::executor_type> strand_;
   std::atomic<int> off_strand_{0};
 };
 
