@@ -66,6 +66,20 @@ bool feed(Parser& parser, std::string_view input, std::size_t& used, boost::syst
   return true;
 }
 
+// Feeds tether's parser and Beast's until `done` holds for each; both must stop alike. Returns
+// whether tether's got there.
+template <class Done>
+bool feed_both(tether::net::downstream_request_parser& parser, reference& ref,
+               std::string_view input, std::size_t& used, boost::system::error_code& ec,
+               Done done) {
+  const bool ours = feed(parser, input, used, ec, [&] { return done(parser); });
+  const bool theirs = feed(ref.parser, input, ref.used, ref.ec, [&] { return done(ref.parser); });
+  TETHER_FUZZ_CHECK(ours == theirs);
+  TETHER_FUZZ_CHECK(ec == ref.ec);
+  TETHER_FUZZ_CHECK(used == ref.used);
+  return ours;
+}
+
 // tether's parser agrees with Beast's on the head.
 void check_head(tether::net::downstream_request_parser& ours, reference& ref) {
   const auto& message = ref.parser.get();
@@ -90,12 +104,8 @@ std::size_t one_request(std::string_view input) {
   configure(ref.parser);
   boost::system::error_code ec;
   std::size_t used = 0;
-  const bool head = feed(parser, input, used, ec, [&] { return parser.is_header_done(); });
-  const bool ref_head =
-      feed(ref.parser, input, ref.used, ref.ec, [&] { return ref.parser.is_header_done(); });
-  TETHER_FUZZ_CHECK(head == ref_head);
-  TETHER_FUZZ_CHECK(ec == ref.ec);
-  TETHER_FUZZ_CHECK(used == ref.used);
+  const bool head =
+      feed_both(parser, ref, input, used, ec, [](auto& p) { return p.is_header_done(); });
   if (!head) return 0;  // refused (4xx) or incomplete: the connection ends
   check_head(parser, ref);
   if (parser.headers().size() > limits.max_header_fields) return 0;
@@ -106,12 +116,7 @@ std::size_t one_request(std::string_view input) {
 
   parser.eager(true);
   ref.parser.eager(true);
-  const bool whole = feed(parser, input, used, ec, [&] { return parser.is_done(); });
-  const bool ref_whole =
-      feed(ref.parser, input, ref.used, ref.ec, [&] { return ref.parser.is_done(); });
-  TETHER_FUZZ_CHECK(whole == ref_whole);
-  TETHER_FUZZ_CHECK(ec == ref.ec);
-  TETHER_FUZZ_CHECK(used == ref.used);
+  const bool whole = feed_both(parser, ref, input, used, ec, [](auto& p) { return p.is_done(); });
   TETHER_FUZZ_CHECK(parser.body() == ref.parser.get().body());
   if (!whole) return 0;  // malformed, over the limit, or the client went quiet
   TETHER_FUZZ_CHECK(used <= input.size());
