@@ -251,38 +251,43 @@ void downstream_session::do_wait_request() {
 }
 
 // The first bytes of a request are read with recvmsg, which also gives the kernel's receive
-// timestamp: the request's arrival, however long it then waited for this thread. The wait is a
-// peek, not async_wait: Asio tries a read at once and under the reactor's lock, while a wait
-// only completes on the next readiness edge, which bytes already here have used up.
-// One peek serves every phase: it watches for the client leaving during an exchange and then,
+// timestamp: the request's arrival, however long it then waited for this thread. What waits for
+// them is a readiness wait, not a read: Asio starts it by re-arming the socket's registration
+// (EPOLL_CTL_MOD), and the kernel reports at once a socket already readable, so bytes that came
+// before the wait are not missed. A 1-byte peek did the same with a recv, which gave EAGAIN when
+// the client had sent nothing yet (while its request is answered) and, once it had, read the
+// byte again before the recvmsg: 3 system calls around each request's read, now 2.
+// One wait serves every phase: it watches for the client leaving during an exchange and then,
 // still pending, becomes the wait for the next request — no cancel and no new read per request.
+// An error, a reset or the close is learnt by the read that follows it.
 void downstream_session::do_peek() {
   if (peek_pending_) return;
   peek_pending_ = true;
-  stream_.socket().async_receive(
-      asio::buffer(&peek_byte_, 1), tcp::socket::message_peek,
+  stream_.socket().async_wait(
+      tcp::socket::wait_read,
       beast::bind_front_handler(&downstream_session::on_peek, shared_from_this()));
 }
 
-void downstream_session::on_peek(beast::error_code ec, std::size_t) {
+void downstream_session::on_peek(beast::error_code ec) {
   peek_pending_ = false;
   switch (phase_) {
     case phase::closed:
     case phase::reading:  // a pipelined request is being read from the buffer
       return;
+    // The wait fails only when the socket was closed or cancelled here.
     case phase::waiting:
-      if (ec) {  // EOF, reset, or the idle timeout or a drain closed it: no request was lost
+      if (ec) {  // the idle timeout or a drain closed it: no request was lost
         do_close();
         return;
       }
       on_request_bytes();
       return;
     case phase::exchange:
-      if (ec) {  // EOF or reset: the client left (do_close tells the observer)
+      if (ec) {
         do_close();
         return;
       }
-      on_pipelined_bytes();
+      on_pipelined_bytes();  // the client's next request, or its leaving
       return;
     case phase::lingering:
       if (ec) {

@@ -71,7 +71,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
 
   void do_wait_request();
   void do_peek();
-  void on_peek(boost::beast::error_code ec, std::size_t n);
+  void on_peek(boost::beast::error_code ec);
   stamped_read read_into_buffer(std::size_t limit);
   void on_request_bytes();
   void on_pipelined_bytes();
@@ -131,7 +131,6 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   phase phase_ = phase::waiting;
   bool registered_ = false;
   bool fresh_ = true;
-  char peek_byte_ = 0;
   std::chrono::steady_clock::time_point connected_;
   std::chrono::system_clock::time_point connected_wall_;
   std::chrono::steady_clock::time_point arrival_;
@@ -146,7 +145,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   bool streaming_ = false;
   bool response_complete_ = false;
   std::shared_ptr<exchange_observer> observer_;
-  bool peek_pending_ = false;  // one 1-byte peek serves the wait, the watch and the linger
+  bool peek_pending_ = false;  // one readiness wait serves the wait, the watch and the linger
   // When the first bytes of a pipelined request reached the host.
   std::optional<moment> buffered_arrival_;
 

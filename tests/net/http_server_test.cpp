@@ -807,6 +807,37 @@ TEST_F(HttpServerTest, ClientLeavingDuringHandlerWaitCallsOnClientGoneOnceWithin
   EXPECT_EQ(observer->calls.load(), 1);
 }
 
+// The wait that watches the client during an exchange completes on the next request's bytes:
+// they are kept, not taken for the client leaving, and answered after the first.
+TEST_F(HttpServerTest, RequestSentWhileTheFirstIsAnsweredIsKeptAndAnsweredAfterIt) {
+  auto observer = std::make_shared<counting_observer>();
+  serve([&](incoming_request request, std::shared_ptr<response_channel> channel) {
+    log_.add(request);
+    channels_.add(std::move(channel));
+    return observer;
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(post("/first", "abc")));
+  const auto first_channel = channels_.wait(0);
+  ASSERT_TRUE(first_channel);
+  ASSERT_TRUE(client.send(post("/second", "defg")));
+  first_channel->send_full(200, {}, "first");
+  const auto first = client.read_response();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->body, "first");
+  const auto second_channel = channels_.wait(1);
+  ASSERT_TRUE(second_channel);
+  second_channel->send_full(200, {}, "second");
+  const auto second = client.read_response();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->body, "second");
+  ASSERT_EQ(log_.size(), 2u);
+  EXPECT_EQ(log_.at(1).target, "/second");
+  EXPECT_EQ(log_.at(1).body, "defg");
+  EXPECT_EQ(observer->calls.load(), 0);
+  EXPECT_EQ(server_->open_connections(), 1u);
+}
+
 TEST_F(HttpServerTest, CompleteResponseDoesNotReportClientGone) {
   auto observer = std::make_shared<counting_observer>();
   serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
