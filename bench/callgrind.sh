@@ -8,9 +8,25 @@
 # intake, the 504, the upstream close and the tree's teardown), KEEP_CALLGRIND=dir (keep the
 # profiles for callgrind_annotate), ACCESS_LOG=1 (write the access line, as the bench's tether
 # does; by default the log level is warn and the count leaves the line out).
+# bench/callgrind.sh --floor [N=2000] counts the same for tether-actor-floor instead: the actor
+# tree of a request with none of tether's work in it (bench/floor/actor_floor.cpp).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
+if [ "${1:-}" = "--floor" ]; then
+  command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind is not installed" >&2; exit 1; }
+  n="${2:-2000}"
+  work="$(mktemp -d "${TMPDIR:-/tmp}/tether-callgrind.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+  for count in 0 "$n"; do
+    valgrind --tool=callgrind --callgrind-out-file="$work/floor.$count" \
+      "$build/bench/tether-actor-floor" "$count" >/dev/null 2>&1
+  done
+  idle=$(sed -n 's/^totals: //p' "$work/floor.0")
+  busy=$(sed -n 's/^totals: //p' "$work/floor.$n")
+  echo "actor tree instructions per request: $(( (busy - idle) / n )) (N=$n; idle $idle, busy $busy)"
+  exit 0
+fi
 n="${1:-300}"
 port="${PORT:-19601}"
 mock_port=$((port - 1))
