@@ -7,7 +7,11 @@
 # MODEL (default mock: answers at once; mock-hang with DEADLINE_MS=5 counts the deadline's path:
 # intake, the 504, the upstream close and the tree's teardown), KEEP_CALLGRIND=dir (keep the
 # profiles for callgrind_annotate), ACCESS_LOG=1 (write the access line, as the bench's tether
-# does; by default the log level is warn and the count leaves the line out).
+# does; by default the log level is warn and the count leaves the line out), CPUS (default 0:
+# tether is pinned to that CPU list, as bench/run.sh pins it, so it runs one CAF worker; "all"
+# leaves it unpinned: one worker per CPU, and the count takes in their hand-offs — 115.0k
+# against 106.7k instructions per request at 01299c8 on two CPUs; the figures in the README's
+# history before that are unpinned ones).
 # bench/callgrind.sh --floor [N=2000] counts the same for tether-actor-floor instead: the actor
 # tree of a request with none of tether's work in it (bench/floor/actor_floor.cpp).
 set -euo pipefail
@@ -46,10 +50,13 @@ pids+=($!)
   --mock "127.0.0.1:$mock_port" --cap 8 >"$work/tether.toml"
 if [ -z "${ACCESS_LOG:-}" ]; then sed -i 's/log_level = "info"/log_level = "warn"/' "$work/tether.toml"; fi
 
+pin=()
+if [ "${CPUS:-0}" != "all" ]; then pin=(taskset -c "${CPUS:-0}"); fi
+
 # Prints the instructions of one tether life serving `count` requests.
 measure() {
   local count="$1" out="$work/callgrind.$1"
-  valgrind --tool=callgrind --callgrind-out-file="$out" "$build/actors/tether" \
+  "${pin[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" "$build/actors/tether" \
     --config "$work/tether.toml" >"$work/tether.log" 2>&1 &
   local pid=$!
   for _ in $(seq 300); do curl -sf -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.2; done
