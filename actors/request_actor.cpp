@@ -382,7 +382,10 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       // Once the 504 is written the telling can wait until the io thread has caught up
       // (net/notice_outbox.hpp): at a storm of expiries the tree's teardown then no longer takes
       // turns on the CPU with the 504s still to be written. An interruption still to be sent
-      // cannot wait.
+      // cannot wait. The upstream sockets of an answered request are closed behind the other
+      // expiries of the same round, whose callers are still waiting: bench deadline storm, 13
+      // interleaved storm-only runs a side, answer p99 ≤ 5 ms in 11 (2.4–3.8 ms) against 4, and
+      // no upstream connection > 5 ms past its deadline in 10 against 4 (close p99 4.2–4.8 ms).
       std::weak_ptr<cancel_hub> weak_hub = st->spec.hub;
       std::weak_ptr<net::response_channel> weak_channel = st->channel;
       st->timers->track(st->channel->run_at(*st->deadline.due(), [weak_hub, weak_channel,
@@ -401,7 +404,11 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
             answered = true;
           }
         }
-        hub->cancel_all();
+        if (answered) {
+          net::defer_behind_queued([hub] { hub->cancel_all(); });
+        } else {
+          hub->cancel_all();  // a stream already begun: its upstream goes at once
+        }
         net::post_notice(
             [owner, answered, at] {
               if (auto a = caf::actor_cast<caf::actor>(owner))

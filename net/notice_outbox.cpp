@@ -53,6 +53,15 @@ void post_flush(outbox& box) {
 
 }  // namespace
 
+void defer_behind_queued(std::function<void()> work) {
+  auto& box = this_thread_outbox;
+  if (box.context == nullptr) {
+    work();
+    return;
+  }
+  asio::post(*box.context, std::move(work));
+}
+
 namespace detail {
 
 bool queues(notice_timing timing) noexcept {

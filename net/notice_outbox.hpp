@@ -39,6 +39,11 @@ void queue_notice(std::function<void()> notice, notice_timing timing);
 void bind_notice_outbox(void* context);
 }  // namespace detail
 
+// Runs `work` on the calling io thread behind the handlers already queued there — the other
+// timers due in the same round of the reactor — or at once off the io threads (and on those of
+// an io_runtime with more than one thread).
+void defer_behind_queued(std::function<void()> work);
+
 // Runs `notice` now, or queues it on the calling io thread's outbox. Off the io threads (and on
 // those of an io_runtime with more than one thread) it runs at once.
 template <class F>

@@ -51,6 +51,33 @@ TEST_F(NoticeOutboxTest, OnTheIoThreadAReportRunsAtOnceWhenNothingIsHeld) {
   EXPECT_TRUE(result.get());
 }
 
+TEST_F(NoticeOutboxTest, OffTheIoThreadDeferredWorkRunsAtOnce) {
+  int ran = 0;
+  defer_behind_queued([&] { ++ran; });
+  EXPECT_EQ(ran, 1);
+}
+
+// Two expiries due in one round: the second's answer goes before the first's deferred work.
+TEST_F(NoticeOutboxTest, OnTheIoThreadDeferredWorkRunsBehindTheHandlersAlreadyQueued) {
+  asio::post(ctx(), [this] {
+    log_.push_back("first answered");
+    defer_behind_queued([this] { log_.push_back("first's upstream closed"); });
+    log_.push_back("first done");
+  });
+  asio::post(ctx(), [this] {
+    log_.push_back("second answered");
+    defer_behind_queued([this] {
+      log_.push_back("second's upstream closed");
+      done_.set_value();
+    });
+  });
+  auto done = done_.get_future();
+  ASSERT_EQ(done.wait_for(2s), std::future_status::ready);
+  EXPECT_EQ(log_,
+            (std::vector<std::string>{"first answered", "first done", "second answered",
+                                      "first's upstream closed", "second's upstream closed"}));
+}
+
 // Rounds 0..n-1 stand for the io thread's batches of expiries: each has its successor queued
 // before it holds its notice, as the reactor queues a batch of timer completions together.
 TEST_F(NoticeOutboxTest, HeldNoticesWaitUntilARoundAddsNoneAndKeepTheirOrder) {
