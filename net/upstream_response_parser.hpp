@@ -45,6 +45,7 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
   void on_response_impl(int code, string_view, int version, error_code&) override {
     status_ = code;
     version_ = version;
+    headers_.reserve(8);  // one allocation for a usual response's fields, not one per doubling
   }
   void on_field_impl(boost::beast::http::field, string_view name, string_view value,
                      error_code&) override {
