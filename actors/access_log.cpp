@@ -16,8 +16,10 @@ namespace {
 
 bool json_format = true;
 
-// "2026-11-30T21:03:18.123Z". The seconds' text changes once a second: each thread keeps it.
-void append_iso_now(std::string& out) {
+// "2026-11-30T21:03:18.123Z" (iso_now_size characters) at `out`. The seconds' text changes once
+// a second: each thread keeps it.
+constexpr std::size_t iso_now_size = 24;
+char* write_iso_now(char* out) {
   thread_local std::time_t cached_second = -1;
   thread_local char cached[80];  // 19 used; room for what snprintf could write
   const auto now = std::chrono::system_clock::now();
@@ -32,17 +34,18 @@ void append_iso_now(std::string& out) {
     cached_second = secs;
   }
   const auto milli = static_cast<int>(ms % 1000);
-  out += cached;
-  out += '.';
-  out += static_cast<char>('0' + milli / 100);
-  out += static_cast<char>('0' + milli / 10 % 10);
-  out += static_cast<char>('0' + milli % 10);
-  out += 'Z';
+  out = std::copy(cached, cached + 19, out);
+  *out++ = '.';
+  *out++ = static_cast<char>('0' + milli / 100);
+  *out++ = static_cast<char>('0' + milli / 10 % 10);
+  *out++ = static_cast<char>('0' + milli % 10);
+  *out++ = 'Z';
+  return out;
 }
 
 std::string iso_now() {
-  std::string out;
-  append_iso_now(out);
+  std::string out(iso_now_size, '\0');
+  write_iso_now(out.data());
   return out;
 }
 
@@ -72,94 +75,162 @@ void setup_logging(const std::string& format, const std::string& level) {
 
 namespace {
 
-// A JSON object written field by field: times as plain decimals with µs precision ("12.345"),
-// which a reader of the log can take in at a glance (a generic serializer prints "1.2345E1").
+// A JSON object written field by field into a buffer sized once for the most its fields can take
+// (json_text.hpp), so that each piece is a copy, not a string append with its checks: times as
+// plain decimals with µs precision ("12.345"), which a reader of the log can take in at a glance
+// (a generic serializer prints "1.2345E1").
 class json_line {
  public:
-  explicit json_line(std::size_t capacity) {
-    out_.reserve(capacity);
-    out_.push_back('{');
+  json_line(std::string& out, std::size_t room) : out_(out) {
+    out_.resize(room);
+    p_ = out_.data();
+    *p_++ = '{';
+    open_ = p_;
   }
   json_line& str(std::string_view key, std::string_view value) {
-    append_json_string(key_(key), value);
+    p_ = write_json_string(key_(key), value);
     return *this;
   }
   json_line& now(std::string_view key) {
-    auto& out = key_(key);
-    out += '"';
-    append_iso_now(out);
-    out += '"';
+    p_ = key_(key);
+    *p_++ = '"';
+    p_ = write_iso_now(p_);
+    *p_++ = '"';
     return *this;
   }
   json_line& boolean(std::string_view key, bool v) { return raw(key, v ? "true" : "false"); }
   json_line& integer(std::string_view key, long long v) {
-    append_integer(key_(key), v);
+    p_ = write_integer(key_(key), v);
     return *this;
   }
   json_line& ms(std::string_view key, std::optional<double> v) {
     if (!v) return raw(key, "null");
-    append_decimal_3(key_(key), *v);
+    p_ = write_decimal_3(key_(key), *v);
     return *this;
   }
   json_line& raw(std::string_view key, std::string_view json) {
-    key_(key).append(json);
+    p_ = std::copy(json.begin(), json.end(), key_(key));
     return *this;
   }
-  std::string done() {
-    out_.push_back('}');
-    return std::move(out_);
+  // Starts an array of objects under `key`, the line's last field; each element is begun by
+  // object() and closed by end_object(), the array by end_array().
+  json_line& array(std::string_view key) {
+    p_ = key_(key);
+    *p_++ = '[';
+    open_ = p_;
+    return *this;
   }
-
- private:
-  std::string& key_(std::string_view key) {
-    if (out_.size() > 1) out_.push_back(',');
-    out_.push_back('"');
-    out_.append(key);
-    out_.append("\":");
+  json_line& object() {
+    if (p_ != open_) *p_++ = ',';
+    *p_++ = '{';
+    open_ = p_;
+    return *this;
+  }
+  json_line& end_object() {
+    *p_++ = '}';
+    return *this;
+  }
+  json_line& end_array() {
+    *p_++ = ']';
+    return *this;
+  }
+  std::string_view done() {
+    *p_++ = '}';
+    out_.resize(static_cast<std::size_t>(p_ - out_.data()));
     return out_;
   }
 
-  std::string out_;
+  // Room for a key and its punctuation (quotes, colon, comma), and for the fixed-size values.
+  static std::size_t key_room(std::string_view key) { return key.size() + 4; }
+
+ private:
+  char* key_(std::string_view key) {
+    if (p_ != open_) *p_++ = ',';
+    *p_++ = '"';
+    p_ = std::copy(key.begin(), key.end(), p_);
+    *p_++ = '"';
+    *p_++ = ':';
+    return p_;
+  }
+
+  std::string& out_;
+  char* p_ = nullptr;
+  char* open_ = nullptr;  // just after the latest '{' or '[': no comma before its first field
 };
 
+// The access line's fields; the room is counted from the same list.
+constexpr std::string_view line_keys[] = {
+    "ts",      "type",        "request_id",     "model",         "path",
+    "stream",  "outcome",     "status",         "deadline_ms",   "queue_wait_ms",
+    "ttfb_ms", "duration_ms", "caller_left_ms", "work_ended_ms", "cancel_latency_ms",
+    "attempts"};
+constexpr std::string_view attempt_keys[] = {"upstream", "model",    "status",
+                                             "outcome",  "start_ms", "end_ms"};
+
+std::size_t room_for(const access_record& r) {
+  std::size_t room = 4;  // braces and brackets
+  for (auto key : line_keys) room += json_line::key_room(key) + json_number_max;
+  room += json_string_max(r.request_id.size()) + json_string_max(r.model.size()) +
+          json_string_max(r.path.size()) + json_string_max(to_string(r.result).size());
+  for (const auto& a : r.attempts) {
+    room += 3;  // comma and braces
+    for (auto key : attempt_keys) room += json_line::key_room(key) + json_number_max;
+    room += json_string_max(a.upstream.size()) + json_string_max(a.model.size()) +
+            json_string_max(to_string(a.result).size());
+  }
+  return room;
+}
+
+std::string_view format_access_line_into(std::string& out, const access_record& r) {
+  json_line l{out, room_for(r)};
+  l.now("ts")
+      .str("type", "access")
+      .str("request_id", r.request_id)
+      .str("model", r.model)
+      .str("path", r.path)
+      .boolean("stream", r.stream)
+      .str("outcome", to_string(r.result))
+      .integer("status", r.status)
+      .ms("deadline_ms", r.deadline_ms)
+      .ms("queue_wait_ms", r.queue_wait_ms)
+      .ms("ttfb_ms", r.ttfb_ms)
+      .ms("duration_ms", r.duration_ms)
+      .ms("caller_left_ms", r.caller_left_ms)
+      .ms("work_ended_ms", r.work_ended_ms)
+      .ms("cancel_latency_ms", r.cancel_latency_ms)
+      .array("attempts");
+  for (const auto& a : r.attempts) {
+    l.object().str("upstream", a.upstream).str("model", a.model);
+    if (a.status) {
+      l.integer("status", *a.status);
+    } else {
+      l.raw("status", "null");
+    }
+    l.str("outcome", to_string(a.result))
+        .ms("start_ms", a.start_ms)
+        .ms("end_ms", a.end_ms)
+        .end_object();
+  }
+  l.end_array();
+  return l.done();
+}
+
 }  // namespace
+
+std::string format_access_line(const access_record& r) {
+  std::string out;
+  format_access_line_into(out, r);
+  return out;
+}
 
 void write_access_log(const access_record& r) {
   if (!spdlog::default_logger()->should_log(spdlog::level::info)) return;
   if (json_format) {
-    std::string attempts = "[";
-    for (const auto& a : r.attempts) {
-      if (attempts.size() > 1) attempts.push_back(',');
-      json_line al{160};
-      al.str("upstream", a.upstream).str("model", a.model);
-      if (a.status) {
-        al.integer("status", *a.status);
-      } else {
-        al.raw("status", "null");
-      }
-      al.str("outcome", to_string(a.result)).ms("start_ms", a.start_ms).ms("end_ms", a.end_ms);
-      attempts += al.done();
-    }
-    attempts.push_back(']');
-    json_line l{640};
-    l.now("ts")
-        .str("type", "access")
-        .str("request_id", r.request_id)
-        .str("model", r.model)
-        .str("path", r.path)
-        .boolean("stream", r.stream)
-        .str("outcome", to_string(r.result))
-        .integer("status", r.status)
-        .ms("deadline_ms", r.deadline_ms)
-        .ms("queue_wait_ms", r.queue_wait_ms)
-        .ms("ttfb_ms", r.ttfb_ms)
-        .ms("duration_ms", r.duration_ms)
-        .ms("caller_left_ms", r.caller_left_ms)
-        .ms("work_ended_ms", r.work_ended_ms)
-        .ms("cancel_latency_ms", r.cancel_latency_ms)
-        .raw("attempts", attempts);
+    // Each thread keeps its line's buffer: no allocation per line once it has grown.
+    thread_local std::string line;
     // The line as it is: no format string to parse.
-    spdlog::default_logger_raw()->log(spdlog::level::info, spdlog::string_view_t(l.done()));
+    spdlog::default_logger_raw()->log(spdlog::level::info,
+                                      spdlog::string_view_t(format_access_line_into(line, r)));
   } else {
     auto show = [](const std::optional<double>& v) {
       return v ? fmt::format("{:.1f}", *v) : std::string{"-"};

@@ -41,6 +41,8 @@ struct access_record {
 void setup_logging(const std::string& format, const std::string& level);
 
 void write_access_log(const access_record& r);
+// The line write_access_log writes in the json format.
+std::string format_access_line(const access_record& r);
 
 // Operational messages (start, stop, config, errors) in the configured format.
 void log_info(const std::string& message);

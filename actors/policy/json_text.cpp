@@ -1,5 +1,6 @@
 #include "actors/policy/json_text.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -13,54 +14,66 @@ bool needs_escape(char c) {
   return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
 }
 
-void append_escape(std::string& out, char c) {
+char* write_escape(char* out, char c) {
   static constexpr char hex[] = "0123456789abcdef";
+  *out++ = '\\';
   switch (c) {
     case '"':
-      out += "\\\"";
-      return;
     case '\\':
-      out += "\\\\";
-      return;
+      *out++ = c;
+      return out;
     case '\b':
-      out += "\\b";
-      return;
+      *out++ = 'b';
+      return out;
     case '\f':
-      out += "\\f";
-      return;
+      *out++ = 'f';
+      return out;
     case '\n':
-      out += "\\n";
-      return;
+      *out++ = 'n';
+      return out;
     case '\r':
-      out += "\\r";
-      return;
+      *out++ = 'r';
+      return out;
     case '\t':
-      out += "\\t";
-      return;
+      *out++ = 't';
+      return out;
     default:
-      out += "\\u00";
-      out += hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
-      out += hex[static_cast<unsigned char>(c) & 0xf];
+      *out++ = 'u';
+      *out++ = '0';
+      *out++ = '0';
+      *out++ = hex[(static_cast<unsigned char>(c) >> 4) & 0xf];
+      *out++ = hex[static_cast<unsigned char>(c) & 0xf];
+      return out;
   }
+}
+
+// Appends what `write` writes, given room for at most `max` characters.
+template <class Write>
+void append_written(std::string& out, std::size_t max, Write write) {
+  const auto size = out.size();
+  out.resize(size + max);
+  char* end = write(out.data() + size);
+  out.resize(static_cast<std::size_t>(end - out.data()));
 }
 
 }  // namespace
 
-// Runs of characters that need no escape (nearly all of them) are appended whole.
-void append_json_string(std::string& out, std::string_view text) {
-  out += '"';
+// Runs of characters that need no escape (nearly all of them) are copied whole.
+char* write_json_string(char* out, std::string_view text) {
+  *out++ = '"';
   std::size_t run = 0;
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (!needs_escape(text[i])) continue;
-    out.append(text, run, i - run);
-    append_escape(out, text[i]);
+    out = std::copy(text.data() + run, text.data() + i, out);
+    out = write_escape(out, text[i]);
     run = i + 1;
   }
-  out.append(text, run, text.size() - run);
-  out += '"';
+  out = std::copy(text.data() + run, text.data() + text.size(), out);
+  *out++ = '"';
+  return out;
 }
 
-void append_decimal_3(std::string& out, double v) {
+char* write_decimal_3(char* out, double v) {
   // The usual value (a duration in ms) in integer arithmetic: v × 1000 is off the exact product
   // by at most half an ulp (6.1e-5 below 1e12), so away from a tie its rounding is the exact
   // value's — the one printf and to_chars give. Near a tie, and outside that range, to_chars.
@@ -70,30 +83,41 @@ void append_decimal_3(std::string& out, double v) {
     const double frac = scaled - whole;
     if (std::fabs(frac - 0.5) > 1e-3) {
       const auto thousandths = static_cast<long long>(whole) + (frac > 0.5 ? 1 : 0);
-      append_integer(out, thousandths / 1000);
+      out = write_integer(out, thousandths / 1000);
       const auto rest = static_cast<int>(thousandths % 1000);
-      out += '.';
-      out += static_cast<char>('0' + rest / 100);
-      out += static_cast<char>('0' + rest / 10 % 10);
-      out += static_cast<char>('0' + rest % 10);
-      return;
+      *out++ = '.';
+      *out++ = static_cast<char>('0' + rest / 100);
+      *out++ = static_cast<char>('0' + rest / 10 % 10);
+      *out++ = static_cast<char>('0' + rest % 10);
+      return out;
     }
   }
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, 3);
-  if (r.ec == std::errc{}) {
-    out.append(buf, r.ptr);
-    return;
-  }
-  // Only a value too long for the buffer (beyond 1e60) gets here.
+  const auto r = std::to_chars(out, out + json_number_max, v, std::chars_format::fixed, 3);
+  if (r.ec == std::errc{}) return r.ptr;
+  // Only a value too long for the room (beyond 1e60) gets here.
+  char buf[json_number_max];
   const int n = std::snprintf(buf, sizeof buf, "%.3e", v);
-  if (n > 0) out.append(buf, static_cast<std::size_t>(n));
+  return n > 0 ? std::copy(buf,
+                           buf + std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1),
+                           out)
+               : out;
+}
+
+char* write_integer(char* out, long long v) {
+  return std::to_chars(out, out + json_number_max, v).ptr;
+}
+
+void append_json_string(std::string& out, std::string_view text) {
+  append_written(out, json_string_max(text.size()),
+                 [&](char* at) { return write_json_string(at, text); });
+}
+
+void append_decimal_3(std::string& out, double v) {
+  append_written(out, json_number_max, [&](char* at) { return write_decimal_3(at, v); });
 }
 
 void append_integer(std::string& out, long long v) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
+  append_written(out, json_number_max, [&](char* at) { return write_integer(at, v); });
 }
 
 }  // namespace tether
