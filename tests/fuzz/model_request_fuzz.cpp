@@ -1,11 +1,17 @@
 // Request-body inspection and the model rewrite (actors/policy/model_request.hpp). Beyond "no
-// crash": whatever inspect accepts, rewrite_model must change the `model` value and nothing
-// else — byte for byte outside that one token — and the result must inspect to the new model.
+// crash": inspect answers as the document-building reference below does, to the letter of its
+// error messages; whatever inspect accepts, rewrite_model must change the `model` value and
+// nothing else — byte for byte outside that one token — and the result must inspect to the new
+// model.
+#include <algorithm>
 #include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
+#include <vector>
 
 #include "actors/policy/model_request.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
@@ -69,11 +75,104 @@ void check_rewrite(std::string_view body, const tether::model_request_info& info
                     boost::json::serialize(without_model(body)));
 }
 
+// Every key of the top-level object, decoded, in order, duplicates included.
+struct key_lister {
+  static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
+  using ec_t = boost::json::error_code;
+  using sv = boost::json::string_view;
+  std::vector<std::string> keys;
+  std::string part;
+  int depth = 0;
+  bool on_document_begin(ec_t&) { return true; }
+  bool on_document_end(ec_t&) { return true; }
+  bool on_object_begin(ec_t&) { return ++depth, true; }
+  bool on_object_end(std::size_t, ec_t&) { return --depth, true; }
+  bool on_array_begin(ec_t&) { return ++depth, true; }
+  bool on_array_end(std::size_t, ec_t&) { return --depth, true; }
+  bool on_key_part(sv s, std::size_t, ec_t&) { return part.append(s.data(), s.size()), true; }
+  bool on_key(sv s, std::size_t, ec_t&) {
+    part.append(s.data(), s.size());
+    if (depth == 1) keys.push_back(part);
+    part.clear();
+    return true;
+  }
+  bool on_string_part(sv, std::size_t, ec_t&) { return true; }
+  bool on_string(sv, std::size_t, ec_t&) { return true; }
+  bool on_number_part(sv, ec_t&) { return true; }
+  bool on_int64(std::int64_t, sv, ec_t&) { return true; }
+  bool on_uint64(std::uint64_t, sv, ec_t&) { return true; }
+  bool on_double(double, sv, ec_t&) { return true; }
+  bool on_bool(bool, ec_t&) { return true; }
+  bool on_null(ec_t&) { return true; }
+  bool on_comment_part(sv, ec_t&) { return true; }
+  bool on_comment(sv, ec_t&) { return true; }
+};
+
+std::vector<std::string> top_level_keys(std::string_view body) {
+  boost::json::parse_options opts;
+  opts.max_depth = max_depth;
+  boost::json::basic_parser<key_lister> p{opts};
+  boost::system::error_code ec;
+  p.write_some(false, body.data(), body.size(), ec);
+  return std::move(p.handler().keys);
+}
+
+// What inspect_model_request answered when it built the document with boost::json::parse (before
+// it read the facts while the parser validated, with no document): the reference it must agree
+// with, error messages included.
+std::variant<tether::model_request_info, tether::body_error> reference_inspect(
+    std::string_view body) {
+  if (body.empty()) return tether::body_error{"request body is empty; a JSON object is required"};
+  boost::json::parse_options opts;
+  opts.max_depth = max_depth;
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(body, ec, {}, opts);
+  if (ec) {
+    if (ec == boost::json::error::too_deep) {
+      return tether::body_error{"request JSON is nested deeper than " + std::to_string(max_depth)};
+    }
+    return tether::body_error{"request body is not valid JSON (" + ec.message() + ")"};
+  }
+  if (!doc.is_object()) return tether::body_error{"request body must be a JSON object"};
+  // The document keeps one member per key: the top-level keys are listed by a parser of their own.
+  const auto keys = top_level_keys(body);
+  if (std::count(keys.begin(), keys.end(), "model") > 1)
+    return tether::body_error{"request body has more than one `model` key"};
+  const auto& obj = doc.as_object();
+  auto it = obj.find("model");
+  if (it == obj.end()) return tether::body_error{"`model` is required"};
+  if (!it->value().is_string()) return tether::body_error{"`model` must be a string"};
+  tether::model_request_info info;
+  info.model = std::string(it->value().as_string());
+  if (auto s = obj.find("stream"); s != obj.end()) {
+    if (s->value().is_bool()) {
+      info.stream = s->value().as_bool();
+    } else if (!s->value().is_null()) {
+      return tether::body_error{"`stream` must be a boolean"};
+    }
+  }
+  return info;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   auto result = tether::inspect_model_request(body, max_depth);
+  // The same answer as the document-building reference, to the letter.
+  const auto reference = reference_inspect(body);
+  TETHER_FUZZ_CHECK(result.index() == reference.index());
+  if (const auto* info = std::get_if<tether::model_request_info>(&result)) {
+    const auto& ref = std::get<tether::model_request_info>(reference);
+    TETHER_FUZZ_CHECK(info->model == ref.model);
+    TETHER_FUZZ_CHECK(info->stream == ref.stream);
+  } else {
+    TETHER_FUZZ_CHECK(std::get<tether::body_error>(result).message ==
+                      std::get<tether::body_error>(reference).message);
+  }
   if (const auto* info = std::get_if<tether::model_request_info>(&result)) {
     check_rewrite(body, *info);
   } else {

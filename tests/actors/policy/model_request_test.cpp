@@ -51,6 +51,22 @@ TEST(ModelRequestTest, DuplicateModelKeysAreRefused) {
   EXPECT_NE(error(R"({"model":"a","mod\u0065l":"b"})").find("more than one"), std::string::npos);
 }
 
+// The top-level members are told apart by their decoded keys, and a repeated key's last value
+// counts, as in the parsed document; nested members and trailing bytes are what they were.
+TEST(ModelRequestTest, MembersAreReadAsTheParsedDocumentHasThem) {
+  EXPECT_TRUE(ok(R"({"str\u0065am":true,"model":"a"})").stream);
+  EXPECT_FALSE(ok(R"({"model":"a","stream":true,"stream":false})").stream);
+  EXPECT_TRUE(ok(R"({"model":"a","stream":"x","stream":true})").stream);
+  EXPECT_NE(error(R"({"model":"a","stream":true,"stream":[]})").find("stream"), std::string::npos);
+  EXPECT_EQ(ok(R"({"x":{"model":1,"stream":"no"},"model":"top"})").model, "top");
+  EXPECT_EQ(ok(R"({"model":"a\"b\u00fc"})").model, "a\"b\xc3\xbc");
+  EXPECT_EQ(ok(R"({"m":[{"model":"deep"}],"model":"x"})").model, "x");
+  EXPECT_NE(error(R"({"x":{"model":"nested only"}})").find("required"), std::string::npos);
+  EXPECT_NE(error(R"({"model":"a"} {})").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error(R"({"model":{"a":1}})").find("string"), std::string::npos);
+  EXPECT_NE(error(R"("model")").find("object"), std::string::npos);
+}
+
 TEST(ModelRequestTest, RewriteReplacesOnlyTheTopLevelModelAndKeepsEverythingElse) {
   std::string body =
       R"({ "messages":[{"role":"user","content":"model \"x\", {\"model\":1}"}], "model" : "pub",)"
