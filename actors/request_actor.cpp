@@ -269,7 +269,10 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     auto& req = a.connection.request;
     req.method = "POST";
     req.target = up.url.path_prefix + st->spec.path;
-    req.body = rewrite_model(st->spec.body, dep.upstream_model);
+    // The caller's bytes as they are when the deployment serves the model under the same name.
+    req.body = dep.upstream_model == st->spec.model
+                   ? st->spec.body
+                   : rewrite_model(st->spec.body, dep.upstream_model);
     req.headers.reserve(6);  // the most pushed below: one allocation instead of four
     req.headers.push_back({"content-type", "application/json"});
     if (st->spec.stream) req.headers.push_back({"accept", "text/event-stream"});
