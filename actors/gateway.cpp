@@ -103,10 +103,11 @@ void gateway::answer_model_refusal(const net::incoming_request& req, const std::
   auto elapsed =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - req.arrival)
           .count();
+  const auto path = path_of(req.target);
   access_record r;
   r.request_id = request_id;
   r.model = model;
-  r.path = path_of(req.target);
+  r.path = path;
   r.result = o;
   r.status = status;
   r.duration_ms = elapsed;

@@ -15,8 +15,10 @@
 // work really ended (work_ended_ms) and how long a cancel took to reach the socket.
 #include "actors/request_actor.hpp"
 
+#include <algorithm>
 #include <atomic>
-#include <set>
+
+#include <boost/container/small_vector.hpp>
 
 #include "actors/access_log.hpp"
 #include "actors/actor_timers.hpp"
@@ -47,7 +49,8 @@ struct request_state {
   const std::vector<std::string>* chain = nullptr;  // requested model, then its fallbacks
   std::size_t chain_pos = 0;
   std::uint32_t model_attempts = 0;
-  std::vector<std::size_t> tried;
+  // Inline room for a request's usual attempts (one, a retry or two): no allocation per request.
+  boost::container::small_vector<std::size_t, 4> tried;
   retry_policy::history history;
 
   phase now = phase::attempting;
@@ -55,7 +58,7 @@ struct request_state {
   std::size_t attempt_deployment = 0;
   std::uint64_t backoff_generation = 0;
 
-  std::set<caf::actor_addr> live_attempts;
+  boost::container::small_vector<caf::actor_addr, 2> live_attempts;
   // Connection actors started by this request's attempts (counted by them before each spawn) and
   // those whose work_ended came: the request outlives every connection.
   std::atomic<std::uint32_t> connections_started{0};
@@ -70,7 +73,7 @@ struct request_state {
 
   outcome result = outcome::internal_error;
   int status = 0;
-  std::vector<attempt_record> attempts;
+  boost::container::small_vector<attempt_record, 2> attempts;
   std::unique_ptr<request_trace> trace;
   std::shared_ptr<actor_timers> timers;
 
@@ -144,7 +147,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     if (st->caller_left_ns) r.caller_left_ms = st->ms_since_arrival(*st->caller_left_ns);
     if (st->last_work_end_ns) r.work_ended_ms = st->ms_since_arrival(*st->last_work_end_ns);
     r.cancel_latency_ms = st->cancel_latency_ms;
-    r.attempts = st->attempts;
+    r.attempts = {st->attempts.data(), st->attempts.size()};
     // Counted before the line is written: whoever has seen the line sees it in /metrics too.
     st->rt->stats->request_done(st->spec.model, st->result, r.duration_ms / 1000.0);
     write_access_log(r);
@@ -244,7 +247,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       return;
     }
     const auto& model = (*st->chain)[st->chain_pos];
-    auto dep_index = rt->routes->choose(model, st->tried);
+    auto dep_index = rt->routes->choose(model, {st->tried.data(), st->tried.size()});
     if (!dep_index) {
       answer_error(outcome::internal_error, "no deployment for a configured model");
       return;
@@ -296,7 +299,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     st->attempt = self->spawn<caf::linked>(attempt_actor, st->rt, caf::actor_cast<caf::actor>(self),
                                            std::move(a));
     self->monitor(st->attempt);
-    st->live_attempts.insert(st->attempt.address());
+    st->live_attempts.push_back(st->attempt.address());
     st->now = phase::attempting;
     attempt_record rec;
     rec.upstream = up.name;
@@ -356,7 +359,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
 
   self->set_down_handler(
       [st, after_failure, record_attempt_end, release_attempt, maybe_quit](caf::down_msg& msg) {
-        if (st->live_attempts.erase(msg.source) > 0) {
+        if (auto live = std::find(st->live_attempts.begin(), st->live_attempts.end(), msg.source);
+            live != st->live_attempts.end()) {
+          st->live_attempts.erase(live);
           // An attempt that is still current never reported: it crashed. A failed attempt.
           // An earlier attempt's down_msg can arrive after its successor started (a retry
           // without backoff): that one is not the current attempt and must not release it.

@@ -50,7 +50,7 @@ const std::vector<std::string>& router::fallbacks_of(const std::string& model) c
 }
 
 std::optional<std::size_t> router::choose(const std::string& model,
-                                          const std::vector<std::size_t>& tried) const {
+                                          std::span<const std::size_t> tried) const {
   auto it = by_model_.find(model);
   if (it == by_model_.end() || it->second.empty()) return std::nullopt;
   const auto& candidates = it->second;

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,7 @@ class router {
   std::size_t size() const { return deployments_.size(); }
 
   std::optional<std::size_t> choose(const std::string& model,
-                                    const std::vector<std::size_t>& tried) const;
+                                    std::span<const std::size_t> tried) const;
   void attempt_started(std::size_t index) { in_flight_[index].fetch_add(1); }
   void attempt_ended(std::size_t index) { in_flight_[index].fetch_sub(1); }
   int in_flight(std::size_t index) const { return in_flight_[index].load(); }

@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -65,7 +66,8 @@ TEST(AccessLogTest, TimesHaveThreeDecimalsAsWritten) {
 TEST(AccessLogTest, StringsAreEscaped) {
   auto r = sample();
   r.request_id = "a\"b\\c\nd\x01";
-  r.model = std::string(300, '\x02');  // every character escaped: the most room a string takes
+  const std::string model(300, '\x02');  // every character escaped: the most room a string takes
+  r.model = model;
   const auto o = parse(format_access_line(r));
   EXPECT_EQ(o.at("request_id"), "a\"b\\c\nd\x01");
   EXPECT_EQ(std::string(o.at("model").as_string()), std::string(300, '\x02'));
@@ -84,7 +86,8 @@ TEST(AccessLogTest, AttemptsAreListedInOrderWithTheirOwnFields) {
   second.upstream = "fallback \"b\"";
   second.model = "m2";
   second.start_ms = 11;
-  r.attempts = {first, second};
+  const std::vector<attempt_record> records{first, second};
+  r.attempts = records;
   const auto o = parse(format_access_line(r));
   const auto& attempts = o.at("attempts").as_array();
   ASSERT_EQ(attempts.size(), 2u);
@@ -105,14 +108,16 @@ TEST(AccessLogTest, AttemptsAreListedInOrderWithTheirOwnFields) {
 
 TEST(AccessLogTest, ManyAttemptsWithLongNamesStillMakeOneValidLine) {
   auto r = sample();
+  std::vector<attempt_record> attempts;
   for (int i = 0; i < 50; ++i) {
     attempt_record a;
     a.upstream = std::string(200, 'u');
     a.model = std::string(100, '\x1f');
     a.status = 500;
     a.start_ms = 1e300;  // far past fixed notation's usual width
-    r.attempts.push_back(a);
+    attempts.push_back(a);
   }
+  r.attempts = attempts;
   const auto o = parse(format_access_line(r));
   EXPECT_EQ(o.at("attempts").as_array().size(), 50u);
 }

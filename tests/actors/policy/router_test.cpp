@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 namespace tether {
 namespace {
@@ -82,8 +83,10 @@ TEST(RouterTest, ARetryPrefersADeploymentNotTriedYetEvenIfBusier) {
   router r{two_deployments()};
   r.attempt_started(2);
   r.attempt_started(2);
-  EXPECT_EQ(*r.choose("llama", {0}), 2u);
-  EXPECT_EQ(*r.choose("llama", {0, 2}), 0u);  // all tried: back to the least busy
+  const std::vector<std::size_t> first{0};
+  const std::vector<std::size_t> both{0, 2};
+  EXPECT_EQ(*r.choose("llama", first), 2u);
+  EXPECT_EQ(*r.choose("llama", both), 0u);  // all tried: back to the least busy
 }
 
 }  // namespace
