@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
@@ -75,24 +76,25 @@ void setup_logging(const std::string& format, const std::string& level) {
 
 namespace {
 
-// A JSON object written field by field into a buffer sized once for the most its fields can take
-// (json_text.hpp), so that each piece is a copy, not a string append with its checks: times as
-// plain decimals with µs precision ("12.345"), which a reader of the log can take in at a glance
-// (a generic serializer prints "1.2345E1").
+// A JSON object written field by field into one buffer: each field first makes sure of the room
+// the most it can take needs (json_text.hpp's bounds), then writes by copying, not by a string
+// append with its checks per piece: times as plain decimals with µs precision ("12.345"), which a
+// reader of the log can take in at a glance (a generic serializer prints "1.2345E1").
 class json_line {
  public:
-  json_line(std::string& out, std::size_t room) : out_(out) {
-    out_.resize(room);
+  // `out` is reused: its capacity (per thread, write_access_log) usually holds the line already.
+  explicit json_line(std::string& out) : out_(out) {
+    out_.resize(std::max(out_.capacity(), initial_room));
     p_ = out_.data();
     *p_++ = '{';
     open_ = p_;
   }
   json_line& str(std::string_view key, std::string_view value) {
-    p_ = write_json_string(key_(key), value);
+    p_ = write_json_string(key_(key, json_string_max(value.size())), value);
     return *this;
   }
   json_line& now(std::string_view key) {
-    p_ = key_(key);
+    p_ = key_(key, iso_now_size + 2);
     *p_++ = '"';
     p_ = write_iso_now(p_);
     *p_++ = '"';
@@ -100,51 +102,66 @@ class json_line {
   }
   json_line& boolean(std::string_view key, bool v) { return raw(key, v ? "true" : "false"); }
   json_line& integer(std::string_view key, long long v) {
-    p_ = write_integer(key_(key), v);
+    p_ = write_integer(key_(key, json_number_max), v);
     return *this;
   }
   json_line& ms(std::string_view key, std::optional<double> v) {
     if (!v) return raw(key, "null");
-    p_ = write_decimal_3(key_(key), *v);
+    p_ = write_decimal_3(key_(key, json_number_max), *v);
     return *this;
   }
   json_line& raw(std::string_view key, std::string_view json) {
-    p_ = std::copy(json.begin(), json.end(), key_(key));
+    p_ = std::copy(json.begin(), json.end(), key_(key, json.size()));
     return *this;
   }
   // Starts an array of objects under `key`, the line's last field; each element is begun by
   // object() and closed by end_object(), the array by end_array().
   json_line& array(std::string_view key) {
-    p_ = key_(key);
+    p_ = key_(key, 1);
     *p_++ = '[';
     open_ = p_;
     return *this;
   }
   json_line& object() {
+    room(2);
     if (p_ != open_) *p_++ = ',';
     *p_++ = '{';
     open_ = p_;
     return *this;
   }
   json_line& end_object() {
+    room(1);
     *p_++ = '}';
     return *this;
   }
   json_line& end_array() {
+    room(1);
     *p_++ = ']';
     return *this;
   }
+  // The line, at the start of `out`; `out` keeps its size, so that the next line's resize to
+  // its capacity writes nothing.
   std::string_view done() {
+    room(1);
     *p_++ = '}';
-    out_.resize(static_cast<std::size_t>(p_ - out_.data()));
-    return out_;
+    return {out_.data(), static_cast<std::size_t>(p_ - out_.data())};
   }
 
-  // Room for a key and its punctuation (quotes, colon, comma), and for the fixed-size values.
-  static std::size_t key_room(std::string_view key) { return key.size() + 4; }
-
  private:
-  char* key_(std::string_view key) {
+  static constexpr std::size_t initial_room = 1024;  // a usual line is ≈450 characters
+
+  // At least n more characters fit after p_ (growing keeps what is written, moves the marks).
+  void room(std::size_t n) {
+    const auto used = static_cast<std::size_t>(p_ - out_.data());
+    if (out_.size() - used >= n) return;
+    const auto open = static_cast<std::size_t>(open_ - out_.data());
+    out_.resize(std::max(out_.size() * 2, used + n));
+    p_ = out_.data() + used;
+    open_ = out_.data() + open;
+  }
+  // The key and its punctuation, with room for a value of at most value_max characters after.
+  char* key_(std::string_view key, std::size_t value_max) {
+    room(key.size() + 4 + value_max);  // comma, quotes, colon
     if (p_ != open_) *p_++ = ',';
     *p_++ = '"';
     p_ = std::copy(key.begin(), key.end(), p_);
@@ -158,31 +175,8 @@ class json_line {
   char* open_ = nullptr;  // just after the latest '{' or '[': no comma before its first field
 };
 
-// The access line's fields; the room is counted from the same list.
-constexpr std::string_view line_keys[] = {
-    "ts",      "type",        "request_id",     "model",         "path",
-    "stream",  "outcome",     "status",         "deadline_ms",   "queue_wait_ms",
-    "ttfb_ms", "duration_ms", "caller_left_ms", "work_ended_ms", "cancel_latency_ms",
-    "attempts"};
-constexpr std::string_view attempt_keys[] = {"upstream", "model",    "status",
-                                             "outcome",  "start_ms", "end_ms"};
-
-std::size_t room_for(const access_record& r) {
-  std::size_t room = 4;  // braces and brackets
-  for (auto key : line_keys) room += json_line::key_room(key) + json_number_max;
-  room += json_string_max(r.request_id.size()) + json_string_max(r.model.size()) +
-          json_string_max(r.path.size()) + json_string_max(to_string(r.result).size());
-  for (const auto& a : r.attempts) {
-    room += 3;  // comma and braces
-    for (auto key : attempt_keys) room += json_line::key_room(key) + json_number_max;
-    room += json_string_max(a.upstream.size()) + json_string_max(a.model.size()) +
-            json_string_max(to_string(a.result).size());
-  }
-  return room;
-}
-
 std::string_view format_access_line_into(std::string& out, const access_record& r) {
-  json_line l{out, room_for(r)};
+  json_line l{out};
   l.now("ts")
       .str("type", "access")
       .str("request_id", r.request_id)
@@ -219,7 +213,7 @@ std::string_view format_access_line_into(std::string& out, const access_record& 
 
 std::string format_access_line(const access_record& r) {
   std::string out;
-  format_access_line_into(out, r);
+  out.resize(format_access_line_into(out, r).size());
   return out;
 }
 
