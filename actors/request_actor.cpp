@@ -393,7 +393,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       // cannot wait. The upstream sockets of an answered request are closed behind the other
       // expiries of the same round, whose callers are still waiting: bench deadline storm, 13
       // interleaved storm-only runs a side, answer p99 ≤ 5 ms in 11 (2.4–3.8 ms) against 4, and
-      // no upstream connection > 5 ms past its deadline in 10 against 4 (close p99 4.2–4.8 ms).
+      // no upstream connection > 5 ms past its deadline in 10 against 4 (close p99 4.0–5.0 ms).
       std::weak_ptr<cancel_hub> weak_hub = st->spec.hub;
       std::weak_ptr<net::response_channel> weak_channel = st->channel;
       st->timers->track(st->channel->run_at(*st->deadline.due(), [weak_hub, weak_channel,
