@@ -245,9 +245,9 @@ void downstream_session::do_wait_request() {
   phase_ = phase::waiting;
   arm_timer(timer_use::idle, fresh_ ? connected_ + context_->limits.header_timeout
                                     : steady::now() + context_->limits.keepalive_timeout);
-  // The peek that watched the client during the response (do_watch_read) is still pending and
+  // The wait that watched the client during the response (do_watch_read) is still pending and
   // now waits for the next request.
-  do_peek();
+  do_wait_readable();
 }
 
 // The first bytes of a request are read with recvmsg, which also gives the kernel's receive
@@ -260,16 +260,16 @@ void downstream_session::do_wait_request() {
 // One wait serves every phase: it watches for the client leaving during an exchange and then,
 // still pending, becomes the wait for the next request — no cancel and no new read per request.
 // An error, a reset or the close is learnt by the read that follows it.
-void downstream_session::do_peek() {
-  if (peek_pending_) return;
-  peek_pending_ = true;
+void downstream_session::do_wait_readable() {
+  if (wait_pending_) return;
+  wait_pending_ = true;
   stream_.socket().async_wait(
       tcp::socket::wait_read,
-      beast::bind_front_handler(&downstream_session::on_peek, shared_from_this()));
+      beast::bind_front_handler(&downstream_session::on_readable, shared_from_this()));
 }
 
-void downstream_session::on_peek(beast::error_code ec) {
-  peek_pending_ = false;
+void downstream_session::on_readable(beast::error_code ec) {
+  wait_pending_ = false;
   switch (phase_) {
     case phase::closed:
     case phase::reading:  // a pipelined request is being read from the buffer
@@ -315,7 +315,7 @@ bool would_block(const stamped_read& read) {
 void downstream_session::on_request_bytes() {
   const auto read = read_into_buffer(read_chunk);
   if (would_block(read)) {
-    do_peek();
+    do_wait_readable();
     return;
   }
   if (read.n <= 0) {  // EOF or reset
@@ -366,7 +366,7 @@ void downstream_session::on_lingering_bytes() {
     return;
   }
   buffer_.consume(buffer_.size());
-  do_peek();
+  do_wait_readable();
 }
 
 void downstream_session::do_read_header() {
@@ -592,10 +592,10 @@ bool downstream_session::current(std::uint64_t exchange) const {
   return exchange == exchange_ && phase_ == phase::exchange && !response_complete_;
 }
 
-// Keeps the peek pending while the handler works: it is the only way to see the client leave.
+// Keeps the wait pending while the handler works: it is the only way to see the client leave.
 void downstream_session::do_watch_read() {
   if (phase_ != phase::exchange || buffer_.size() >= pipeline_cap) return;
-  do_peek();
+  do_wait_readable();
 }
 
 void downstream_session::post_send_full(std::uint64_t exchange, int status, header_list headers,
@@ -749,7 +749,7 @@ void downstream_session::on_exchange_done() {
   // A pipelined request goes on from the io queue: answered at once (a refusal, say), it would
   // otherwise recurse through the synchronous write, one level per request in the buffer.
   if (buffer_.size() > 0) {
-    phase_ = phase::reading;  // a peek completing meanwhile is dropped: it consumed nothing
+    phase_ = phase::reading;  // a wait completing meanwhile is dropped: it consumed nothing
     asio::post(strand_, [self = shared_from_this()] { self->do_wait_request(); });
     return;
   }
@@ -766,7 +766,7 @@ void downstream_session::do_linger() {
             steady::now() + std::min<std::chrono::milliseconds>(linger_timeout,
                                                                 context_->limits.header_timeout));
   buffer_.consume(buffer_.size());
-  do_peek();
+  do_wait_readable();
 }
 
 void downstream_session::do_close() {

@@ -70,8 +70,8 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   using parser_type = downstream_request_parser;
 
   void do_wait_request();
-  void do_peek();
-  void on_peek(boost::beast::error_code ec);
+  void do_wait_readable();
+  void on_readable(boost::beast::error_code ec);
   stamped_read read_into_buffer(std::size_t limit);
   void on_request_bytes();
   void on_pipelined_bytes();
@@ -145,7 +145,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   bool streaming_ = false;
   bool response_complete_ = false;
   std::shared_ptr<exchange_observer> observer_;
-  bool peek_pending_ = false;  // one readiness wait serves the wait, the watch and the linger
+  bool wait_pending_ = false;  // one readiness wait serves the wait, the watch and the linger
   // When the first bytes of a pipelined request reached the host.
   std::optional<moment> buffered_arrival_;
 

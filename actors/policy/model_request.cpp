@@ -85,7 +85,7 @@ class scanner {
 };
 
 // The value spans of the top-level keys named "model" (escapes in the key decoded): the first
-// one and how many there are. No allocation: it runs twice per request.
+// one and how many there are. No allocation: rewrite_model runs it for every attempt.
 struct model_spans {
   span first;
   std::size_t count = 0;
@@ -194,7 +194,7 @@ class body_facts {
     if (depth_ != 1) return true;
     if (member_ == member::model) {
       model_is_string = kind == value_kind::string;
-      if (!model_is_string) model.clear();
+      model.clear();  // a string's parts follow
     } else if (member_ == member::stream) {
       stream = kind;
     }
@@ -219,7 +219,6 @@ class body_facts {
     if (!in_string_) {
       in_string_ = true;
       value(value_kind::string);
-      if (depth_ == 1 && member_ == member::model) model.clear();
     }
     if (depth_ == 1 && member_ == member::model) model.append(s.data(), s.size());
   }
