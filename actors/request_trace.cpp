@@ -20,7 +20,6 @@ bool is_failure(outcome o) {
 request_trace::request_trace(net::otlp_exporter* exporter, const std::string* incoming,
                              std::int64_t arrival_steady_ns)
     : exporter_(exporter), start_ns_(arrival_steady_ns) {
-  steady_to_unix_ = static_cast<std::int64_t>(net::unix_nano_now()) - steady_now_ns();
   std::optional<trace_context> joined;
   if (incoming != nullptr) joined = parse_traceparent(*incoming);
   if (joined) {
@@ -30,7 +29,12 @@ request_trace::request_trace(net::otlp_exporter* exporter, const std::string* in
   } else {
     server_.trace_id = new_trace_id();
   }
-  server_.span_id = new_span_id();
+  // The SERVER span's id and clock only matter to a span that is exported: the attempts'
+  // traceparents carry their own span ids.
+  if (exporter_ != nullptr) {
+    steady_to_unix_ = static_cast<std::int64_t>(net::unix_nano_now()) - steady_now_ns();
+    server_.span_id = new_span_id();
+  }
 }
 
 std::uint64_t request_trace::unix_ns(std::int64_t steady_ns) const {
@@ -41,11 +45,12 @@ std::string request_trace::begin_attempt(std::uint32_t resend_count, const std::
                                          const std::string& server_address,
                                          std::uint16_t server_port, const std::string& url,
                                          std::int64_t start_ns) {
-  trace_context attempt_ctx{server_.trace_id, new_span_id(), server_.flags};
+  const auto digits = new_span_id_digits();
+  const std::string_view span_id{digits.data(), digits.size()};
   if (exporter_ != nullptr) {
     net::span_data s;
     s.trace_id = server_.trace_id;
-    s.span_id = attempt_ctx.span_id;
+    s.span_id = span_id;
     s.parent_span_id = server_.span_id;
     s.name = "POST";
     s.kind = net::span_kind::client;
@@ -61,7 +66,7 @@ std::string request_trace::begin_attempt(std::uint32_t resend_count, const std::
     }
     attempt_ = std::move(s);
   }
-  return format_traceparent(attempt_ctx);
+  return format_traceparent(server_.trace_id, span_id, server_.flags);
 }
 
 void request_trace::end_attempt(std::optional<int> status, outcome result, std::int64_t end_ns) {

@@ -1,6 +1,8 @@
 #include "net/header_text.hpp"
 
 #include <array>
+#include <cstdint>
+#include <cstring>
 
 namespace tether::net {
 
@@ -39,10 +41,29 @@ bool is_token(std::string_view s) noexcept {
   return true;
 }
 
+// Eight bytes at a time (every header value of every request and response passes here, ≈250
+// bytes a request: a byte at a time it was ≈1.4k instructions, callgrind), the last word
+// overlapping the one before it. (x − 0x01…) & ~x has a byte's high bit set where x has a zero
+// byte, or above one; so the word has a zero byte exactly when the result's high bits are not all
+// clear.
 bool has_line_break(std::string_view s) noexcept {
-  for (char c : s)
-    if (c == '\r' || c == '\n' || c == '\0') return true;
-  return false;
+  constexpr std::uint64_t ones = 0x0101010101010101ULL;
+  constexpr std::uint64_t highs = 0x8080808080808080ULL;
+  const auto breaks_in = [](const char* at) {
+    std::uint64_t word;
+    std::memcpy(&word, at, 8);
+    const std::uint64_t cr = word ^ (ones * '\r');
+    const std::uint64_t lf = word ^ (ones * '\n');
+    return (((word - ones) & ~word) | ((cr - ones) & ~cr) | ((lf - ones) & ~lf)) & highs;
+  };
+  if (s.size() < 8) {
+    for (const char c : s)
+      if (c == '\r' || c == '\n' || c == '\0') return true;
+    return false;
+  }
+  for (std::size_t i = 0; i + 8 < s.size(); i += 8)
+    if (breaks_in(s.data() + i) != 0) return true;
+  return breaks_in(s.data() + s.size() - 8) != 0;
 }
 
 }  // namespace tether::net

@@ -103,8 +103,7 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
       events_(std::move(events)),
       wire_(upstream_wire(request, origin_->host_header)),
       head_request_(request.method == "HEAD"),
-      connection_(std::move(pooled)),
-      connect_timer_(strand_) {}
+      connection_(std::move(pooled)) {}
 
 template <class... Args>
 auto upstream_session::tracked(void (upstream_session::*fn)(Args...)) {
@@ -137,7 +136,7 @@ void upstream_session::on_cancel() {
     return;
   }
   // Aborts the pending operation; its handler sees cancelled_ and starts nothing new.
-  connect_timer_.cancel();
+  if (connect_timer_) connect_timer_->cancel();
   if (connection_) connection_->abort();
 }
 
@@ -159,8 +158,9 @@ std::string upstream_session::where() const {
 void upstream_session::do_resolve() {
   connecting_ = true;
   resolving_ = true;
-  connect_timer_.expires_after(origin_->endpoint.connect_timeout);
-  connect_timer_.async_wait(tracked(&upstream_session::on_connect_deadline));
+  if (!connect_timer_) connect_timer_.emplace(strand_);  // a retry on a new connection reuses it
+  connect_timer_->expires_after(origin_->endpoint.connect_timeout);
+  connect_timer_->async_wait(tracked(&upstream_session::on_connect_deadline));
   if (origin_->literal) {
     resolving_ = false;
     make_connection();
@@ -201,7 +201,7 @@ void upstream_session::make_connection() {
 
 void upstream_session::on_connect_deadline(const error_code& ec) {
   // A wait that completed just before the timer was re-armed for a retry is stale.
-  if (ec || done_ || !connecting_ || connect_timer_.expiry() > std::chrono::steady_clock::now())
+  if (ec || done_ || !connecting_ || connect_timer_->expiry() > std::chrono::steady_clock::now())
     return;
   const auto after =
       " timed out after " + std::to_string(origin_->endpoint.connect_timeout.count()) + " ms";
@@ -272,7 +272,7 @@ void upstream_session::on_connected() {
     error_code ignored;
     connection_->tcp().socket().non_blocking(true, ignored);
   }
-  connect_timer_.cancel();
+  if (connect_timer_) connect_timer_->cancel();
   if (!connected_reported_) {
     connected_reported_ = true;
     events_->on_connected(false);
@@ -453,7 +453,7 @@ void upstream_session::finish() {
   resolving_ = false;
   connecting_ = false;
   if (resolver_) resolver_->cancel();
-  connect_timer_.cancel();
+  if (connect_timer_) connect_timer_->cancel();
   if (connection_) connection_->abort();
   connection_.reset();
 }

@@ -99,9 +99,10 @@ class upstream_session : public upstream_exchange,
   const std::string wire_;   // the request's bytes, written again as they are on a retry
   const bool head_request_;  // its response has no body, whatever its head says
   std::shared_ptr<upstream_connection> connection_;
-  // Made only for a new connection: most exchanges run on a pooled one.
+  // Made only for a new connection: most exchanges run on a pooled one (a timer made per
+  // exchange looked its service up under the io context's mutex, callgrind).
   std::optional<asio::ip::tcp::resolver> resolver_;
-  asio::steady_timer connect_timer_;
+  std::optional<asio::steady_timer> connect_timer_;
   std::optional<upstream_response_parser> parser_;
 
   std::atomic<bool> cancelled_{false};

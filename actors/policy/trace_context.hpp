@@ -2,6 +2,7 @@
 // SERVER span joins and each attempt's CLIENT span sends upstream (issue #5).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,9 +24,15 @@ std::optional<trace_context> parse_traceparent(std::string_view header);
 
 // Always version 00.
 std::string format_traceparent(const trace_context& context);
+std::string format_traceparent(std::string_view trace_id, std::string_view span_id,
+                               std::uint8_t flags);
 
 // Random, lower-case hex, never all zero.
 std::string new_trace_id();
 std::string new_span_id();
+// A span id without a string of its own (16 digits are one more than a std::string holds
+// without allocating): what an attempt's traceparent needs when no span is exported.
+using span_id_digits = std::array<char, 16>;
+span_id_digits new_span_id_digits();
 
 }  // namespace tether

@@ -47,5 +47,26 @@ TEST(HeaderTextTest, LineBreaksAreCrLfAndNul) {
   EXPECT_FALSE(has_line_break(""));
 }
 
+// The check reads eight bytes at a time: every byte value at every place of the words and of
+// the tail, beside neighbours that differ from CR, LF and NUL by one (borrows between bytes).
+TEST(HeaderTextTest, LineBreaksAreFoundWhereverTheyAre) {
+  int found = 0;
+  for (std::size_t size = 1; size <= 24; ++size) {
+    for (std::size_t at = 0; at < size; ++at) {
+      for (int c = 0; c < 256; ++c) {
+        for (const char fill : {'a', '\x01', '\x0e', '\x0b', '\x80', '\xff'}) {
+          std::string s(size, fill);
+          s[at] = static_cast<char>(c);
+          const bool expected = c == '\r' || c == '\n' || c == 0;
+          ASSERT_EQ(has_line_break(s), expected)
+              << "size " << size << " at " << at << " byte " << c;
+          found += expected;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(found, 3 * 6 * (24 * 25 / 2));
+}
+
 }  // namespace
 }  // namespace tether::net
