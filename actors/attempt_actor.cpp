@@ -21,7 +21,9 @@ struct attempt_state {
   std::string body;
   net::sse_framer framer{max_sse_event_bytes};
   std::uint64_t idle_generation = 0;
-  std::shared_ptr<actor_timers> timers;
+  // Made for a stream's idle timer only; cancelled when the state goes with the behavior
+  // (request_actor.cpp's request_state says why there is no attach_functor).
+  std::optional<actor_timers> timers;
   std::shared_ptr<net::timer> idle_timer;
   caf::actor request;
   caf::actor connection;
@@ -52,8 +54,6 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
   auto owner = std::make_shared<attempt_state>();
   attempt_state* st = owner.get();
   st->request = std::move(request);
-  st->timers = std::make_shared<actor_timers>(rt->timers.get(), self->address());
-  self->attach_functor([timers = st->timers](const caf::error&) { timers->cancel_all(); });
 
   // The request learns of this actor's end from its monitor; the links are for a request that
   // dies (its exit reaches the attempts) and for the connection (below). Unlinking first saves
@@ -74,8 +74,9 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
     self->quit(caf::exit_reason::user_shutdown);
   };
 
-  auto arm_idle = [st, idle = spec.idle_timeout] {
+  auto arm_idle = [self, st, service = rt->timers.get(), idle = spec.idle_timeout] {
     if (idle.count() <= 0) return;
+    if (!st->timers) st->timers.emplace(service, self->address());
     if (st->idle_timer) st->idle_timer->cancel();
     st->idle_timer = st->timers->after(idle, idle_timeout_atom::value, ++st->idle_generation);
   };

@@ -18,6 +18,7 @@ struct connection_state {
   std::shared_ptr<net::timer> attempt_timer;
   std::int64_t asked_ns = 0;
   std::int64_t queue_wait_ns = 0;  // asked → the budget's answer; 0 if none came
+  net::upstream_request request;   // sent at the grant
 };
 
 }  // namespace
@@ -71,12 +72,12 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   self->send(rt->budget, acquire_atom::value, static_cast<std::uint64_t>(spec.upstream), spec.key,
              spec.priority);
 
-  auto request_to_send = std::make_shared<net::upstream_request>(std::move(spec.request));
+  st->request = std::move(spec.request);
   const auto attempt_timeout = spec.attempt_timeout;
 
   return {
-      [self, rt, st, attempt, request_to_send, upstream, hub, affinity, stream, max_response_bytes,
-       attempt_timeout, finish](grant_atom, bool granted, const std::string& reason) {
+      [self, rt, st, attempt, upstream, hub, affinity, stream, max_response_bytes, attempt_timeout,
+       finish](grant_atom, bool granted, const std::string& reason) {
         // A second answer comes only when a lost budget host's claims were re-asked locally
         // (budget_link_actor); the local budget counts this actor either way.
         if (st->closing || st->closed || st->answered) return;
@@ -99,8 +100,7 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
         }
         auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self), attempt,
                                                      stream, max_response_bytes);
-        st->exchange =
-            rt->upstreams[upstream]->start(std::move(*request_to_send), events, affinity);
+        st->exchange = rt->upstreams[upstream]->start(std::move(st->request), events, affinity);
         events->attach(st->exchange);
         // The caller may have left while this waited for its slot: then the hub cancels it now.
         if (hub) hub->add(st->exchange);
