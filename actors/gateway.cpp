@@ -247,14 +247,15 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
     return nullptr;
   }
 
+  // The request's strings are moved, not copied: this is the last use of each here.
   request_spec spec;
-  spec.request_id = request_id;
-  spec.path = path;
-  spec.model = info.model;
   spec.stream = info.stream && path != "/v1/embeddings";
+  spec.deadline = effective_deadline(rt_->cfg.effective_request(info.model).deadline, caller);
+  spec.request_id = std::move(request_id);
+  spec.path = std::move(path);
+  spec.model = std::move(info.model);
   spec.body = std::move(req.body);
   spec.key = key;
-  spec.deadline = effective_deadline(rt_->cfg.effective_request(info.model).deadline, caller);
   spec.arrival = req.arrival;
   if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
   spec.hub = std::make_shared<cancel_hub>();

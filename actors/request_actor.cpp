@@ -85,18 +85,15 @@ struct request_state {
   }
 };
 
-// Upstream response headers worth passing to the caller.
-net::header_list pass_headers(const net::header_list& upstream, const std::string& request_id) {
-  net::header_list out;
-  out.reserve(4);
-  for (const auto& h : upstream) {
-    if (h.name == "content-type" || h.name == "retry-after" ||
-        h.name.rfind("x-ratelimit-", 0) == 0 || h.name.rfind("openai-", 0) == 0) {
-      out.push_back(h);
-    }
-  }
-  out.push_back({"x-request-id", request_id});
-  return out;
+// Upstream response headers worth passing to the caller, kept in the upstream's list (its
+// strings move, none is copied).
+net::header_list pass_headers(net::header_list&& upstream, const std::string& request_id) {
+  std::erase_if(upstream, [](const net::http_header& h) {
+    return !(h.name == "content-type" || h.name == "retry-after" ||
+             h.name.starts_with("x-ratelimit-") || h.name.starts_with("openai-"));
+  });
+  upstream.push_back({"x-request-id", request_id});
+  return std::move(upstream);
 }
 
 }  // namespace
@@ -452,7 +449,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
           }
           auto o = success ? outcome::ok : outcome::upstream_rejected;
           record_attempt_end(o, status);
-          st->channel->send_full(status, pass_headers(headers, st->spec.request_id),
+          st->channel->send_full(status, pass_headers(std::move(headers), st->spec.request_id),
                                  std::move(body));
           st->first_byte_ns = now_ns();
           mark_answered(o, status);
@@ -471,7 +468,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
           maybe_quit();
           return;
         }
-        auto out = pass_headers(headers, st->spec.request_id);
+        auto out = pass_headers(std::move(headers), st->spec.request_id);
         out.push_back({"cache-control", "no-cache"});
         st->channel->start_stream(status, std::move(out));
         st->first_byte_ns = now_ns();
