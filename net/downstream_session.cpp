@@ -155,17 +155,34 @@ class session_channel final : public response_channel {
   }
   void end_stream() override { session_->post_end_stream(exchange_); }
   void abort() override { session_->post_abort(exchange_); }
+  // The exchange's first timer (the request deadline) rides on the connection's own timer; any
+  // further one gets a timer of its own.
   std::shared_ptr<timer> run_at(std::chrono::steady_clock::time_point when,
                                 std::function<void()> fire) override {
-    return strand_timer::start(session_->executor(), when, std::move(fire));
+    if (run_at_taken_.exchange(true))
+      return strand_timer::start(session_->executor(), when, std::move(fire));
+    session_->run_at(exchange_, when, std::move(fire));
+    return std::make_shared<session_run_at>(session_, exchange_);
   }
   std::shared_ptr<const connection_affinity> affinity() const override {
     return session_->affinity();
   }
 
  private:
+  class session_run_at final : public timer {
+   public:
+    session_run_at(std::shared_ptr<downstream_session> session, std::uint64_t exchange)
+        : session_(std::move(session)), exchange_(exchange) {}
+    void cancel() override { session_->cancel_run_at(exchange_); }
+
+   private:
+    std::shared_ptr<downstream_session> session_;
+    std::uint64_t exchange_;
+  };
+
   std::shared_ptr<downstream_session> session_;
   std::uint64_t exchange_;
+  std::atomic<bool> run_at_taken_{false};
 };
 
 }  // namespace
@@ -560,6 +577,7 @@ void downstream_session::refuse(protocol_error error, std::string detail) {
 
 void downstream_session::start_exchange(incoming_request request) {
   disarm_timer();
+  clear_run_at();
   stream_.expires_never();
   phase_ = phase::exchange;
   ++exchange_;
@@ -742,6 +760,7 @@ void downstream_session::on_write(beast::error_code ec, std::size_t n) {
 
 void downstream_session::on_exchange_done() {
   observer_.reset();
+  clear_run_at();
   if (!keep_alive_ || context_->draining) {
     do_linger();
     return;
@@ -778,6 +797,7 @@ void downstream_session::do_close() {
   auto observer = std::move(observer_);
   if (client_gone && observer) context_->with_owner([&] { observer->on_client_gone(); });
   disarm_timer();
+  clear_run_at();
   timer_.cancel();  // its pending wait holds this session
   stream_.close();
   if (registered_) {
@@ -796,6 +816,10 @@ void downstream_session::do_close() {
 void downstream_session::arm_timer(timer_use use, steady::time_point at) {
   timer_use_ = use;
   timer_due_ = at;
+  wait_until(at);
+}
+
+void downstream_session::wait_until(steady::time_point at) {
   if (timer_waiting_ && timer_wait_at_ <= at) return;
   start_timer_wait(at);
 }
@@ -816,13 +840,22 @@ void downstream_session::disarm_timer() {
 void downstream_session::on_timer(beast::error_code ec, std::uint64_t serial) {
   if (serial != timer_serial_) return;
   timer_waiting_ = false;
-  if (ec || phase_ == phase::closed || timer_due_ == steady::time_point::max()) return;
-  if (steady::now() < timer_due_) {
-    start_timer_wait(timer_due_);
-    return;
+  if (ec || phase_ == phase::closed) return;
+  const auto now = steady::now();
+  if (run_at_due_ <= now) fire_run_at();  // may answer, and so re-arm the timer for what follows
+  if (phase_ == phase::closed) return;
+  if (timer_due_ <= now) {
+    const auto use = timer_use_;
+    timer_due_ = steady::time_point::max();
+    on_timer_use_due(use);
+    if (phase_ == phase::closed) return;
   }
-  timer_due_ = steady::time_point::max();
-  switch (timer_use_) {
+  const auto next = std::min(timer_due_, run_at_due_);
+  if (next != steady::time_point::max()) wait_until(next);
+}
+
+void downstream_session::on_timer_use_due(timer_use use) {
+  switch (use) {
     case timer_use::request_deadline: {
       if (phase_ != phase::reading) return;
       // Cancel aborts the pending read; shutting the receive side makes a read that was between
@@ -841,6 +874,49 @@ void downstream_session::on_timer(beast::error_code ec, std::uint64_t serial) {
       do_close();
       return;
   }
+}
+
+// --- the exchange's run_at ---------------------------------------------------------------------
+
+void downstream_session::run_at(std::uint64_t exchange, steady::time_point when,
+                                std::function<void()> fire) {
+  // Marked live at once, on the caller's thread, so that a cancel that follows finds it even
+  // before the strand has armed it. Exchanges only grow: a late call for an earlier exchange
+  // cannot take the mark from a later one.
+  auto live = run_at_live_.load();
+  while (live < exchange && !run_at_live_.compare_exchange_weak(live, exchange)) {
+  }
+  // Inline when called on this session's strand (the request actor on the io thread).
+  asio::dispatch(strand_,
+                 [self = shared_from_this(), exchange, when, fire = std::move(fire)]() mutable {
+                   if (self->run_at_live_.load() != exchange || !self->current(exchange)) return;
+                   self->run_at_of_ = exchange;
+                   self->run_at_due_ = when;
+                   self->run_at_fire_ = std::move(fire);
+                   self->wait_until(when);
+                 });
+}
+
+void downstream_session::cancel_run_at(std::uint64_t exchange) {
+  auto expected = exchange;
+  if (!run_at_live_.compare_exchange_strong(expected, 0)) return;  // fired, cancelled, or later
+  // The callback (and what it holds) goes now, not at the exchange's end.
+  asio::dispatch(strand_, [self = shared_from_this(), exchange] {
+    if (self->run_at_of_ == exchange) self->clear_run_at();
+  });
+}
+
+void downstream_session::fire_run_at() {
+  auto fire = std::move(run_at_fire_);
+  auto expected = run_at_of_;
+  clear_run_at();
+  if (fire && run_at_live_.compare_exchange_strong(expected, 0)) fire();
+}
+
+void downstream_session::clear_run_at() {
+  run_at_of_ = 0;
+  run_at_due_ = steady::time_point::max();
+  run_at_fire_ = nullptr;
 }
 
 }  // namespace tether::net

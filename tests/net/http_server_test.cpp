@@ -438,6 +438,73 @@ TEST_F(HttpServerTest, ChannelTimerFiresAtItsTimeAndAnswersFromTheConnection) {
   EXPECT_EQ(cancelled_fired.load(), 0);
 }
 
+// The first timer of an exchange rides on the connection's own timer: it is the exchange's,
+// dropped once its response is complete, and a late cancel through the first exchange's handle
+// leaves the next exchange's timer alone.
+TEST_F(HttpServerTest, ChannelTimerBelongsToItsExchangeOnAKeptAliveConnection) {
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channels_.add(std::move(channel));
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/first")));
+  auto first = channels_.wait(0);
+  ASSERT_TRUE(first);
+  std::atomic<int> first_fired{0};
+  const auto first_due = steady::now() + 30ms;
+  auto first_timer = first->run_at(first_due, [&] { ++first_fired; });
+  first->send_full(200, {}, "first");
+  const auto first_response = client.read_response();
+  ASSERT_TRUE(first_response);
+  EXPECT_EQ(first_response->body, "first");
+
+  ASSERT_TRUE(client.send(get("/second")));
+  auto second = channels_.wait(1);
+  ASSERT_TRUE(second);
+  // Due well after the first one: its answer arriving shows the first's time has passed.
+  const auto second_due = std::max(steady::now(), first_due) + 40ms;
+  std::weak_ptr<response_channel> weak = second;
+  auto second_timer = second->run_at(second_due, [weak] {
+    if (auto c = weak.lock()) c->send_full(504, {{"x-from", "timer"}}, "late");
+  });
+  first_timer->cancel();  // stale: the first exchange is over
+  const auto second_response = client.read_response();
+  ASSERT_TRUE(second_response);
+  EXPECT_GE(steady::now(), second_due);
+  EXPECT_EQ(second_response->status, 504);
+  EXPECT_EQ(second_response->header("x-from"), "timer");
+  EXPECT_EQ(first_fired.load(), 0);
+}
+
+// A second timer on one exchange gets a timer of its own: both fire, each at its time.
+TEST_F(HttpServerTest, TwoChannelTimersOnOneExchangeBothFire) {
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channels_.add(std::move(channel));
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/two-timers")));
+  auto channel = channels_.wait(0);
+  ASSERT_TRUE(channel);
+  const auto first_due = steady::now() + 20ms;
+  const auto second_due = first_due + 20ms;
+  std::atomic<bool> first_fired{false};
+  std::atomic<std::int64_t> first_late_ns{-1};
+  auto first = channel->run_at(first_due, [&] {
+    first_late_ns = (steady::now() - first_due).count();
+    first_fired = true;
+  });
+  std::weak_ptr<response_channel> weak = channel;
+  auto second = channel->run_at(second_due, [weak, &first_fired] {
+    if (auto c = weak.lock()) c->send_full(200, {}, first_fired ? "both" : "second only");
+  });
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_GE(steady::now(), second_due);
+  EXPECT_EQ(response->body, "both");
+  EXPECT_GE(first_late_ns.load(), 0);
+}
+
 TEST_F(HttpServerTest, KeepAliveConnectionServesTwoRequests) {
   serve(echo_handler(log_));
   test_client client(port_);
