@@ -50,6 +50,24 @@ TEST(JsonTextTest, StringsAreEscapedAsBoostJsonDoes) {
   }
 }
 
+// The writer reads eight characters at a time: every byte value at every place of the words and
+// of the tail, beside neighbours next to the bytes that need an escape (borrows between bytes).
+TEST(JsonTextTest, EveryCharacterIsEscapedWhereverItIs) {
+  for (std::size_t size = 1; size <= 20; ++size) {
+    for (std::size_t at = 0; at < size; ++at) {
+      for (int c = 0; c < 256; ++c) {
+        for (const char fill :
+             {'a', '\x00', '\x1f', '\x20', '\x21', '\x23', '\x5b', '\x5d', '\xff'}) {
+          std::string text(size, fill);
+          text[at] = static_cast<char>(c);
+          ASSERT_EQ(tether::quoted(text), boost::json::serialize(boost::json::value(text)))
+              << "size " << size << " at " << at << " byte " << c << " fill " << int(fill);
+        }
+      }
+    }
+  }
+}
+
 TEST(JsonTextTest, DecimalsHaveThreePlacesRoundedAsPrintfRounds) {
   for (const double v :
        {0.0, -0.0, 1.0, 1.5, 0.0005, 0.0015, 1.0005, 2.675, 12.3456, -7.25, 199.99949999, 999.9995,
