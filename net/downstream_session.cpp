@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <ctime>
 #include <limits>
@@ -75,16 +76,26 @@ bool has_no_body(int status) {
   return status == 204 || status == 304;
 }
 
+// How the body is delimited: by its length, by chunks, or by the connection's end (an HTTP/1.0
+// stream) and bodyless statuses.
+struct body_framing {
+  enum class kind { none, length, chunked } what = kind::none;
+  std::size_t length = 0;
+};
+
 // The session owns the framing (Content-Length, Transfer-Encoding, Connection): the handler's
-// copies of those are dropped.
-std::string serialize_head(int status, const header_list& headers, std::string_view framing,
+// copies of those are dropped. Numbers are written in place (a Content-Length line built as a
+// string of its own, and the status by to_string, cost an allocation and ≈0.5k instructions a
+// response, callgrind).
+std::string serialize_head(int status, const header_list& headers, body_framing framing,
                            bool keep_alive) {
-  std::size_t size = 128 + framing.size();
+  std::size_t size = 160;
   for (const auto& header : headers) size += header.name.size() + header.value.size() + 4;
   std::string head;
   head.reserve(size);
   head += "HTTP/1.1 ";
-  head += std::to_string(status);
+  char digits[24];
+  head.append(digits, std::to_chars(digits, digits + sizeof digits, status).ptr);
   if (const auto known = http::int_to_status(static_cast<unsigned>(status));
       known != http::status::unknown) {
     head += ' ';
@@ -112,7 +123,18 @@ std::string serialize_head(int status, const header_list& headers, std::string_v
     head += http_date();
     head += "\r\n";
   }
-  head += framing;
+  switch (framing.what) {
+    case body_framing::kind::length:
+      head += "Content-Length: ";
+      head.append(digits, std::to_chars(digits, digits + sizeof digits, framing.length).ptr);
+      head += "\r\n";
+      break;
+    case body_framing::kind::chunked:
+      head += "Transfer-Encoding: chunked\r\n";
+      break;
+    case body_framing::kind::none:
+      break;
+  }
   if (!keep_alive) head += "Connection: close\r\n";
   head += "\r\n";
   return head;
@@ -660,8 +682,8 @@ void downstream_session::send_full(int status, header_list headers, std::string 
   response_complete_ = true;
   keep_alive_ = keep_alive_ && !context_->draining;
   const bool bodyless = has_no_body(status);
-  const std::string framing =
-      bodyless ? std::string() : "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  const auto framing =
+      bodyless ? body_framing{} : body_framing{body_framing::kind::length, body.size()};
   write_queue_.push_back(serialize_head(status, headers, framing, keep_alive_));
   if (!bodyless && !head_request_ && !body.empty()) write_queue_.push_back(std::move(body));
   do_write();
@@ -674,7 +696,7 @@ void downstream_session::start_stream(int status, header_list headers) {
   streaming_ = true;
   keep_alive_ = keep_alive_ && !context_->draining;
   // An HTTP/1.0 client knows no chunked encoding: its stream ends with the connection.
-  const std::string framing = http10_ ? std::string() : "Transfer-Encoding: chunked\r\n";
+  const auto framing = http10_ ? body_framing{} : body_framing{body_framing::kind::chunked};
   write_queue_.push_back(serialize_head(status, headers, framing, keep_alive_));
   do_write();
 }

@@ -61,7 +61,10 @@ std::string error_body(outcome o, std::string_view message, std::string_view req
   const auto type = error_type_of(o);
   const auto code = to_string(o);
   std::string out;
-  out.reserve(64 + message.size() + type.size() + code.size() + request_id.size());
+  // Room for each string's most (every character escaped): append_json_string sizes the buffer
+  // to that before it writes, and a smaller reservation cost a reallocation per piece.
+  out.reserve(56 + json_string_max(message.size()) + json_string_max(type.size()) +
+              json_string_max(code.size()) + json_string_max(request_id.size()));
   out += R"({"error":{"message":)";
   append_json_string(out, message);
   out += R"(,"type":)";
