@@ -9,13 +9,27 @@ namespace tether::net {
 
 namespace {
 
+// Compared only with the names of its length (nine comparisons a header were ≈0.8k
+// instructions a request, callgrind).
 bool is_connection_level(std::string_view name) {
-  static constexpr std::array<std::string_view, 9> names = {
-      "host", "content-length", "transfer-encoding", "connection",      "keep-alive",
-      "te",   "trailer",        "upgrade",           "proxy-connection"};
-  for (auto n : names)
-    if (iequals_ascii(name, n)) return true;
-  return false;
+  switch (name.size()) {
+    case 2:
+      return iequals_ascii(name, "te");
+    case 4:
+      return iequals_ascii(name, "host");
+    case 7:
+      return iequals_ascii(name, "trailer") || iequals_ascii(name, "upgrade");
+    case 10:
+      return iequals_ascii(name, "connection") || iequals_ascii(name, "keep-alive");
+    case 14:
+      return iequals_ascii(name, "content-length");
+    case 16:
+      return iequals_ascii(name, "proxy-connection");
+    case 17:
+      return iequals_ascii(name, "transfer-encoding");
+    default:
+      return false;
+  }
 }
 
 bool expects_body(std::string_view method) {
