@@ -19,6 +19,7 @@
 #include <random>
 #include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "net/io_runtime.hpp"
 
@@ -118,6 +119,12 @@ class stealing : public caf::policy::unprofiled {
     bool pumping = false;           // guarded by mutex
     bool pump_posted = false;       // guarded by mutex
     bool shut_down = false;         // the worker's own
+    // While pump runs a batch: the jobs this worker's own actors wake (internal_enqueue, only
+    // ever called on this thread), last woken first, as CAF's push to the queue's front would
+    // run them. Kept off the queue and its mutex (a lock to push and one to pop, ≈7 jobs per
+    // request, callgrind); put back at its front when the batch ends. The worker's own.
+    bool in_pump = false;
+    std::vector<caf::resumable*> woken;
     std::minstd_rand rng{std::random_device{}()};
     std::size_t aggressive_attempts;
     std::size_t aggressive_steal_interval;
@@ -150,24 +157,40 @@ class stealing : public caf::policy::unprofiled {
   static void pump(void* arg) {
     auto* self = static_cast<Worker*>(arg);
     auto& data = d(self);
+    data.in_pump = true;
     for (std::size_t i = 0;; ++i) {
       caf::resumable* job = nullptr;
-      {
+      if (i < pump_batch && !data.woken.empty()) {
+        job = data.woken.back();
+        data.woken.pop_back();
+      } else {
         std::lock_guard<std::mutex> guard{data.mutex};
+        data.in_pump = false;
+        return_woken(data);
         if (data.jobs.empty()) {
           data.pump_posted = false;
           return;
         }
         if (i == pump_batch) break;
         job = data.jobs.pop_front();
+        data.in_pump = true;
       }
       if (!run_job(self, job)) {
+        std::lock_guard<std::mutex> guard{data.mutex};
+        data.in_pump = false;
+        return_woken(data);  // for the shutdown's sweep of the queue
         data.shut_down = true;
         data.io->stop();
         return;
       }
     }
     data.io->post(&pump<Worker>, self);
+  }
+
+  // Puts the woken jobs back at the queue's front, the last woken first. Called with the mutex.
+  static void return_woken(worker_data& data) {
+    for (auto* job : data.woken) data.jobs.push_front(job);
+    data.woken.clear();
   }
 
   // One job, as CAF's worker loop runs it (without its logging context, below); false: the
@@ -219,6 +242,10 @@ class stealing : public caf::policy::unprofiled {
   template <class Worker>
   void internal_enqueue(Worker* self, caf::resumable* job) {
     auto& data = d(self);
+    if (data.in_pump) {
+      data.woken.push_back(job);
+      return;
+    }
     std::lock_guard<std::mutex> guard{data.mutex};
     data.jobs.push_front(job);
   }
