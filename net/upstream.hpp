@@ -73,7 +73,8 @@ class upstream_client {
   // Starts the exchange at once (pooled connection when one is idle, else a new one).
   // A connection goes back to the pool only after a complete response that allows keep-alive.
   // With `affinity` (a caller connection's, response_channel::affinity()), the exchange runs on
-  // that connection's strand.
+  // that connection's strand. Called on that strand, the exchange starts at once: `events` may
+  // hear from it (a failure, even its close) before this returns.
   std::shared_ptr<upstream_exchange> start(
       upstream_request request, std::shared_ptr<upstream_events> events,
       std::shared_ptr<const connection_affinity> affinity = nullptr);

@@ -1,5 +1,7 @@
 #include "net/upstream_session.hpp"
 
+#include <unistd.h>
+
 #include <boost/beast/core/read_size.hpp>
 
 #include "net/buffered_parse.hpp"
@@ -117,8 +119,10 @@ auto upstream_session::tracked(void (upstream_session::*fn)(Args...)) {
   });
 }
 
+// At once when called on the strand (the connection actor's jobs run on the io thread): a post
+// cost an io round per request (a pass through the reactor, epoll_wait, before it ran).
 void upstream_session::run() {
-  asio::post(strand_, tracked(&upstream_session::do_start));
+  asio::dispatch(strand_, tracked(&upstream_session::do_start));
 }
 
 void upstream_session::cancel() {
@@ -267,10 +271,25 @@ void upstream_session::on_handshake(const error_code& ec) {
 void upstream_session::on_connected() {
   connecting_ = false;
   if (!connection_->tls()) {
+    auto& socket = connection_->tcp().socket();
+    error_code ignored;
+    // The asynchronous connect left the socket registered for writability (EPOLLOUT, edge
+    // triggered) for good: every request's send then woke the reactor once more when its
+    // bytes were acknowledged, for no operation. Registered again, it waits for reads alone
+    // until a write has to wait (the requests are written at once, do_write).
+    const auto protocol = socket.local_endpoint(ignored).protocol();
+    if (const auto fd = socket.release(ignored); !ignored) {
+      error_code ec;
+      socket.assign(protocol, fd, ec);
+      if (ec) {
+        ::close(fd);
+        return fail(upstream_failure::connect_failed,
+                    "cannot register the connection to " + where() + ": " + ec.message());
+      }
+    }
     // For do_write's synchronous attempt: would_block instead of a wait. Asio's asynchronous
     // operations are unaffected. Pooled connections keep the mode.
-    error_code ignored;
-    connection_->tcp().socket().non_blocking(true, ignored);
+    socket.non_blocking(true, ignored);
   }
   if (connect_timer_) connect_timer_->cancel();
   if (!connected_reported_) {
