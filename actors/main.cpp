@@ -5,9 +5,11 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -26,6 +28,21 @@
 #include "net/upstream.hpp"
 
 namespace {
+
+// glibc keeps 7 freed blocks of each size per thread for the next allocation of that size; a
+// request frees more than 7 of some sizes between allocations of them, and the rest take
+// malloc's slow path (_int_free, then _int_malloc). glibc reads its tunables only when a process
+// starts, so the gateway sets a larger count and starts itself again, once, before it does
+// anything else (same pid, arguments, CPU affinity). A GLIBC_TUNABLES set by whoever runs it is
+// left as it is, and if the restart fails tether runs as it is. Instructions per request
+// (callgrind): 92.3k → 90.8k one at a time, 93.6k → 89.2k with 16 callers at once (tcache_count
+// 16: 90.4k).
+void restart_with_allocator_tunables(char** argv) {
+  if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
+  if (setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=64", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  unsetenv("GLIBC_TUNABLES");
+}
 
 int usage(int code) {
   std::fprintf(code == 0 ? stdout : stderr,
@@ -243,6 +260,7 @@ int main(int argc, char** argv) {
     args.erase(args.begin());
   }
   if (args.size() != 2 || args[0] != "--config") return usage(2);
+  if (!check) restart_with_allocator_tunables(argv);
   auto cfg = load_or_report(args[1]);
   if (!cfg) return 1;
   if (check) {
