@@ -24,6 +24,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include "net/downstream.hpp"
 #include "net/downstream_request_parser.hpp"
@@ -108,7 +109,9 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void send_chunk(std::string data);
   void end_stream();
   void do_write();
-  void gather_writes(std::vector<boost::asio::const_buffer>& buffers) const;
+  // A response's usual pieces (head, body; a few chunks) without an allocation per write.
+  using write_buffers = boost::container::small_vector<boost::asio::const_buffer, 4>;
+  void gather_writes(write_buffers& buffers) const;
   void consume_written(std::size_t n);
   void on_write(boost::beast::error_code ec, std::size_t n);
   void on_exchange_done();
