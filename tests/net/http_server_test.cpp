@@ -283,6 +283,14 @@ class HttpServerTest : public ::testing::Test {
     server_.emplace(io_, limits, std::move(handler));
     port_ = server_->listen("127.0.0.1", 0);
   }
+  // A handler that answers nothing itself: each exchange's channel goes to channels_, for the
+  // test to answer from.
+  void serve_keeping_channels() {
+    serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+      channels_.add(std::move(channel));
+      return std::shared_ptr<exchange_observer>();
+    });
+  }
   void TearDown() override {
     channels_.clear();
     server_.reset();
@@ -412,10 +420,7 @@ TEST_F(HttpServerTest, RequestsSentAtOnceOnNewAndKeptAliveConnectionsAreAllAnswe
 // A channel's timer fires on the connection's strand at the time asked, and a response sent
 // from it reaches the client; a cancelled one never fires.
 TEST_F(HttpServerTest, ChannelTimerFiresAtItsTimeAndAnswersFromTheConnection) {
-  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
-    channels_.add(std::move(channel));
-    return std::shared_ptr<exchange_observer>();
-  });
+  serve_keeping_channels();
   test_client client(port_);
   ASSERT_TRUE(client.send(get("/timed")));
   auto channel = channels_.wait(0);
@@ -442,10 +447,7 @@ TEST_F(HttpServerTest, ChannelTimerFiresAtItsTimeAndAnswersFromTheConnection) {
 // dropped once its response is complete, and a late cancel through the first exchange's handle
 // leaves the next exchange's timer alone.
 TEST_F(HttpServerTest, ChannelTimerBelongsToItsExchangeOnAKeptAliveConnection) {
-  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
-    channels_.add(std::move(channel));
-    return std::shared_ptr<exchange_observer>();
-  });
+  serve_keeping_channels();
   test_client client(port_);
   ASSERT_TRUE(client.send(get("/first")));
   auto first = channels_.wait(0);
@@ -478,10 +480,7 @@ TEST_F(HttpServerTest, ChannelTimerBelongsToItsExchangeOnAKeptAliveConnection) {
 
 // A second timer on one exchange gets a timer of its own: both fire, each at its time.
 TEST_F(HttpServerTest, TwoChannelTimersOnOneExchangeBothFire) {
-  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
-    channels_.add(std::move(channel));
-    return std::shared_ptr<exchange_observer>();
-  });
+  serve_keeping_channels();
   test_client client(port_);
   ASSERT_TRUE(client.send(get("/two-timers")));
   auto channel = channels_.wait(0);
@@ -810,10 +809,7 @@ TEST_F(HttpServerTest, ClientThatStopsReadingIsClosedAfterTheStallTimeout) {
 }
 
 TEST_F(HttpServerTest, StreamedChunksReachClientOneByOneAsSent) {
-  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
-    channels_.add(std::move(channel));
-    return std::shared_ptr<exchange_observer>();
-  });
+  serve_keeping_channels();
   test_client client(port_);
   ASSERT_TRUE(client.send(post("/v1/chat/completions", "{}")));
   const auto channel = channels_.wait(0);
@@ -980,10 +976,7 @@ TEST_F(HttpServerTest, StopAcceptingRefusesConnectsClosesIdleAndFinishesInFlight
 }
 
 TEST_F(HttpServerTest, CloseAllClosesEveryConnection) {
-  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
-    channels_.add(std::move(channel));
-    return std::shared_ptr<exchange_observer>();
-  });
+  serve_keeping_channels();
   test_client idle(port_);
   test_client busy(port_);
   ASSERT_TRUE(busy.send(get("/slow")));
