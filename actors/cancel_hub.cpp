@@ -10,7 +10,9 @@ bool cancel_hub::add(const std::shared_ptr<net::upstream_exchange>& exchange) {
     if (!cancelled_) {
       // Earlier attempts' exchanges are gone by the time a retry starts: prune, so a long chain
       // of retries does not grow the list.
-      std::erase_if(exchanges_, [](const auto& e) { return e.expired(); });
+      exchanges_.erase(std::remove_if(exchanges_.begin(), exchanges_.end(),
+                                      [](const auto& e) { return e.expired(); }),
+                       exchanges_.end());
       exchanges_.push_back(exchange);
       return true;
     }
@@ -20,12 +22,13 @@ bool cancel_hub::add(const std::shared_ptr<net::upstream_exchange>& exchange) {
 }
 
 void cancel_hub::cancel_all() {
-  std::vector<std::weak_ptr<net::upstream_exchange>> to_cancel;
+  decltype(exchanges_) to_cancel;
   {
     std::lock_guard lock{mutex_};
     if (cancelled_) return;
     cancelled_ = true;
-    to_cancel.swap(exchanges_);
+    to_cancel = std::move(exchanges_);
+    exchanges_.clear();
   }
   // Outside the lock: cancel() posts to the exchange's strand and returns.
   for (const auto& weak : to_cancel) {

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "net/upstream.hpp"
 
 namespace tether {
@@ -33,7 +35,8 @@ class cancel_hub {
   std::atomic<bool> answer_claimed_{false};
   mutable std::mutex mutex_;
   bool cancelled_ = false;
-  std::vector<std::weak_ptr<net::upstream_exchange>> exchanges_;
+  // A request's usual exchanges (one, a retry) without an allocation.
+  boost::container::small_vector<std::weak_ptr<net::upstream_exchange>, 2> exchanges_;
 };
 
 }  // namespace tether
