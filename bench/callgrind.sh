@@ -17,6 +17,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
+# tether restarts itself with this allocator tunable unless one is set (actors/main.cpp); set
+# here, so that the process callgrind watches is the one that serves, as tether runs it (and
+# the floor runs with it too).
+export GLIBC_TUNABLES="${GLIBC_TUNABLES:-glibc.malloc.tcache_count=64}"
 if [ "${1:-}" = "--floor" ]; then
   command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind is not installed" >&2; exit 1; }
   n="${2:-2000}"
@@ -52,9 +56,6 @@ if [ -z "${ACCESS_LOG:-}" ]; then sed -i 's/log_level = "info"/log_level = "warn
 
 pin=()
 if [ "${CPUS:-0}" != "all" ]; then pin=(taskset -c "${CPUS:-0}"); fi
-# tether restarts itself with this allocator tunable unless one is set (actors/main.cpp); set
-# here, so that the process callgrind watches is the one that serves, as tether runs it.
-export GLIBC_TUNABLES="${GLIBC_TUNABLES:-glibc.malloc.tcache_count=64}"
 
 # Prints the instructions of one tether life serving `count` requests.
 measure() {
