@@ -132,6 +132,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     if (st->now != phase::answered || !st->live_attempts.empty() ||
         st->connections_started.load() != st->connections_ended)
       return;
+    const std::int64_t end_ns = now_ns();
     access_record r;
     r.request_id = st->spec.request_id;
     r.model = st->spec.model;
@@ -142,7 +143,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     if (st->spec.deadline) r.deadline_ms = static_cast<double>(st->spec.deadline->count());
     r.queue_wait_ms = static_cast<double>(st->queue_wait_ns) / 1e6;
     if (st->first_byte_ns) r.ttfb_ms = st->ms_since_arrival(*st->first_byte_ns);
-    r.duration_ms = st->ms_since_arrival(st->answered_ns.value_or(now_ns()));
+    r.duration_ms = st->ms_since_arrival(st->answered_ns.value_or(end_ns));
     if (st->caller_left_ns) r.caller_left_ms = st->ms_since_arrival(*st->caller_left_ns);
     if (st->last_work_end_ns) r.work_ended_ms = st->ms_since_arrival(*st->last_work_end_ns);
     r.cancel_latency_ms = st->cancel_latency_ms;
@@ -154,16 +155,16 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     std::optional<int> sent;
     if (st->result != outcome::client_disconnected) sent = st->status;
     st->trace->finish("POST", st->spec.path, st->spec.model, st->spec.request_id, sent, st->result,
-                      now_ns());
+                      end_ns);
     self->quit();
   };
 
   // The caller's side is over (answered, or gone): from here on, upstream work is late work.
-  auto mark_answered = [st](outcome o, int status) {
+  auto mark_answered = [st](outcome o, int status, std::int64_t at = now_ns()) {
     st->result = o;
     st->status = status;
     st->now = phase::answered;
-    st->answered_ns = now_ns();
+    st->answered_ns = at;
     st->rt->stats->requests_in_flight_add(-1);
   };
 
@@ -237,7 +238,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
   // Copied into its callers rather than shared behind a std::function: two allocations and an
   // indirect call less per request.
   auto start_attempt = [self, st, rt, owner, answer_error] {
-    auto now = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
+    const std::int64_t started_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
     if (st->deadline.expired(now)) {
       answer_error(outcome::deadline_exceeded, "the request deadline passed before an attempt");
       return;
@@ -291,7 +294,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
             std::to_string(up.url.port) + req.target;
     req.headers.push_back({"traceparent", st->trace->begin_attempt(
                                               static_cast<std::uint32_t>(st->attempts.size()),
-                                              up.name, up.url.host, up.url.port, url, now_ns())});
+                                              up.name, up.url.host, up.url.port, url, started_ns)});
 
     st->tried.push_back(*dep_index);
     st->attempt_deployment = *dep_index;
@@ -304,7 +307,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
     attempt_record rec;
     rec.upstream = up.name;
     rec.model = dep.upstream_model;
-    rec.start_ms = st->ms_since_arrival(now_ns());
+    rec.start_ms = st->ms_since_arrival(started_ns);
     st->attempts.push_back(std::move(rec));
   };
 
@@ -452,7 +455,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
           st->channel->send_full(status, pass_headers(std::move(headers), st->spec.request_id),
                                  std::move(body));
           st->first_byte_ns = now_ns();
-          mark_answered(o, status);
+          mark_answered(o, status, *st->first_byte_ns);
           maybe_quit();
           return;
         }
