@@ -1,7 +1,7 @@
-// A cancellable one-shot timer on a given strand: the timer_service's timers (each on a strand
-// of its own) and a connection's own timers (on the connection's strand, so that what the
-// callback sends goes out at once instead of being posted behind every other callback due at the
-// same moment). net/-internal: it exposes Asio.
+// A cancellable one-shot timer on a given strand: a connection's timers beyond the first of an
+// exchange (the first rides on the connection's own timer, downstream_session::run_at), on the
+// connection's strand, so that what the callback sends goes out at once instead of being posted
+// behind every other callback due at the same moment. net/-internal: it exposes Asio.
 #pragma once
 
 #include <atomic>
@@ -21,10 +21,10 @@ class strand_timer final : public timer, public std::enable_shared_from_this<str
   // A strand (any_io_executor, as sockets hold theirs).
   using strand_type = boost::asio::any_io_executor;
 
-  // Arms on the strand — at once when called there (the request actor's jobs run on the io
-  // thread), else posted, and either way before a cancel that follows it; `fire` runs there at
-  // `when`. Dispatched rather than posted, the arm and the cancel each save a trip through the io
-  // queue: ≈0.9k instructions per request (callgrind).
+  // Arms on the strand — at once when called there (actors' jobs run on the io thread), else
+  // posted, and either way before a cancel that follows it; `fire` runs there at `when`.
+  // Dispatched rather than posted, the arm and the cancel each save a trip through the io queue
+  // (≈0.9k instructions when the request deadline still ran on this timer, callgrind).
   static std::shared_ptr<strand_timer> start(strand_type strand,
                                              std::chrono::steady_clock::time_point when,
                                              std::function<void()> fire) {

@@ -3,11 +3,11 @@
 // timer of its own cost ≈6k instructions to start and cancel (a strand, two posts through the io
 // queue, Asio's timer queue twice), and every attempt arms one (its timeout): 167k → 160k
 // instructions per request (callgrind).
-// The request deadline stays on a timer of its own on the caller's connection (strand_timer.hpp):
-// on this heap too (another 4k), the deadline storm's answers came later (3 runs each: p50
-// 1.9–2.3 → 2.4–3.6 ms, upstream closes p50 3.4–4.7 → 6.0–8.0 ms). Not explained; a guess is
-// that at the storm the io thread waits for this mutex behind CAF workers (nice +5) that hold it
-// while cancelling their timers at teardown. net/-internal: it exposes Asio.
+// The request deadline stays on the caller's connection (now that connection's own timer,
+// downstream_session::run_at): on this heap too (another 4k), the deadline storm's answers came
+// later (3 runs each: p50 1.9–2.3 → 2.4–3.6 ms, upstream closes p50 3.4–4.7 → 6.0–8.0 ms). Not
+// explained; a guess is that at the storm the io thread waits for this mutex behind CAF workers
+// (nice +5) that hold it while cancelling their timers at teardown. net/-internal: it exposes Asio.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>

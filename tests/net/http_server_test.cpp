@@ -283,6 +283,23 @@ class HttpServerTest : public ::testing::Test {
     server_.emplace(io_, limits, std::move(handler));
     port_ = server_->listen("127.0.0.1", 0);
   }
+  // Answers the exchange of `channel` from a timer due at `due`: 504, x-from: timer, "late".
+  static std::shared_ptr<timer> answer_late_at(const std::shared_ptr<response_channel>& channel,
+                                               steady::time_point due) {
+    std::weak_ptr<response_channel> weak = channel;
+    return channel->run_at(due, [weak] {
+      if (auto c = weak.lock()) c->send_full(504, {{"x-from", "timer"}}, "late");
+    });
+  }
+  // What answer_late_at sends, received no earlier than it was due.
+  static void expect_late_answer(const std::optional<test_response>& response,
+                                 steady::time_point due) {
+    ASSERT_TRUE(response);
+    EXPECT_GE(steady::now(), due);
+    EXPECT_EQ(response->status, 504);
+    EXPECT_EQ(response->header("x-from"), "timer");
+    EXPECT_EQ(response->body, "late");
+  }
   // A handler that answers nothing itself: each exchange's channel goes to channels_, for the
   // test to answer from.
   void serve_keeping_channels() {
@@ -428,18 +445,9 @@ TEST_F(HttpServerTest, ChannelTimerFiresAtItsTimeAndAnswersFromTheConnection) {
   std::atomic<int> cancelled_fired{0};
   auto never = channel->run_at(steady::now() + 20ms, [&] { ++cancelled_fired; });
   never->cancel();
-  const auto armed = steady::now();
-  const auto due = armed + 40ms;
-  std::weak_ptr<response_channel> weak = channel;
-  auto handle = channel->run_at(due, [weak] {
-    if (auto c = weak.lock()) c->send_full(504, {{"x-from", "timer"}}, "late");
-  });
-  const auto response = client.read_response();
-  ASSERT_TRUE(response);
-  EXPECT_GE(steady::now(), due);
-  EXPECT_EQ(response->status, 504);
-  EXPECT_EQ(response->header("x-from"), "timer");
-  EXPECT_EQ(response->body, "late");
+  const auto due = steady::now() + 40ms;
+  auto handle = answer_late_at(channel, due);
+  expect_late_answer(client.read_response(), due);
   EXPECT_EQ(cancelled_fired.load(), 0);
 }
 
@@ -465,16 +473,9 @@ TEST_F(HttpServerTest, ChannelTimerBelongsToItsExchangeOnAKeptAliveConnection) {
   ASSERT_TRUE(second);
   // Due well after the first one: its answer arriving shows the first's time has passed.
   const auto second_due = std::max(steady::now(), first_due) + 40ms;
-  std::weak_ptr<response_channel> weak = second;
-  auto second_timer = second->run_at(second_due, [weak] {
-    if (auto c = weak.lock()) c->send_full(504, {{"x-from", "timer"}}, "late");
-  });
+  auto second_timer = answer_late_at(second, second_due);
   first_timer->cancel();  // stale: the first exchange is over
-  const auto second_response = client.read_response();
-  ASSERT_TRUE(second_response);
-  EXPECT_GE(steady::now(), second_due);
-  EXPECT_EQ(second_response->status, 504);
-  EXPECT_EQ(second_response->header("x-from"), "timer");
+  expect_late_answer(client.read_response(), second_due);
   EXPECT_EQ(first_fired.load(), 0);
 }
 
