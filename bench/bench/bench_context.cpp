@@ -109,8 +109,9 @@ std::optional<double> process_rss_kib(int pid) {
   return std::nullopt;
 }
 
-// utime + stime (fields 14 and 15 of /proc/<pid>/stat; the name in field 2 may hold spaces).
-std::optional<double> process_cpu_seconds(int pid) {
+// utime and stime (fields 14 and 15 of /proc/<pid>/stat; the name in field 2 may hold spaces),
+// in seconds.
+std::optional<std::pair<double, double>> process_cpu_times(int pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
   std::getline(stat, text);
@@ -124,7 +125,20 @@ std::optional<double> process_cpu_seconds(int pid) {
     if (i == 15) stime = std::stoull(field);
   }
   static const long ticks = sysconf(_SC_CLK_TCK);
-  return static_cast<double>(utime + stime) / static_cast<double>(ticks > 0 ? ticks : 100);
+  const double tick_s = 1.0 / static_cast<double>(ticks > 0 ? ticks : 100);
+  return std::pair{static_cast<double>(utime) * tick_s, static_cast<double>(stime) * tick_s};
+}
+
+std::optional<double> process_cpu_seconds(int pid) {
+  const auto t = process_cpu_times(pid);
+  if (!t) return std::nullopt;
+  return t->first + t->second;
+}
+
+std::optional<double> process_system_cpu_seconds(int pid) {
+  const auto t = process_cpu_times(pid);
+  if (!t) return std::nullopt;
+  return t->second;
 }
 
 std::vector<int> children_of(int pid) {
@@ -158,6 +172,10 @@ std::optional<double> bench_context::rss_kib(const target& t) const {
 
 std::optional<double> bench_context::cpu_seconds(const target& t) const {
   return over_process_tree(t, process_cpu_seconds);
+}
+
+std::optional<double> bench_context::system_cpu_seconds(const target& t) const {
+  return over_process_tree(t, process_system_cpu_seconds);
 }
 
 std::unordered_map<std::string, boost::json::object> mock_log_by_request_id(

@@ -94,6 +94,9 @@ class bench_context {
   // CPU time (user + system) the target's process and its children have used so far (nginx's
   // worker is its master's child); nullopt without a pid.
   std::optional<double> cpu_seconds(const target& t) const;
+  // The system part of it: the kernel's work on the process's behalf (its sockets, loopback
+  // delivery, epoll), which the two proxies share; the rest is each one's own code.
+  std::optional<double> system_cpu_seconds(const target& t) const;
 
  private:
   boost::asio::io_context ioc_;

@@ -46,11 +46,24 @@ double level_samples::rps(const std::string& name) const {
   return static_cast<double>(n->second) / s->second;
 }
 
-double level_samples::cpu_us_per_request(const std::string& name) const {
-  auto c = cpu_s.find(name);
+namespace {
+
+double per_request_us(const std::map<std::string, double>& seconds_of,
+                      const std::map<std::string, std::size_t>& ok, const std::string& name) {
+  auto c = seconds_of.find(name);
   auto n = ok.find(name);
-  if (c == cpu_s.end() || n == ok.end() || n->second == 0) return 0;
+  if (c == seconds_of.end() || n == ok.end() || n->second == 0) return 0;
   return c->second * 1e6 / static_cast<double>(n->second);
+}
+
+}  // namespace
+
+double level_samples::cpu_us_per_request(const std::string& name) const {
+  return per_request_us(cpu_s, ok, name);
+}
+
+double level_samples::system_cpu_us_per_request(const std::string& name) const {
+  return per_request_us(system_cpu_s, ok, name);
 }
 
 level_samples sample_level(bench_context& ctx, const std::vector<const target*>& targets,
@@ -61,10 +74,13 @@ level_samples sample_level(bench_context& ctx, const std::vector<const target*>&
       const target& t = *targets[(i + r) % targets.size()];
       auto req = ctx.request(t, bench_models::immediate, false);
       const auto cpu_before = ctx.cpu_seconds(t);
+      const auto system_before = ctx.system_cpu_seconds(t);
       auto res = run_closed_loop(ctx, t,
                                  {concurrency, slice, 2'000'000, [&](std::size_t) { return req; }});
       if (const auto cpu_after = ctx.cpu_seconds(t); cpu_before && cpu_after)
         out.cpu_s[t.name] += *cpu_after - *cpu_before;
+      if (const auto system_after = ctx.system_cpu_seconds(t); system_before && system_after)
+        out.system_cpu_s[t.name] += *system_after - *system_before;
       for (const auto& e : res.results) {
         if (e.ok && e.status == 200) out.latencies_ms[t.name].push_back(e.latency_ms);
       }

@@ -38,9 +38,12 @@ struct level_samples {
   std::map<std::string, std::size_t> ok, failed;
   std::map<std::string, double> seconds;
   std::map<std::string, double> cpu_s;  // the proxy process's CPU time over its loops (pid known)
+  std::map<std::string, double> system_cpu_s;  // the system part of cpu_s
   double rps(const std::string& name) const;
   // CPU time per completed request in µs; 0 without a pid or a request.
   double cpu_us_per_request(const std::string& name) const;
+  // Its system part.
+  double system_cpu_us_per_request(const std::string& name) const;
 };
 level_samples sample_level(bench_context& ctx, const std::vector<const target*>& targets,
                            unsigned concurrency, std::size_t rounds, milliseconds slice);

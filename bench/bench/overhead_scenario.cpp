@@ -43,7 +43,11 @@ boost::json::object run_overhead(bench_context& ctx) {
       o["throughput_rps"] = std::round(rps[t.name]);
       // The proxy's own CPU per request: on this shared, variable-speed VM it moves far less
       // between runs than req/s does (the load generator's CPU is not in it).
-      if (t.pid) o["cpu_us_per_request"] = std::round(samples.cpu_us_per_request(t.name) * 10) / 10;
+      if (t.pid) {
+        o["cpu_us_per_request"] = std::round(samples.cpu_us_per_request(t.name) * 10) / 10;
+        o["system_cpu_us_per_request"] =
+            std::round(samples.system_cpu_us_per_request(t.name) * 10) / 10;
+      }
       o["failed"] = samples.failed[t.name];
       level[t.name] = std::move(o);
     }
@@ -65,6 +69,14 @@ boost::json::object run_overhead(bench_context& ctx) {
     if (nginx_cpu > 0) {
       d["cpu_per_request_ratio_tether_over_nginx"] =
           std::round(samples.cpu_us_per_request("tether") / nginx_cpu * 100) / 100;
+    }
+    const double nginx_user = nginx_cpu - samples.system_cpu_us_per_request("nginx");
+    if (nginx_user > 0) {
+      d["user_cpu_per_request_ratio_tether_over_nginx"] =
+          std::round(
+              (samples.cpu_us_per_request("tether") - samples.system_cpu_us_per_request("tether")) /
+              nginx_user * 100) /
+          100;
     }
     derived["c" + std::to_string(c)] = std::move(d);
     if (c == 16) {

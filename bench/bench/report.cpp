@@ -73,8 +73,8 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
     md << "\n## 1. Overhead — non-streaming chat, mock answers at once, closed loop\n\n"
        << "![latency percentiles](" << svg_name << ")\n\n"
        << "| concurrency | target | p50 | p99 | p99.9 | req/s | added p50 | added p99 | CPU µs/req "
-          "|\n"
-       << "|---|---|---|---|---|---|---|---|---|\n";
+          "| of it system |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|\n";
     for (const char* c : {"c1", "c16", "c64"}) {
       for (const char* t : target_names) {
         bool proxy = std::string_view(t) != "direct";
@@ -97,6 +97,11 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
            << " | "
            << (proxy
                    ? num(root, {"scenarios", "overhead", "targets", c, t, "cpu_us_per_request"}, 1)
+                   : "")
+           << " | "
+           << (proxy
+                   ? num(root,
+                         {"scenarios", "overhead", "targets", c, t, "system_cpu_us_per_request"}, 1)
                    : "")
            << " |\n";
       }
@@ -128,6 +133,16 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << ", c=64 "
        << num(root, {"scenarios", "overhead", "derived", "c64",
                      "cpu_per_request_ratio_tether_over_nginx"})
+       << "; its user part alone (each proxy's own code, the system part being the kernel's work "
+          "on its sockets): c=1 "
+       << num(root, {"scenarios", "overhead", "derived", "c1",
+                     "user_cpu_per_request_ratio_tether_over_nginx"})
+       << ", c=16 "
+       << num(root, {"scenarios", "overhead", "derived", "c16",
+                     "user_cpu_per_request_ratio_tether_over_nginx"})
+       << ", c=64 "
+       << num(root, {"scenarios", "overhead", "derived", "c64",
+                     "user_cpu_per_request_ratio_tether_over_nginx"})
        << ".\n";
   }
   if (scenarios.contains("streaming")) {
