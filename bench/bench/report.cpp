@@ -106,44 +106,21 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
            << " |\n";
       }
     }
-    md << "\ntether's added p50 / nginx's added p50: c=1 "
-       << num(root, {"scenarios", "overhead", "derived", "c1", "added_p50_ratio_tether_over_nginx"})
-       << ", c=16 "
-       << num(root,
-              {"scenarios", "overhead", "derived", "c16", "added_p50_ratio_tether_over_nginx"})
-       << ", c=64 "
-       << num(root,
-              {"scenarios", "overhead", "derived", "c64", "added_p50_ratio_tether_over_nginx"})
-       << ". Throughput tether / nginx: c=1 "
-       << num(root,
-              {"scenarios", "overhead", "derived", "c1", "throughput_ratio_tether_over_nginx"})
-       << ", c=16 "
-       << num(root,
-              {"scenarios", "overhead", "derived", "c16", "throughput_ratio_tether_over_nginx"})
-       << ", c=64 "
-       << num(root,
-              {"scenarios", "overhead", "derived", "c64", "throughput_ratio_tether_over_nginx"})
+    // "c=1 a, c=16 b, c=64 c" for one derived figure of the three concurrency levels.
+    auto per_level = [&](std::string_view key) {
+      return "c=1 " + num(root, {"scenarios", "overhead", "derived", "c1", key}) + ", c=16 " +
+             num(root, {"scenarios", "overhead", "derived", "c16", key}) + ", c=64 " +
+             num(root, {"scenarios", "overhead", "derived", "c64", key});
+    };
+    md << "\ntether's added p50 / nginx's added p50: "
+       << per_level("added_p50_ratio_tether_over_nginx")
+       << ". Throughput tether / nginx: " << per_level("throughput_ratio_tether_over_nginx")
        << ". CPU per request tether / nginx (each process's user + system time over its loops, "
-          "its children included): c=1 "
-       << num(root,
-              {"scenarios", "overhead", "derived", "c1", "cpu_per_request_ratio_tether_over_nginx"})
-       << ", c=16 "
-       << num(root, {"scenarios", "overhead", "derived", "c16",
-                     "cpu_per_request_ratio_tether_over_nginx"})
-       << ", c=64 "
-       << num(root, {"scenarios", "overhead", "derived", "c64",
-                     "cpu_per_request_ratio_tether_over_nginx"})
+          "its children included): "
+       << per_level("cpu_per_request_ratio_tether_over_nginx")
        << "; its user part alone (each proxy's own code, the system part being the kernel's work "
-          "on its sockets): c=1 "
-       << num(root, {"scenarios", "overhead", "derived", "c1",
-                     "user_cpu_per_request_ratio_tether_over_nginx"})
-       << ", c=16 "
-       << num(root, {"scenarios", "overhead", "derived", "c16",
-                     "user_cpu_per_request_ratio_tether_over_nginx"})
-       << ", c=64 "
-       << num(root, {"scenarios", "overhead", "derived", "c64",
-                     "user_cpu_per_request_ratio_tether_over_nginx"})
-       << ".\n";
+          "on its sockets): "
+       << per_level("user_cpu_per_request_ratio_tether_over_nginx") << ".\n";
   }
   if (scenarios.contains("streaming")) {
     md << "\n## 2. Streaming — 20 events, one every 10 ms, 16 streams at a time\n\n"
