@@ -58,17 +58,21 @@ TEST_F(NoticeOutboxTest, OffTheIoThreadDeferredWorkRunsAtOnce) {
 }
 
 // Two expiries due in one round: the second's answer goes before the first's deferred work.
+// Both handlers are queued from the io thread itself, so both are in the queue before the first
+// runs (posted from the test's thread, the first could run before the second was queued).
 TEST_F(NoticeOutboxTest, OnTheIoThreadDeferredWorkRunsBehindTheHandlersAlreadyQueued) {
   asio::post(ctx(), [this] {
-    log_.push_back("first answered");
-    defer_behind_queued([this] { log_.push_back("first's upstream closed"); });
-    log_.push_back("first done");
-  });
-  asio::post(ctx(), [this] {
-    log_.push_back("second answered");
-    defer_behind_queued([this] {
-      log_.push_back("second's upstream closed");
-      done_.set_value();
+    asio::post(ctx(), [this] {
+      log_.push_back("first answered");
+      defer_behind_queued([this] { log_.push_back("first's upstream closed"); });
+      log_.push_back("first done");
+    });
+    asio::post(ctx(), [this] {
+      log_.push_back("second answered");
+      defer_behind_queued([this] {
+        log_.push_back("second's upstream closed");
+        done_.set_value();
+      });
     });
   });
   auto done = done_.get_future();
