@@ -121,6 +121,34 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << "; its user part alone (each proxy's own code, the system part being the kernel's work "
           "on its sockets): "
        << per_level("user_cpu_per_request_ratio_tether_over_nginx") << ".\n";
+    if (at_path(root, {"scenarios", "overhead", "open_loop", "targets"}) != nullptr) {
+      md << "\nOpen loop at " << num(root, {"scenarios", "overhead", "open_loop", "rate_per_s"}, 0)
+         << " req/s (half the slower proxy's c=16 throughput above, the same schedule for every "
+            "target; latency from each request's scheduled moment, so a backlog counts):\n\n"
+         << "| target | p50 | p99 | p99.9 | added p50 | added p99 | failed | sent > 1 ms late | "
+            "peak in flight |\n|---|---|---|---|---|---|---|---|---|\n";
+      for (const char* t : target_names) {
+        const bool proxy = std::string_view(t) != "direct";
+        auto open = [&](std::string_view key, int decimals) {
+          return num(root, {"scenarios", "overhead", "open_loop", "targets", t, key}, decimals);
+        };
+        auto added = [&](const std::string& key) {
+          return proxy ? num(root, {"scenarios", "overhead", "open_loop", "derived", key}, 3)
+                       : std::string();
+        };
+        md << "| " << t << " | " << open("p50", 3) << " | " << open("p99", 3) << " | "
+           << open("p999", 3) << " | " << added(std::string(t) + "_added_p50_ms") << " | "
+           << added(std::string(t) + "_added_p99_ms") << " | " << open("failed", 0) << " | "
+           << open("late_sends", 0) << " | " << open("peak_in_flight", 0) << " |\n";
+      }
+      md << "\ntether's added latency / nginx's at this rate: p50 "
+         << num(root, {"scenarios", "overhead", "open_loop", "derived",
+                       "added_p50_ratio_tether_over_nginx"})
+         << ", p99 "
+         << num(root, {"scenarios", "overhead", "open_loop", "derived",
+                       "added_p99_ratio_tether_over_nginx"})
+         << " (– where nginx added nothing measurable).\n";
+    }
   }
   if (scenarios.contains("streaming")) {
     md << "\n## 2. Streaming — 20 events, one every 10 ms, 16 streams at a time\n\n"

@@ -1,0 +1,39 @@
+// Open-loop load: requests go out on a fixed schedule, whatever the answers do, over a pool of
+// keep-alive connections. A request's latency runs from its scheduled moment, so a target that
+// falls behind is charged for the wait its backlog adds (no coordinated omission). Against the
+// closed loop, where latency at a concurrency is that concurrency over throughput, this measures
+// what a proxy adds to a request at a load below its capacity.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench/bench_context.hpp"
+
+namespace tether::bench {
+
+struct open_loop_spec {
+  double rate_per_s = 1000;
+  milliseconds duration{1000};
+  unsigned connections = 64;        // opened and warmed (unmeasured) before the schedule starts
+  unsigned max_connections = 1024;  // beyond this, a due request waits for a connection to free
+  std::shared_ptr<const std::string> request;
+};
+
+struct open_loop_result {
+  std::vector<double> latencies_ms;  // 2xx answers, from the scheduled moment to the answer's end
+  std::size_t scheduled = 0;
+  std::size_t ok = 0;
+  std::size_t failed = 0;
+  std::size_t unfinished = 0;  // not answered when the drain limit passed (then aborted)
+  // Sent more than 1 ms after their moment: the load generator or the pool fell behind; their
+  // latency still counts from the moment.
+  std::size_t late_sends = 0;
+  std::size_t peak_in_flight = 0;
+  double elapsed_s = 0;  // first moment to last answer
+};
+
+open_loop_result run_open_loop(bench_context& ctx, const target& t, const open_loop_spec& spec);
+
+}  // namespace tether::bench
