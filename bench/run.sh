@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark: tether against nginx and against the direct path, on this machine.
 #
-#   bash bench/run.sh            full run (≈ 5 min), writes bench/results/<date>.{md,json,svg}
+#   bash bench/run.sh            full run (≈ 4 min), writes bench/results/<date>.{md,json,svg}
 #   bash bench/run.sh --quick    short run (< 90 s) for iterating, written under /tmp
 #   extra arguments go to tether-bench (e.g. --scenarios 1,3)
 #
@@ -154,7 +154,8 @@ start_tether tether-member-cold "$cold_port" --budget-host "127.0.0.1:$budget_po
 cold_pid=$started_pid
 
 rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-if [ -n "$(git -C "$here" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+# The results directory does not count: an earlier run's files there change no code under test.
+if [ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!bench/results' 2>/dev/null)" ]; then
   rev="$rev + uncommitted changes"
 fi
 placement="$placement Source: $rev; nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||')."
