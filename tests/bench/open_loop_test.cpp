@@ -44,8 +44,8 @@ TEST_F(OpenLoopTest, ABacklogIsChargedFromEachRequestsScheduledMoment) {
   // One connection, an answer after 20 ms, a request due every 5 ms: request k cannot end before
   // k + 1 answers have, (k + 1) × 20 ms after the first moment, and was due at 5k ms — so its
   // latency is at least 20 + 15k ms, where its own exchange takes ≈20.
-  const auto r = run_open_loop(ctx_, ctx_.targets()[0],
-                               {200, milliseconds(100), 1, 1, chat("mock-delay-20")});
+  const auto r =
+      run_open_loop(ctx_, ctx_.targets()[0], {200, milliseconds(100), 1, 1, chat("mock-delay-20")});
   ASSERT_EQ(r.scheduled, 20U);
   ASSERT_EQ(r.ok, 20U);
   EXPECT_EQ(r.peak_in_flight, 1U);
