@@ -75,7 +75,7 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << "| concurrency | target | p50 | p99 | p99.9 | req/s | added p50 | added p99 | CPU µs/req "
           "| of it system |\n"
        << "|---|---|---|---|---|---|---|---|---|---|\n";
-    for (const char* c : {"c1", "c16", "c64"}) {
+    for (const char* c : {"c1", "c16", "c64", "c256"}) {
       for (const char* t : target_names) {
         bool proxy = std::string_view(t) != "direct";
         md << "| " << (c + 1) << " | " << t << " | "
@@ -106,11 +106,15 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
            << " |\n";
       }
     }
-    // "c=1 a, c=16 b, c=64 c" for one derived figure of the three concurrency levels.
+    // "c=1 a, c=16 b, c=64 c, c=256 d" for one derived figure of the concurrency levels.
     auto per_level = [&](std::string_view key) {
-      return "c=1 " + num(root, {"scenarios", "overhead", "derived", "c1", key}) + ", c=16 " +
-             num(root, {"scenarios", "overhead", "derived", "c16", key}) + ", c=64 " +
-             num(root, {"scenarios", "overhead", "derived", "c64", key});
+      std::string out;
+      for (const char* c : {"c1", "c16", "c64", "c256"}) {
+        if (!out.empty()) out += ", ";
+        out += "c=" + std::string(c + 1) + " " +
+               num(root, {"scenarios", "overhead", "derived", c, key});
+      }
+      return out;
     };
     md << "\ntether's added p50 / nginx's added p50: "
        << per_level("added_p50_ratio_tether_over_nginx")
@@ -339,6 +343,7 @@ std::string latency_svg(const json::object& run) {
       {"overhead, concurrency 1", {"scenarios", "overhead", "targets", "c1"}},
       {"overhead, concurrency 16", {"scenarios", "overhead", "targets", "c16"}},
       {"overhead, concurrency 64", {"scenarios", "overhead", "targets", "c64"}},
+      {"overhead, concurrency 256", {"scenarios", "overhead", "targets", "c256"}},
       {"streaming: time to first event", {"scenarios", "streaming", "targets"}}};
   const int pw = 300, ph = 260, ml = 56, mt = 50, gap = 30;
   const int width = ml + static_cast<int>(panels.size()) * (pw + gap) + 20;
