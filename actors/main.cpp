@@ -165,13 +165,25 @@ int serve(tether::config::gateway_config cfg) {
 
   auto local_budget = system->spawn(budget_actor, budget_limits_from(rt->cfg), rt->stats.get());
   rt->budget = local_budget;
+  // A start that fails from here on ends the actors before it returns: ~actor_system waits for
+  // every actor, and the budget and the supervisor end only when told. Returning without this
+  // hung the process (a listen port in use), deaf to SIGTERM, which this thread blocks.
+  auto fail_start = [&] {
+    for (auto* a : {&rt->budget, &local_budget, &rt->supervisor}) {
+      if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+      *a = nullptr;
+    }
+    io.join();
+    system.reset();
+    return 1;
+  };
   if (!cluster.budget_listen.empty()) {
     auto [host, port] = split_host_port(cluster.budget_listen);
     auto published = system->middleman().publish(local_budget, port, host.c_str(), true);
     if (!published) {
       log_error("cannot publish the shared budget on " + cluster.budget_listen + ": " +
                 system->render(published.error()));
-      return 1;
+      return fail_start();
     }
     rt->stats->export_cluster_slots();
     log_info("shared budget listening on " + host + ":" + std::to_string(*published));
@@ -198,9 +210,8 @@ int serve(tether::config::gateway_config cfg) {
   try {
     port = server.listen(rt->cfg.server.listen_host, rt->cfg.server.listen_port);
   } catch (const std::exception& e) {
-    log_error(std::string{"cannot listen on "} + rt->cfg.server.listen_host + ":" +
-              std::to_string(rt->cfg.server.listen_port) + ": " + e.what());
-    return 1;
+    log_error(e.what());  // "cannot listen on HOST:PORT: why"
+    return fail_start();
   }
   log_info("tether " TETHER_VERSION " listening on " + rt->cfg.server.listen_host + ":" +
            std::to_string(port));

@@ -7,6 +7,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/beast/core/bind_handler.hpp>
+#include <boost/system/system_error.hpp>
 
 #include "net/connection_executor.hpp"
 #include "net/downstream_session.hpp"
@@ -57,6 +58,11 @@ std::uint16_t listener::open(const std::string& host, std::uint16_t port) {
     acceptor_.bind(endpoint);
     acceptor_.listen(asio::socket_base::max_listen_connections);
     return acceptor_.local_endpoint().port();
+  } catch (const boost::system::system_error& e) {
+    // The code's message ("Address already in use"), not what(): Boost's names the header and
+    // function that threw, which tells an operator nothing.
+    throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                             e.code().message());
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + ": " +
                              e.what());

@@ -1,5 +1,8 @@
 // The foundation, end to end over real sockets: tether in front of tether-mock (issue #2).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -343,6 +346,70 @@ TEST(GatewayCliTest, AnAllocatorTunableGivenByTheCallerIsLeftAsItIs) {
   const auto env = environment_of(gw.process().pid());
   EXPECT_NE(env.find("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=7\n"), std::string::npos);
   EXPECT_EQ(env.find("tcache_count=64"), std::string::npos);
+}
+
+// A port some other process listens on, for as long as this object lives.
+class taken_port {
+ public:
+  taken_port() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        ::listen(fd_, 1) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      throw std::runtime_error("cannot take a port");
+    port_ = ntohs(addr.sin_port);
+  }
+  ~taken_port() { ::close(fd_); }
+  taken_port(const taken_port&) = delete;
+  taken_port& operator=(const taken_port&) = delete;
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_;
+  std::uint16_t port_ = 0;
+};
+
+// A start that fails once the actors are up ends them and exits: ~actor_system waits for every
+// actor, and this process once hung there for good, ignoring SIGTERM, with its port in use.
+TEST(GatewayCliTest, AListenPortInUseIsReportedAndTheProcessExits) {
+  taken_port taken;
+  temp_dir dir;
+  auto path = dir.write_file(
+      "t.toml", std::string(minimal_toml) +
+                    "[server]\nlisten = \"127.0.0.1:" + std::to_string(taken.port()) + "\"\n");
+  child_process p{TETHER_BINARY, {"--config", path.string()}};
+  auto code = p.wait_exit(10s);
+  ASSERT_TRUE(code) << "still running; output:\n" << p.output();
+  EXPECT_EQ(*code, 1);
+  auto out = p.output();
+  EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(taken.port()) +
+                     ": Address already in use\""),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find(".hpp"), std::string::npos) << out;  // no source locations for operators
+  EXPECT_EQ(out.find("listening"), std::string::npos) << out;
+}
+
+TEST(GatewayCliTest, ASharedBudgetPortInUseIsReportedAndTheProcessExits) {
+  taken_port taken;
+  temp_dir dir;
+  auto path =
+      dir.write_file("t.toml", std::string(minimal_toml) +
+                                   "[server]\nlisten = \"127.0.0.1:0\"\n[cluster]\nbudget_listen = "
+                                   "\"127.0.0.1:" +
+                                   std::to_string(taken.port()) + "\"\n");
+  child_process p{TETHER_BINARY, {"--config", path.string()}};
+  auto code = p.wait_exit(10s);
+  ASSERT_TRUE(code) << "still running; output:\n" << p.output();
+  EXPECT_EQ(*code, 1);
+  auto out = p.output();
+  EXPECT_NE(
+      out.find("cannot publish the shared budget on 127.0.0.1:" + std::to_string(taken.port())),
+      std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("listening"), std::string::npos) << out;
 }
 
 TEST(GatewayCliTest, CheckPrintsTheEffectiveConfigWithSecretsMasked) {
