@@ -11,7 +11,12 @@
 # tether is pinned to that CPU list, as bench/run.sh pins it, so it runs one CAF worker; "all"
 # leaves it unpinned: one worker per CPU, and the count takes in their hand-offs — 115.0k
 # against 106.7k instructions per request at 01299c8 on two CPUs; the figures in the README's
-# history before that are unpinned ones).
+# history before that are unpinned ones), PARALLEL=P (the N requests over P keep-alive
+# connections at once, P curls of N/P each; the count is then (total(N) − total(N/2)) / (N/2), so
+# the P connections' setup cancels out), CACHE_SIM=1 (callgrind simulates a 32 KiB L1 and a 1 MiB
+# last level — this host's L2 per core — and the data misses per request are printed too: what
+# a request keeps that is no longer in the cache when it is touched again, which grows with
+# PARALLEL where the instruction count does not).
 # bench/callgrind.sh --floor [N=2000] counts the same for tether-actor-floor instead: the actor
 # tree of a request with none of tether's work in it (bench/floor/actor_floor.cpp).
 set -euo pipefail
@@ -53,30 +58,54 @@ pids+=($!)
 "$build/bench/tether-bench" --print-tether-config --listen "127.0.0.1:$port" \
   --mock "127.0.0.1:$mock_port" --cap 8 >"$work/tether.toml"
 if [ -z "${ACCESS_LOG:-}" ]; then sed -i 's/log_level = "info"/log_level = "warn"/' "$work/tether.toml"; fi
+parallel="${PARALLEL:-1}"
+if [ "$parallel" -gt 1 ] && [ $((n % (2 * parallel))) -ne 0 ]; then
+  echo "callgrind.sh: N ($n) must be a multiple of 2 × PARALLEL ($parallel)" >&2
+  exit 2
+fi
+sim=()
+if [ -n "${CACHE_SIM:-}" ]; then sim=(--cache-sim=yes --LL=1048576,16,64); fi
 
 pin=()
 if [ "${CPUS:-0}" != "all" ]; then pin=(taskset -c "${CPUS:-0}"); fi
 
-# Prints the instructions of one tether life serving `count` requests.
+# Prints the totals line of one tether life serving `count` requests (instructions first; with
+# CACHE_SIM, then Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw).
 measure() {
   local count="$1" out="$work/callgrind.$1"
-  "${pin[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" "$build/actors/tether" \
+  "${pin[@]}" valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$out" "$build/actors/tether" \
     --config "$work/tether.toml" >"$work/tether.log" 2>&1 &
   local pid=$!
   for _ in $(seq 300); do curl -sf -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.2; done
   if [ "$count" -gt 0 ]; then
     local urls=()
-    for _ in $(seq "$count"); do urls+=("http://127.0.0.1:$port/v1/chat/completions"); done
+    for _ in $(seq "$((count / parallel))"); do urls+=("http://127.0.0.1:$port/v1/chat/completions"); done
     local extra=()
     if [ -n "${DEADLINE_MS:-}" ]; then extra=(-H "x-request-deadline-ms: $DEADLINE_MS"); fi
-    curl -s -H 'content-type: application/json' "${extra[@]}" \
-      -d '{"model":"'"${MODEL:-mock}"'","messages":[{"role":"user","content":"hello"}]}' "${urls[@]}" >/dev/null
+    local curls=()
+    for _ in $(seq "$parallel"); do
+      curl -s -H 'content-type: application/json' "${extra[@]}" \
+        -d '{"model":"'"${MODEL:-mock}"'","messages":[{"role":"user","content":"hello"}]}' \
+        "${urls[@]}" >/dev/null &
+      curls+=($!)
+    done
+    wait "${curls[@]}"
   fi
   kill -TERM "$pid"
   wait "$pid" || true
   sed -n 's/^totals: //p' "$out"
 }
 
-idle=$(measure 0)
-busy=$(measure "$n")
-echo "instructions per request: $(( (busy - idle) / n )) (N=$n; idle $idle, busy $busy)"
+if [ "$parallel" -gt 1 ]; then
+  base_count=$((n / 2))
+else
+  base_count=0
+fi
+read -r -a base <<<"$(measure "$base_count")"
+read -r -a busy <<<"$(measure "$n")"
+per=$((n - base_count))
+echo "instructions per request: $(( (busy[0] - base[0]) / per )) (N=$n over $parallel connection(s); baseline $base_count requests ${base[0]}, busy ${busy[0]})"
+if [ -n "${CACHE_SIM:-}" ]; then
+  # Totals: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
+  echo "data misses per request: L1 $(( (busy[4] + busy[5] - base[4] - base[5]) / per )), 1 MiB last level $(( (busy[7] + busy[8] - base[7] - base[8]) / per )); instruction L1 misses $(( (busy[3] - base[3]) / per ))"
+fi
