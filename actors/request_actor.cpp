@@ -38,7 +38,31 @@ using std::chrono::milliseconds;
 
 enum class phase { attempting, backing_off, streaming, answered };
 
-struct request_state {
+struct request_state;
+
+// The request's helpers, shared by its handlers. Held once, in the state: a handler captures a
+// pointer to them, where lambdas capturing the helpers they call (and those theirs) made a
+// behavior of 1.57 KB per request (valgrind's DHAT), touched by every message and cold in the
+// cache when 256 requests are in flight (bench scenario 1, c=256; bench/callgrind.sh CACHE_SIM).
+struct request_ops {
+  caf::event_based_actor* self = nullptr;
+  request_state* st = nullptr;
+  gateway_runtime* rt = nullptr;
+
+  void maybe_quit();
+  void mark_answered(outcome o, int status, std::int64_t at = now_ns());
+  void record_attempt_end(outcome o, std::optional<int> status);
+  void release_attempt();
+  void cancel_attempt();
+  void lost_to_deadline();
+  void answer_error(outcome o, const std::string& message,
+                    std::optional<milliseconds> retry_after = std::nullopt);
+  void interrupt_stream(const std::string& cause);
+  void start_attempt();
+  void after_failure(const attempt_report& report, const std::string& message);
+};
+
+struct request_state : std::enable_shared_from_this<request_state> {
   runtime_ptr rt;
   std::shared_ptr<net::response_channel> channel;
   request_spec spec;
@@ -79,6 +103,7 @@ struct request_state {
   // the behavior as the actor ends, before its attachables run): held here rather than shared
   // with an attach_functor, which cost two allocations and the actor's mutex per request.
   std::optional<actor_timers> timers;
+  request_ops ops;
 
   double ms_since_arrival(std::int64_t ns) const {
     return static_cast<double>(ns - arrival_ns) / 1e6;
@@ -96,14 +121,236 @@ net::header_list pass_headers(net::header_list&& upstream, const std::string& re
   return std::move(upstream);
 }
 
+// ---- ending -------------------------------------------------------------------------------
+
+void request_ops::maybe_quit() {
+  if (st->now != phase::answered || !st->live_attempts.empty() ||
+      st->connections_started.load() != st->connections_ended)
+    return;
+  const std::int64_t end_ns = now_ns();
+  access_record r;
+  r.request_id = st->spec.request_id;
+  r.model = st->spec.model;
+  r.path = st->spec.path;
+  r.stream = st->spec.stream;
+  r.result = st->result;
+  r.status = st->status;
+  if (st->spec.deadline) r.deadline_ms = static_cast<double>(st->spec.deadline->count());
+  r.queue_wait_ms = static_cast<double>(st->queue_wait_ns) / 1e6;
+  if (st->first_byte_ns) r.ttfb_ms = st->ms_since_arrival(*st->first_byte_ns);
+  r.duration_ms = st->ms_since_arrival(st->answered_ns.value_or(end_ns));
+  if (st->caller_left_ns) r.caller_left_ms = st->ms_since_arrival(*st->caller_left_ns);
+  if (st->last_work_end_ns) r.work_ended_ms = st->ms_since_arrival(*st->last_work_end_ns);
+  r.cancel_latency_ms = st->cancel_latency_ms;
+  r.attempts = {st->attempts.data(), st->attempts.size()};
+  // Counted before the line is written: whoever has seen the line sees it in /metrics too.
+  st->rt->stats->request_done(st->spec.model, st->result, r.duration_ms / 1000.0);
+  write_access_log(r);
+  // A 499 is logged, never sent.
+  std::optional<int> sent;
+  if (st->result != outcome::client_disconnected) sent = st->status;
+  st->trace->finish("POST", st->spec.path, st->spec.model, st->spec.request_id, sent, st->result,
+                    end_ns);
+  self->quit();
+}
+
+// The caller's side is over (answered, or gone): from here on, upstream work is late work.
+void request_ops::mark_answered(outcome o, int status, std::int64_t at) {
+  st->result = o;
+  st->status = status;
+  st->now = phase::answered;
+  st->answered_ns = at;
+  st->rt->stats->requests_in_flight_add(-1);
+}
+
+void request_ops::record_attempt_end(outcome o, std::optional<int> status) {
+  if (st->attempts.empty() || st->attempts.back().end_ms) return;
+  auto& a = st->attempts.back();
+  a.result = o;
+  a.status = status;
+  auto at = now_ns();
+  a.end_ms = st->ms_since_arrival(at);
+  st->rt->stats->attempt_done(st->rt->routes->at(st->attempt_deployment).upstream, o);
+  st->trace->end_attempt(status, o, at);
+}
+
+// The current attempt has said its last word: its deployment is free for the router's count,
+// and a next attempt may start while this one's actor is still on its way out.
+void request_ops::release_attempt() {
+  if (!st->attempt) return;
+  st->rt->routes->attempt_ended(st->attempt_deployment);
+  st->attempt = nullptr;
+}
+
+// Stops the in-flight attempt's tree; its connection actor closes the socket and exits.
+void request_ops::cancel_attempt() {
+  if (!st->cancel_decided_ns) st->cancel_decided_ns = now_ns();
+  if (st->attempt) {
+    st->trace->event("cancel_sent", now_ns());
+    self->send_exit(st->attempt, caf::exit_reason::user_shutdown);
+  }
+  release_attempt();
+  ++st->backoff_generation;  // a pending backoff timer is void
+}
+
+// A claim to the answer lost (cancel_hub.hpp): the io thread has already answered the caller
+// with the deadline's 504. Its deadline message follows with the exact moment.
+void request_ops::lost_to_deadline() {
+  cancel_attempt();
+  record_attempt_end(outcome::deadline_exceeded, std::nullopt);
+  if (!st->first_byte_ns) st->first_byte_ns = now_ns();
+  mark_answered(outcome::deadline_exceeded, status_of(outcome::deadline_exceeded));
+}
+
+void request_ops::answer_error(outcome o, const std::string& message,
+                               std::optional<milliseconds> retry_after) {
+  if (!st->spec.hub->claim_answer()) return lost_to_deadline();
+  int status = status_of(o);
+  net::header_list headers{{"content-type", "application/json"},
+                           {"x-request-id", st->spec.request_id}};
+  if (retry_after) {
+    headers.push_back({"retry-after", std::to_string((retry_after->count() + 999) / 1000)});
+  } else if (o == outcome::overloaded) {
+    headers.push_back({"retry-after", "1"});
+  }
+  st->channel->send_full(status, std::move(headers), error_body(o, message, st->spec.request_id));
+  if (!st->first_byte_ns) st->first_byte_ns = now_ns();
+  mark_answered(o, status);
+}
+
+// Mid-stream: cut between whole events, then one error event and the end of the stream.
+void request_ops::interrupt_stream(const std::string& cause) {
+  auto err = error_body(outcome::stream_interrupted, cause, st->spec.request_id);
+  st->channel->send_chunk(net::make_error_event(err));
+  st->channel->end_stream();
+  mark_answered(outcome::stream_interrupted, 200);
+}
+
+// ---- starting attempts --------------------------------------------------------------------
+
+void request_ops::start_attempt() {
+  const auto now = std::chrono::steady_clock::now();
+  const std::int64_t started_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  if (st->deadline.expired(now)) {
+    answer_error(outcome::deadline_exceeded, "the request deadline passed before an attempt");
+    return;
+  }
+  if (st->chain_pos >= st->chain->size()) {  // the gateway only spawns known models
+    answer_error(outcome::internal_error, "no deployment for a configured model");
+    return;
+  }
+  const auto& model = (*st->chain)[st->chain_pos];
+  auto dep_index = rt->routes->choose(model, {st->tried.data(), st->tried.size()});
+  if (!dep_index) {
+    answer_error(outcome::internal_error, "no deployment for a configured model");
+    return;
+  }
+  const auto& dep = rt->routes->at(*dep_index);
+  const auto& up = rt->cfg.upstreams[dep.upstream];
+  auto settings = rt->cfg.effective_request(model);
+
+  attempt_spec a;
+  a.stream = st->spec.stream;
+  a.timeout = st->deadline.attempt_timer(settings.attempt_timeout, now);
+  a.idle_timeout = settings.stream_idle_timeout;
+  a.connection.upstream = dep.upstream;
+  a.connection.key = st->spec.key;
+  a.connection.priority = st->arrival_wall_ns;
+  a.connection.hub = st->spec.hub;
+  a.connection.max_response_bytes = settings.max_response_bytes;
+  a.connection.stream = st->spec.stream;
+  a.connection.affinity = st->channel->affinity();
+  // Shares the state's lifetime (aliasing): no allocation.
+  a.connections =
+      std::shared_ptr<std::atomic<std::uint32_t>>(st->shared_from_this(), &st->connections_started);
+  auto& req = a.connection.request;
+  req.method = "POST";
+  req.target = up.url.path_prefix + st->spec.path;
+  // The caller's bytes as they are when the deployment serves the model under the same name.
+  req.body = dep.upstream_model == st->spec.model
+                 ? st->spec.body
+                 : rewrite_model(st->spec.body, dep.upstream_model);
+  req.headers.reserve(6);  // the most pushed below: one allocation instead of four
+  req.headers.push_back({"content-type", "application/json"});
+  if (st->spec.stream) req.headers.push_back({"accept", "text/event-stream"});
+  if (!up.api_key.empty()) req.headers.push_back({"authorization", "Bearer " + up.api_key});
+  req.headers.push_back({"x-request-id", st->spec.request_id});
+  if (auto left = st->deadline.remaining(now)) {
+    // A chained gateway inherits what is left of this request's budget.
+    req.headers.push_back({"x-request-deadline-ms", std::to_string(left->count())});
+  }
+  std::string url;  // a span attribute: built only when spans are exported
+  if (rt->tracer)
+    url = std::string{up.url.tls ? "https://" : "http://"} + up.url.host + ":" +
+          std::to_string(up.url.port) + req.target;
+  req.headers.push_back({"traceparent", st->trace->begin_attempt(
+                                            static_cast<std::uint32_t>(st->attempts.size()),
+                                            up.name, up.url.host, up.url.port, url, started_ns)});
+
+  st->tried.push_back(*dep_index);
+  st->attempt_deployment = *dep_index;
+  rt->routes->attempt_started(*dep_index);
+  st->attempt = self->spawn<caf::linked>(attempt_actor, st->rt, caf::actor_cast<caf::actor>(self),
+                                         std::move(a));
+  self->monitor(st->attempt);
+  st->live_attempts.push_back(st->attempt.address());
+  st->now = phase::attempting;
+  attempt_record rec;
+  rec.upstream = up.name;
+  rec.model = dep.upstream_model;
+  rec.start_ms = st->ms_since_arrival(started_ns);
+  st->attempts.push_back(std::move(rec));
+}
+
+// After an attempt failed before committing: ask the policy.
+void request_ops::after_failure(const attempt_report& report, const std::string& message) {
+  st->history.record(report);
+  auto settings = rt->cfg.effective_request((*st->chain)[st->chain_pos]);
+  retry_policy policy{settings.max_retries, settings.retry_backoff};
+  bool has_fallback = st->chain_pos + 1 < st->chain->size();
+  auto d = policy.decide(report, st->model_attempts,
+                         st->deadline.remaining(std::chrono::steady_clock::now()), has_fallback);
+  ++st->model_attempts;
+  using act = retry_decision::action;
+  switch (d.what) {
+    case act::retry:
+      st->now = phase::backing_off;
+      if (d.delay.count() <= 0) {
+        start_attempt();
+      } else {
+        st->timers->after(d.delay, backoff_atom::value, ++st->backoff_generation);
+      }
+      return;
+    case act::fallback:
+      ++st->chain_pos;
+      st->model_attempts = 0;
+      st->tried.clear();
+      start_attempt();
+      return;
+    case act::fail:
+    case act::pass_through: {
+      auto o = d.result;
+      if (o == outcome::upstream_failed) o = st->history.exhausted_outcome();
+      std::string why = o == outcome::upstream_timeout ? "every upstream attempt timed out"
+                        : o == outcome::upstream_rate_limited
+                            ? "the upstream is rate limiting (429)"
+                        : o == outcome::overloaded ? "gateway overloaded: " + message
+                                                   : "upstream failed: " + message;
+      answer_error(o, why, d.retry_after);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
                             std::shared_ptr<net::response_channel> channel, request_spec spec) {
-  // The state is owned by the behavior returned below (CAF clears it when the actor ends, and no
-  // handler runs after that); the handlers hold plain pointers to it and to the runtime, which
-  // outlives every actor. Shared pointers there cost ≈100 atomic reference-count updates per
-  // request, ≈7% of tether's CPU under load (perf).
+  // The state is owned by the behavior returned below and by the down handler (CAF clears both
+  // when the actor ends, and no handler runs after that); the other handlers hold plain pointers
+  // to it, to its helpers and to the runtime, which outlives every actor. Shared pointers there
+  // cost ≈100 atomic reference-count updates per request, ≈7% of tether's CPU under load (perf).
   auto owner = std::make_shared<request_state>();
   request_state* st = owner.get();
   st->rt = std::move(runtime);
@@ -125,232 +372,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       rt->tracer.get(), st->spec.traceparent.empty() ? nullptr : &st->spec.traceparent,
       st->arrival_ns);
   rt->stats->requests_in_flight_add(1);
-
-  // ---- ending -------------------------------------------------------------------------------
-
-  auto maybe_quit = [self, st] {
-    if (st->now != phase::answered || !st->live_attempts.empty() ||
-        st->connections_started.load() != st->connections_ended)
-      return;
-    const std::int64_t end_ns = now_ns();
-    access_record r;
-    r.request_id = st->spec.request_id;
-    r.model = st->spec.model;
-    r.path = st->spec.path;
-    r.stream = st->spec.stream;
-    r.result = st->result;
-    r.status = st->status;
-    if (st->spec.deadline) r.deadline_ms = static_cast<double>(st->spec.deadline->count());
-    r.queue_wait_ms = static_cast<double>(st->queue_wait_ns) / 1e6;
-    if (st->first_byte_ns) r.ttfb_ms = st->ms_since_arrival(*st->first_byte_ns);
-    r.duration_ms = st->ms_since_arrival(st->answered_ns.value_or(end_ns));
-    if (st->caller_left_ns) r.caller_left_ms = st->ms_since_arrival(*st->caller_left_ns);
-    if (st->last_work_end_ns) r.work_ended_ms = st->ms_since_arrival(*st->last_work_end_ns);
-    r.cancel_latency_ms = st->cancel_latency_ms;
-    r.attempts = {st->attempts.data(), st->attempts.size()};
-    // Counted before the line is written: whoever has seen the line sees it in /metrics too.
-    st->rt->stats->request_done(st->spec.model, st->result, r.duration_ms / 1000.0);
-    write_access_log(r);
-    // A 499 is logged, never sent.
-    std::optional<int> sent;
-    if (st->result != outcome::client_disconnected) sent = st->status;
-    st->trace->finish("POST", st->spec.path, st->spec.model, st->spec.request_id, sent, st->result,
-                      end_ns);
-    self->quit();
-  };
-
-  // The caller's side is over (answered, or gone): from here on, upstream work is late work.
-  auto mark_answered = [st](outcome o, int status, std::int64_t at = now_ns()) {
-    st->result = o;
-    st->status = status;
-    st->now = phase::answered;
-    st->answered_ns = at;
-    st->rt->stats->requests_in_flight_add(-1);
-  };
-
-  auto record_attempt_end = [st](outcome o, std::optional<int> status) {
-    if (st->attempts.empty() || st->attempts.back().end_ms) return;
-    auto& a = st->attempts.back();
-    a.result = o;
-    a.status = status;
-    auto at = now_ns();
-    a.end_ms = st->ms_since_arrival(at);
-    st->rt->stats->attempt_done(st->rt->routes->at(st->attempt_deployment).upstream, o);
-    st->trace->end_attempt(status, o, at);
-  };
-
-  // The current attempt has said its last word: its deployment is free for the router's count,
-  // and a next attempt may start while this one's actor is still on its way out.
-  auto release_attempt = [st] {
-    if (!st->attempt) return;
-    st->rt->routes->attempt_ended(st->attempt_deployment);
-    st->attempt = nullptr;
-  };
-
-  // Stops the in-flight attempt's tree; its connection actor closes the socket and exits.
-  auto cancel_attempt = [self, st, release_attempt] {
-    if (!st->cancel_decided_ns) st->cancel_decided_ns = now_ns();
-    if (st->attempt) {
-      st->trace->event("cancel_sent", now_ns());
-      self->send_exit(st->attempt, caf::exit_reason::user_shutdown);
-    }
-    release_attempt();
-    ++st->backoff_generation;  // a pending backoff timer is void
-  };
-
-  // A claim to the answer lost (cancel_hub.hpp): the io thread has already answered the caller
-  // with the deadline's 504. Its deadline message follows with the exact moment.
-  auto lost_to_deadline = [st, mark_answered, cancel_attempt, record_attempt_end] {
-    cancel_attempt();
-    record_attempt_end(outcome::deadline_exceeded, std::nullopt);
-    if (!st->first_byte_ns) st->first_byte_ns = now_ns();
-    mark_answered(outcome::deadline_exceeded, status_of(outcome::deadline_exceeded));
-  };
-
-  auto answer_error = [st, mark_answered, lost_to_deadline](
-                          outcome o, const std::string& message,
-                          std::optional<milliseconds> retry_after = std::nullopt) {
-    if (!st->spec.hub->claim_answer()) return lost_to_deadline();
-    int status = status_of(o);
-    net::header_list headers{{"content-type", "application/json"},
-                             {"x-request-id", st->spec.request_id}};
-    if (retry_after) {
-      headers.push_back({"retry-after", std::to_string((retry_after->count() + 999) / 1000)});
-    } else if (o == outcome::overloaded) {
-      headers.push_back({"retry-after", "1"});
-    }
-    st->channel->send_full(status, std::move(headers), error_body(o, message, st->spec.request_id));
-    if (!st->first_byte_ns) st->first_byte_ns = now_ns();
-    mark_answered(o, status);
-  };
-
-  // Mid-stream: cut between whole events, then one error event and the end of the stream.
-  auto interrupt_stream = [st, mark_answered](const std::string& cause) {
-    auto err = error_body(outcome::stream_interrupted, cause, st->spec.request_id);
-    st->channel->send_chunk(net::make_error_event(err));
-    st->channel->end_stream();
-    mark_answered(outcome::stream_interrupted, 200);
-  };
-
-  // ---- starting attempts --------------------------------------------------------------------
-
-  // Holds the state (as every handler holding a copy of it does): the behavior owns the state.
-  // Copied into its callers rather than shared behind a std::function: two allocations and an
-  // indirect call less per request.
-  auto start_attempt = [self, st, rt, owner, answer_error] {
-    const auto now = std::chrono::steady_clock::now();
-    const std::int64_t started_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
-    if (st->deadline.expired(now)) {
-      answer_error(outcome::deadline_exceeded, "the request deadline passed before an attempt");
-      return;
-    }
-    if (st->chain_pos >= st->chain->size()) {  // the gateway only spawns known models
-      answer_error(outcome::internal_error, "no deployment for a configured model");
-      return;
-    }
-    const auto& model = (*st->chain)[st->chain_pos];
-    auto dep_index = rt->routes->choose(model, {st->tried.data(), st->tried.size()});
-    if (!dep_index) {
-      answer_error(outcome::internal_error, "no deployment for a configured model");
-      return;
-    }
-    const auto& dep = rt->routes->at(*dep_index);
-    const auto& up = rt->cfg.upstreams[dep.upstream];
-    auto settings = rt->cfg.effective_request(model);
-
-    attempt_spec a;
-    a.stream = st->spec.stream;
-    a.timeout = st->deadline.attempt_timer(settings.attempt_timeout, now);
-    a.idle_timeout = settings.stream_idle_timeout;
-    a.connection.upstream = dep.upstream;
-    a.connection.key = st->spec.key;
-    a.connection.priority = st->arrival_wall_ns;
-    a.connection.hub = st->spec.hub;
-    a.connection.max_response_bytes = settings.max_response_bytes;
-    a.connection.stream = st->spec.stream;
-    a.connection.affinity = st->channel->affinity();
-    // Shares the state's lifetime (aliasing): no allocation.
-    a.connections = std::shared_ptr<std::atomic<std::uint32_t>>(owner, &st->connections_started);
-    auto& req = a.connection.request;
-    req.method = "POST";
-    req.target = up.url.path_prefix + st->spec.path;
-    // The caller's bytes as they are when the deployment serves the model under the same name.
-    req.body = dep.upstream_model == st->spec.model
-                   ? st->spec.body
-                   : rewrite_model(st->spec.body, dep.upstream_model);
-    req.headers.reserve(6);  // the most pushed below: one allocation instead of four
-    req.headers.push_back({"content-type", "application/json"});
-    if (st->spec.stream) req.headers.push_back({"accept", "text/event-stream"});
-    if (!up.api_key.empty()) req.headers.push_back({"authorization", "Bearer " + up.api_key});
-    req.headers.push_back({"x-request-id", st->spec.request_id});
-    if (auto left = st->deadline.remaining(now)) {
-      // A chained gateway inherits what is left of this request's budget.
-      req.headers.push_back({"x-request-deadline-ms", std::to_string(left->count())});
-    }
-    std::string url;  // a span attribute: built only when spans are exported
-    if (rt->tracer)
-      url = std::string{up.url.tls ? "https://" : "http://"} + up.url.host + ":" +
-            std::to_string(up.url.port) + req.target;
-    req.headers.push_back({"traceparent", st->trace->begin_attempt(
-                                              static_cast<std::uint32_t>(st->attempts.size()),
-                                              up.name, up.url.host, up.url.port, url, started_ns)});
-
-    st->tried.push_back(*dep_index);
-    st->attempt_deployment = *dep_index;
-    rt->routes->attempt_started(*dep_index);
-    st->attempt = self->spawn<caf::linked>(attempt_actor, st->rt, caf::actor_cast<caf::actor>(self),
-                                           std::move(a));
-    self->monitor(st->attempt);
-    st->live_attempts.push_back(st->attempt.address());
-    st->now = phase::attempting;
-    attempt_record rec;
-    rec.upstream = up.name;
-    rec.model = dep.upstream_model;
-    rec.start_ms = st->ms_since_arrival(started_ns);
-    st->attempts.push_back(std::move(rec));
-  };
-
-  // After an attempt failed before committing: ask the policy.
-  auto after_failure = [st, rt, answer_error, start_attempt](const attempt_report& report,
-                                                             const std::string& message) {
-    st->history.record(report);
-    auto settings = rt->cfg.effective_request((*st->chain)[st->chain_pos]);
-    retry_policy policy{settings.max_retries, settings.retry_backoff};
-    bool has_fallback = st->chain_pos + 1 < st->chain->size();
-    auto d = policy.decide(report, st->model_attempts,
-                           st->deadline.remaining(std::chrono::steady_clock::now()), has_fallback);
-    ++st->model_attempts;
-    using act = retry_decision::action;
-    switch (d.what) {
-      case act::retry:
-        st->now = phase::backing_off;
-        if (d.delay.count() <= 0) {
-          start_attempt();
-        } else {
-          st->timers->after(d.delay, backoff_atom::value, ++st->backoff_generation);
-        }
-        return;
-      case act::fallback:
-        ++st->chain_pos;
-        st->model_attempts = 0;
-        st->tried.clear();
-        start_attempt();
-        return;
-      case act::fail:
-      case act::pass_through: {
-        auto o = d.result;
-        if (o == outcome::upstream_failed) o = st->history.exhausted_outcome();
-        std::string why = o == outcome::upstream_timeout ? "every upstream attempt timed out"
-                          : o == outcome::upstream_rate_limited
-                              ? "the upstream is rate limiting (429)"
-                          : o == outcome::overloaded ? "gateway overloaded: " + message
-                                                     : "upstream failed: " + message;
-        answer_error(o, why, d.retry_after);
-        return;
-      }
-    }
-  };
+  st->ops = {self, st, rt};
+  request_ops* ops = &st->ops;
 
   // ---- events -------------------------------------------------------------------------------
 
@@ -360,29 +383,28 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
   // deadline's requests then never ended).
   self->set_exit_handler([](caf::exit_msg&) {});
 
-  self->set_down_handler(
-      [st, after_failure, record_attempt_end, release_attempt, maybe_quit](caf::down_msg& msg) {
-        if (auto live = std::find(st->live_attempts.begin(), st->live_attempts.end(), msg.source);
-            live != st->live_attempts.end()) {
-          st->live_attempts.erase(live);
-          // An attempt that is still current never reported: it crashed. A failed attempt.
-          // An earlier attempt's down_msg can arrive after its successor started (a retry
-          // without backoff): that one is not the current attempt and must not release it.
-          bool unreported = st->attempt && msg.source == st->attempt.address();
-          if (unreported) release_attempt();
-          if (unreported && st->now == phase::attempting) {
-            record_attempt_end(outcome::internal_error, std::nullopt);
-            attempt_report r;
-            r.end = attempt_end::reset;
-            after_failure(r, "attempt ended unexpectedly");
-          }
-        }
-        maybe_quit();
-      });
+  self->set_down_handler([st, ops, owner](caf::down_msg& msg) {
+    if (auto live = std::find(st->live_attempts.begin(), st->live_attempts.end(), msg.source);
+        live != st->live_attempts.end()) {
+      st->live_attempts.erase(live);
+      // An attempt that is still current never reported: it crashed. A failed attempt.
+      // An earlier attempt's down_msg can arrive after its successor started (a retry
+      // without backoff): that one is not the current attempt and must not release it.
+      bool unreported = st->attempt && msg.source == st->attempt.address();
+      if (unreported) ops->release_attempt();
+      if (unreported && st->now == phase::attempting) {
+        ops->record_attempt_end(outcome::internal_error, std::nullopt);
+        attempt_report r;
+        r.end = attempt_end::reset;
+        ops->after_failure(r, "attempt ended unexpectedly");
+      }
+    }
+    ops->maybe_quit();
+  });
 
   // Before anything: a spent budget reaches no upstream.
   if (st->spec.deadline && st->spec.deadline->count() == 0) {
-    answer_error(outcome::deadline_exceeded, "the caller's deadline budget is already spent");
+    ops->answer_error(outcome::deadline_exceeded, "the caller's deadline budget is already spent");
   } else {
     if (st->spec.deadline) {
       // Answered on an io thread, not here (cancel_hub.hpp): at the deadline that thread claims
@@ -428,16 +450,15 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
             answered ? net::notice_timing::when_caught_up : net::notice_timing::now_unless_holding);
       }));
     }
-    start_attempt();
+    ops->start_attempt();
   }
   // Cannot quit from inside the constructor-like init; do it on the first message instead.
   if (st->now == phase::answered) self->send(self, safety_atom::value);
 
   return {
-      [st, record_attempt_end, after_failure, mark_answered, release_attempt, lost_to_deadline,
-       maybe_quit](att_result_atom, int status, net::header_list& headers, std::string& body) {
+      [st, ops](att_result_atom, int status, net::header_list& headers, std::string& body) {
         if (st->now == phase::answered) return;
-        release_attempt();
+        ops->release_attempt();
         attempt_report report;
         report.end = attempt_end::response;
         report.status = status;
@@ -446,29 +467,29 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         bool rejected = status >= 400 && status < 500 && status != 429;
         if (success || rejected) {
           if (!st->spec.hub->claim_answer()) {
-            lost_to_deadline();
-            maybe_quit();
+            ops->lost_to_deadline();
+            ops->maybe_quit();
             return;
           }
           auto o = success ? outcome::ok : outcome::upstream_rejected;
-          record_attempt_end(o, status);
+          ops->record_attempt_end(o, status);
           st->channel->send_full(status, pass_headers(std::move(headers), st->spec.request_id),
                                  std::move(body));
           st->first_byte_ns = now_ns();
-          mark_answered(o, status, *st->first_byte_ns);
-          maybe_quit();
+          ops->mark_answered(o, status, *st->first_byte_ns);
+          ops->maybe_quit();
           return;
         }
-        record_attempt_end(
+        ops->record_attempt_end(
             status == 429 ? outcome::upstream_rate_limited : outcome::upstream_failed, status);
-        after_failure(report, "status " + std::to_string(status));
-        maybe_quit();
+        ops->after_failure(report, "status " + std::to_string(status));
+        ops->maybe_quit();
       },
-      [st, lost_to_deadline, maybe_quit](att_head_atom, int status, net::header_list& headers) {
+      [st, ops](att_head_atom, int status, net::header_list& headers) {
         if (st->now == phase::answered) return;
         if (!st->spec.hub->claim_answer()) {
-          lost_to_deadline();
-          maybe_quit();
+          ops->lost_to_deadline();
+          ops->maybe_quit();
           return;
         }
         auto out = pass_headers(std::move(headers), st->spec.request_id);
@@ -482,43 +503,41 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         if (st->now != phase::streaming) return;
         st->channel->send_chunk(std::move(event));
       },
-      [st, record_attempt_end, mark_answered, release_attempt, maybe_quit](att_end_atom) {
+      [st, ops](att_end_atom) {
         if (st->now != phase::streaming) return;
-        release_attempt();
+        ops->release_attempt();
         st->channel->end_stream();
-        record_attempt_end(outcome::ok, st->status);
-        mark_answered(outcome::ok, st->status);
-        maybe_quit();
+        ops->record_attempt_end(outcome::ok, st->status);
+        ops->mark_answered(outcome::ok, st->status);
+        ops->maybe_quit();
       },
-      [st, record_attempt_end, after_failure, interrupt_stream, release_attempt, maybe_quit](
-          att_fail_atom, std::int32_t kind, std::string& message, bool committed) {
+      [st, ops](att_fail_atom, std::int32_t kind, std::string& message, bool committed) {
         if (st->now == phase::answered) return;
-        release_attempt();
+        ops->release_attempt();
         auto end = static_cast<attempt_end>(kind);
         if (committed || st->now == phase::streaming) {
-          record_attempt_end(outcome::stream_interrupted, st->status);
-          interrupt_stream(end == attempt_end::timeout
-                               ? "stream interrupted: " + message
-                               : "stream interrupted: upstream ended (" + message + ")");
-          maybe_quit();
+          ops->record_attempt_end(outcome::stream_interrupted, st->status);
+          ops->interrupt_stream(end == attempt_end::timeout
+                                    ? "stream interrupted: " + message
+                                    : "stream interrupted: upstream ended (" + message + ")");
+          ops->maybe_quit();
           return;
         }
         outcome o = end == attempt_end::timeout      ? outcome::upstream_timeout
                     : end == attempt_end::overloaded ? outcome::overloaded
                                                      : outcome::upstream_failed;
-        record_attempt_end(o, std::nullopt);
+        ops->record_attempt_end(o, std::nullopt);
         attempt_report report;
         report.end = end;
-        after_failure(report, message);
-        maybe_quit();
+        ops->after_failure(report, message);
+        ops->maybe_quit();
       },
-      [st, start_attempt, maybe_quit](backoff_atom, std::uint64_t generation) {
+      [st, ops](backoff_atom, std::uint64_t generation) {
         if (generation != st->backoff_generation || st->now != phase::backing_off) return;
-        start_attempt();
-        maybe_quit();
+        ops->start_attempt();
+        ops->maybe_quit();
       },
-      [st, cancel_attempt, answer_error, interrupt_stream, record_attempt_end, mark_answered,
-       maybe_quit](deadline_atom, bool answered_there, std::int64_t at_ns) {
+      [st, ops](deadline_atom, bool answered_there, std::int64_t at_ns) {
         if (answered_there) {
           // The io thread answered at at_ns and closed the upstream sockets then: that moment is
           // the answer and the cancel decision.
@@ -527,26 +546,25 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
           if (st->now == phase::answered) {  // this actor lost a claim before this came
             st->answered_ns = at_ns;
             st->trace->event("deadline_exceeded", at_ns);
-            maybe_quit();
+            ops->maybe_quit();
             return;
           }
         }
         if (st->now == phase::answered) return;
         st->trace->event("deadline_exceeded", at_ns);
-        cancel_attempt();
-        record_attempt_end(outcome::deadline_exceeded, std::nullopt);
+        ops->cancel_attempt();
+        ops->record_attempt_end(outcome::deadline_exceeded, std::nullopt);
         if (answered_there) {
-          mark_answered(outcome::deadline_exceeded, status_of(outcome::deadline_exceeded));
+          ops->mark_answered(outcome::deadline_exceeded, status_of(outcome::deadline_exceeded));
           st->answered_ns = at_ns;
         } else if (st->now == phase::streaming) {
-          interrupt_stream("stream interrupted: the request deadline passed");
+          ops->interrupt_stream("stream interrupted: the request deadline passed");
         } else {
-          answer_error(outcome::deadline_exceeded, "the request deadline passed");
+          ops->answer_error(outcome::deadline_exceeded, "the request deadline passed");
         }
-        maybe_quit();
+        ops->maybe_quit();
       },
-      [st, cancel_attempt, mark_answered, record_attempt_end, maybe_quit](client_gone_atom,
-                                                                          std::int64_t left_ns) {
+      [st, ops](client_gone_atom, std::int64_t left_ns) {
         if (st->now == phase::answered) return;
         st->spec.hub->claim_answer();  // a deadline passing now has nobody to answer
         // The io thread that saw the caller leave has already cancelled the upstream exchanges
@@ -554,25 +572,24 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         st->caller_left_ns = left_ns;
         if (!st->cancel_decided_ns) st->cancel_decided_ns = left_ns;
         st->trace->event("caller_left", *st->caller_left_ns);
-        cancel_attempt();
-        record_attempt_end(outcome::client_disconnected, std::nullopt);
-        mark_answered(outcome::client_disconnected, 499);
-        maybe_quit();
+        ops->cancel_attempt();
+        ops->record_attempt_end(outcome::client_disconnected, std::nullopt);
+        ops->mark_answered(outcome::client_disconnected, 499);
+        ops->maybe_quit();
       },
-      [st, cancel_attempt, answer_error, interrupt_stream, record_attempt_end,
-       maybe_quit](drain_cancel_atom) {
+      [st, ops](drain_cancel_atom) {
         if (st->now == phase::answered) return;
-        cancel_attempt();
-        record_attempt_end(outcome::shutting_down, std::nullopt);
+        ops->cancel_attempt();
+        ops->record_attempt_end(outcome::shutting_down, std::nullopt);
         if (st->now == phase::streaming) {
-          interrupt_stream("stream interrupted: the gateway is shutting down");
+          ops->interrupt_stream("stream interrupted: the gateway is shutting down");
         } else {
-          answer_error(outcome::shutting_down, "the gateway is shutting down");
+          ops->answer_error(outcome::shutting_down, "the gateway is shutting down");
         }
-        maybe_quit();
+        ops->maybe_quit();
       },
-      [st, rt, maybe_quit](work_ended_atom, std::uint64_t upstream, std::int64_t closed_ns,
-                           bool held_slot, std::int64_t queue_wait_ns) {
+      [st, rt, ops](work_ended_atom, std::uint64_t upstream, std::int64_t closed_ns, bool held_slot,
+                    std::int64_t queue_wait_ns) {
         ++st->connections_ended;
         st->queue_wait_ns += queue_wait_ns;
         st->last_work_end_ns = std::max(st->last_work_end_ns.value_or(0), closed_ns);
@@ -585,9 +602,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         if (held_slot && st->answered_ns && closed_ns > *st->answered_ns) {
           rt->stats->late_work(upstream, static_cast<double>(closed_ns - *st->answered_ns) / 1e9);
         }
-        maybe_quit();
+        ops->maybe_quit();
       },
-      [maybe_quit](safety_atom) { maybe_quit(); },
+      [ops, owner](safety_atom) { ops->maybe_quit(); },
   };
 }
 
