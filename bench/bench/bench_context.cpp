@@ -166,6 +166,13 @@ std::optional<double> over_process_tree(const target& t, std::optional<double> (
 
 }  // namespace
 
+std::vector<int> bench_context::process_tree(const target& t) const {
+  if (!t.pid) return {};
+  std::vector<int> out{*t.pid};
+  for (int child : children_of(*t.pid)) out.push_back(child);
+  return out;
+}
+
 std::optional<double> bench_context::rss_kib(const target& t) const {
   return over_process_tree(t, process_rss_kib);
 }

@@ -97,6 +97,8 @@ class bench_context {
   // The system part of it: the kernel's work on the process's behalf (its sockets, loopback
   // delivery, epoll), which the two proxies share; the rest is each one's own code.
   std::optional<double> system_cpu_seconds(const target& t) const;
+  // The target's process and its children (nginx's master and its workers); empty without a pid.
+  std::vector<int> process_tree(const target& t) const;
 
  private:
   boost::asio::io_context ioc_;

@@ -1,5 +1,8 @@
 #include "bench/bench/open_loop.hpp"
 
+#include <signal.h>
+
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -49,6 +52,7 @@ open_loop_result run_open_loop(bench_context& ctx, const target& t, const open_l
       if (r.ok && r.status >= 200 && r.status < 300) {
         ++out.ok;
         out.latencies_ms.push_back(ms_between(at, last_done));
+        if (spec.stall) out.by_moment.emplace_back(ms_between(start, at), out.latencies_ms.back());
       } else {
         ++out.failed;
       }
@@ -90,11 +94,36 @@ open_loop_result run_open_loop(bench_context& ctx, const target& t, const open_l
       if (!ec) tick();
     });
   };
+  // The stall runs on timers of this loop, so the schedule goes on while the target is stopped.
+  // Whatever ends the run, the processes are continued.
+  boost::asio::steady_timer stop_timer(ctx.ioc());
+  boost::asio::steady_timer resume_timer(ctx.ioc());
+  struct continue_guard {
+    const std::optional<open_loop_stall>& stall;
+    ~continue_guard() {
+      if (stall)
+        for (int pid : stall->pids) ::kill(pid, SIGCONT);
+    }
+  } guard{spec.stall};
+  if (spec.stall) {
+    stop_timer.expires_at(start + spec.stall->at);
+    stop_timer.async_wait([&](boost::system::error_code ec) {
+      if (ec) return;
+      for (int pid : spec.stall->pids) ::kill(pid, SIGSTOP);
+    });
+    resume_timer.expires_at(start + spec.stall->at + spec.stall->length);
+    resume_timer.async_wait([&](boost::system::error_code ec) {
+      if (ec) return;
+      for (int pid : spec.stall->pids) ::kill(pid, SIGCONT);
+    });
+  }
   tick();
   // In-flight requests finish after the schedule ends; a stuck one is aborted, not waited for.
   ctx.run_until([&] { return next >= count && active == 0 && waiting.empty(); },
                 spec.duration + milliseconds(10000));
   timer.cancel();
+  stop_timer.cancel();
+  resume_timer.cancel();
   out.scheduled = next;
   out.unfinished = waiting.size();
   for (auto& c : conns) {
@@ -106,7 +135,20 @@ open_loop_result run_open_loop(bench_context& ctx, const target& t, const open_l
   // The cancelled wait's handler runs here, while what it refers to is still alive.
   ctx.run_for(milliseconds(1));
   out.elapsed_s = std::chrono::duration<double>(last_done - start).count();
+  std::sort(out.by_moment.begin(), out.by_moment.end());
   return out;
+}
+
+std::optional<double> recovery_ms(const std::vector<std::pair<double, double>>& by_moment,
+                                  double resume_ms, double threshold_ms, std::size_t run) {
+  std::size_t in_a_row = 0;
+  for (std::size_t i = 0; i < by_moment.size(); ++i) {
+    const auto [moment, latency] = by_moment[i];
+    if (moment < resume_ms) continue;
+    in_a_row = latency <= threshold_ms ? in_a_row + 1 : 0;
+    if (in_a_row == run) return by_moment[i + 1 - run].first - resume_ms;
+  }
+  return std::nullopt;
 }
 
 }  // namespace tether::bench

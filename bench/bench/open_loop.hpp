@@ -6,12 +6,22 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench/bench_context.hpp"
 
 namespace tether::bench {
+
+// Stops the given processes (SIGSTOP) `at` after the schedule's start for `length`, while the
+// schedule goes on: what a pause of the proxy (a VM stall, a swap-in) leaves behind it.
+struct open_loop_stall {
+  milliseconds at{0};
+  milliseconds length{0};
+  std::vector<int> pids;
+};
 
 struct open_loop_spec {
   double rate_per_s = 1000;
@@ -19,6 +29,7 @@ struct open_loop_spec {
   unsigned connections = 64;        // opened and warmed (unmeasured) before the schedule starts
   unsigned max_connections = 1024;  // beyond this, a due request waits for a connection to free
   std::shared_ptr<const std::string> request;
+  std::optional<open_loop_stall> stall;
 };
 
 struct open_loop_result {
@@ -32,7 +43,16 @@ struct open_loop_result {
   std::size_t late_sends = 0;
   std::size_t peak_in_flight = 0;
   double elapsed_s = 0;  // first moment to last answer
+  // With a stall: every answered request's scheduled moment (ms from the start) and latency, in
+  // scheduled order.
+  std::vector<std::pair<double, double>> by_moment;
 };
+
+// After a stall: from the resume until the backlog has drained, i.e. to the first request due
+// after the resume from which `run` requests in a row answered within `threshold_ms`; nullopt if
+// that never happened.
+std::optional<double> recovery_ms(const std::vector<std::pair<double, double>>& by_moment,
+                                  double resume_ms, double threshold_ms, std::size_t run = 50);
 
 open_loop_result run_open_loop(bench_context& ctx, const target& t, const open_loop_spec& spec);
 

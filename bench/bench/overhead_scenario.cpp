@@ -38,7 +38,8 @@ boost::json::object open_loop_figures(bench_context& ctx, double rate, std::size
   for (std::size_t r = 0; r < rounds && !ctx.out_of_time(); ++r) {
     for (const auto* t : ctx.rotation(r)) {
       auto res = run_open_loop(
-          ctx, *t, {rate, slice, 128, 1024, ctx.request(*t, bench_models::immediate, false)});
+          ctx, *t,
+          {rate, slice, 128, 1024, ctx.request(*t, bench_models::immediate, false), std::nullopt});
       auto& sum = totals[t->name];
       sum.scheduled += res.scheduled;
       sum.ok += res.ok;
@@ -81,6 +82,53 @@ boost::json::object open_loop_figures(bench_context& ctx, double rate, std::size
           {"slice_ms", slice.count()},
           {"targets", std::move(targets)},
           {"derived", std::move(derived)}};
+}
+
+// The same schedule with the proxy stopped for 100 ms a second in: how long its backlog takes
+// to drain once it runs again. A proxy drains at what it manages with hundreds of requests in
+// flight, not at its c=16 capacity; the direct path has no proxy to stop.
+boost::json::object stall_figures(bench_context& ctx, double rate, std::size_t rounds,
+                                  milliseconds slice) {
+  namespace json = boost::json;
+  const milliseconds at{1000};
+  const milliseconds length{100};
+  json::object targets;
+  std::map<std::string, json::array> recoveries;
+  std::map<std::string, std::vector<double>> after;
+  std::map<std::string, std::size_t> peaks;
+  for (std::size_t r = 0; r < rounds && !ctx.out_of_time(); ++r) {
+    for (const auto* t : ctx.rotation(r)) {
+      auto pids = ctx.process_tree(*t);
+      if (t->name == "direct" || pids.empty()) continue;
+      auto res =
+          run_open_loop(ctx, *t,
+                        {rate, slice, 128, 1024, ctx.request(*t, bench_models::immediate, false),
+                         open_loop_stall{at, length, pids}});
+      const double resume = static_cast<double>((at + length).count());
+      std::vector<double> before;
+      for (const auto& [moment, latency] : res.by_moment) {
+        if (moment < static_cast<double>(at.count())) before.push_back(latency);
+        if (moment >= resume && moment < resume + 1000) after[t->name].push_back(latency);
+      }
+      // Back to normal: within twice the run's own p99 before the stall, and never under 5 ms.
+      const double threshold = std::max(5.0, 2 * summarize(before).p99);
+      const auto rec = recovery_ms(res.by_moment, resume, threshold);
+      recoveries[t->name].push_back(rec ? json::value(std::round(*rec)) : json::value(nullptr));
+      peaks[t->name] = std::max(peaks[t->name], res.peak_in_flight);
+    }
+  }
+  for (auto& [name, recs] : recoveries) {
+    json::object o;
+    o["recovery_ms"] = std::move(recs);
+    o["peak_in_flight"] = peaks[name];
+    o["p99_in_the_second_after_ms"] = std::round(summarize(after[name]).p99 * 100) / 100;
+    targets[name] = std::move(o);
+  }
+  return {{"rate_per_s", std::round(rate)},
+          {"stall_at_ms", at.count()},
+          {"stall_ms", length.count()},
+          {"run_ms", slice.count()},
+          {"targets", std::move(targets)}};
 }
 
 }  // namespace
@@ -168,6 +216,9 @@ boost::json::object run_overhead(bench_context& ctx) {
   json::object open_loop;
   if (slower_proxy_c16_rps > 0 && !ctx.out_of_time()) {
     open_loop = open_loop_figures(ctx, slower_proxy_c16_rps / 2, rounds, slice);
+    // Long enough after the resume for a slow drain to show (3 s in a full run).
+    open_loop["stall"] = stall_figures(ctx, slower_proxy_c16_rps / 2, quick ? 1 : 2,
+                                       milliseconds{quick ? 2500 : 3000});
   }
   return {{"name", "overhead"},
           {"config",

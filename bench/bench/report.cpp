@@ -155,6 +155,28 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
             "the requests behind it, the load generator's and the VM's included: the direct "
             "path's own tail (and its late sends) shows how much of a tail is theirs.\n";
     }
+    if (const auto* stall = at_path(root, {"scenarios", "overhead", "open_loop", "stall"});
+        stall != nullptr && at_path(*stall, {"targets"}) != nullptr) {
+      md << "\nThe same schedule with the proxy stopped (SIGSTOP) for "
+         << num(*stall, {"stall_ms"}, 0) << " ms, " << num(*stall, {"stall_at_ms"}, 0)
+         << " ms into a " << num(*stall, {"run_ms"}, 0)
+         << " ms run: the time from the resume until its backlog has drained (the first request "
+            "due after the resume from which 50 in a row answer within twice the run's p99 "
+            "before the stall, at least 5 ms; – if that never came), per run:\n\n"
+         << "| target | drained after (ms) | peak in flight | p99 of the second after the resume "
+            "|\n|---|---|---|---|\n";
+      for (const char* t : target_names) {
+        const auto* o = at_path(*stall, {"targets", t});
+        if (o == nullptr) continue;
+        std::string runs;
+        for (const auto& v : o->at("recovery_ms").as_array()) {
+          if (!runs.empty()) runs += ", ";
+          runs += v.is_null() ? "–" : fmt::format("{:.0f}", v.to_number<double>());
+        }
+        md << "| " << t << " | " << runs << " | " << num(*o, {"peak_in_flight"}, 0) << " | "
+           << num(*o, {"p99_in_the_second_after_ms"}, 2) << " |\n";
+      }
+    }
   }
   if (scenarios.contains("streaming")) {
     md << "\n## 2. Streaming — 20 events, one every 10 ms, 16 streams at a time\n\n"
