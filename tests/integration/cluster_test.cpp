@@ -2,31 +2,16 @@
 // 127.0.0.1 — one budget host, two members — in front of one mock whose cap is 4.
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <csignal>
 #include <future>
 
 #include "tests/integration/harness.hpp"
+#include "tests/support/taken_port.hpp"
 
 namespace tether::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string node_config(const mock_server& mock, const std::string& cluster) {
   auto cfg =

@@ -1,8 +1,5 @@
 // The foundation, end to end over real sockets: tether in front of tether-mock (issue #2).
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -11,6 +8,7 @@
 #include <iterator>
 
 #include "tests/integration/harness.hpp"
+#include "tests/support/taken_port.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace tether::test {
@@ -347,29 +345,6 @@ TEST(GatewayCliTest, AnAllocatorTunableGivenByTheCallerIsLeftAsItIs) {
   EXPECT_NE(env.find("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=7\n"), std::string::npos);
   EXPECT_EQ(env.find("tcache_count=64"), std::string::npos);
 }
-
-// A port some other process listens on, for as long as this object lives.
-class taken_port {
- public:
-  taken_port() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        ::listen(fd_, 1) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-      throw std::runtime_error("cannot take a port");
-    port_ = ntohs(addr.sin_port);
-  }
-  ~taken_port() { ::close(fd_); }
-  taken_port(const taken_port&) = delete;
-  taken_port& operator=(const taken_port&) = delete;
-  std::uint16_t port() const { return port_; }
-
- private:
-  int fd_;
-  std::uint16_t port_ = 0;
-};
 
 // A start that fails once the actors are up ends them and exits: ~actor_system waits for every
 // actor, and this process once hung there for good, ignoring SIGTERM, with its port in use.
