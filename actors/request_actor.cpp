@@ -47,7 +47,6 @@ struct request_state;
 struct request_ops {
   caf::event_based_actor* self = nullptr;
   request_state* st = nullptr;
-  gateway_runtime* rt = nullptr;
 
   void maybe_quit();
   void mark_answered(outcome o, int status, std::int64_t at = now_ns());
@@ -241,14 +240,14 @@ void request_ops::start_attempt() {
     return;
   }
   const auto& model = (*st->chain)[st->chain_pos];
-  auto dep_index = rt->routes->choose(model, {st->tried.data(), st->tried.size()});
+  auto dep_index = st->rt->routes->choose(model, {st->tried.data(), st->tried.size()});
   if (!dep_index) {
     answer_error(outcome::internal_error, "no deployment for a configured model");
     return;
   }
-  const auto& dep = rt->routes->at(*dep_index);
-  const auto& up = rt->cfg.upstreams[dep.upstream];
-  auto settings = rt->cfg.effective_request(model);
+  const auto& dep = st->rt->routes->at(*dep_index);
+  const auto& up = st->rt->cfg.upstreams[dep.upstream];
+  auto settings = st->rt->cfg.effective_request(model);
 
   attempt_spec a;
   a.stream = st->spec.stream;
@@ -281,7 +280,7 @@ void request_ops::start_attempt() {
     req.headers.push_back({"x-request-deadline-ms", std::to_string(left->count())});
   }
   std::string url;  // a span attribute: built only when spans are exported
-  if (rt->tracer)
+  if (st->rt->tracer)
     url = std::string{up.url.tls ? "https://" : "http://"} + up.url.host + ":" +
           std::to_string(up.url.port) + req.target;
   req.headers.push_back({"traceparent", st->trace->begin_attempt(
@@ -290,7 +289,7 @@ void request_ops::start_attempt() {
 
   st->tried.push_back(*dep_index);
   st->attempt_deployment = *dep_index;
-  rt->routes->attempt_started(*dep_index);
+  st->rt->routes->attempt_started(*dep_index);
   st->attempt = self->spawn<caf::linked>(attempt_actor, st->rt, caf::actor_cast<caf::actor>(self),
                                          std::move(a));
   self->monitor(st->attempt);
@@ -306,7 +305,7 @@ void request_ops::start_attempt() {
 // After an attempt failed before committing: ask the policy.
 void request_ops::after_failure(const attempt_report& report, const std::string& message) {
   st->history.record(report);
-  auto settings = rt->cfg.effective_request((*st->chain)[st->chain_pos]);
+  auto settings = st->rt->cfg.effective_request((*st->chain)[st->chain_pos]);
   retry_policy policy{settings.max_retries, settings.retry_backoff};
   bool has_fallback = st->chain_pos + 1 < st->chain->size();
   auto d = policy.decide(report, st->model_attempts,
@@ -372,7 +371,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       rt->tracer.get(), st->spec.traceparent.empty() ? nullptr : &st->spec.traceparent,
       st->arrival_ns);
   rt->stats->requests_in_flight_add(1);
-  st->ops = {self, st, rt};
+  st->ops = {self, st};
   request_ops* ops = &st->ops;
 
   // ---- events -------------------------------------------------------------------------------
