@@ -25,6 +25,7 @@ enum class behaviour_kind {
   huge,        // mock-huge-<mb>: a 200 JSON body of that many MiB
   reset,       // mock-reset: a few events, then RST (SO_LINGER 0)
   drip,        // mock-drip-<ms>: the response body one byte every ms
+  drop,        // mock-drop: reads the request, then RST without a byte of response
 };
 
 struct behaviour {

@@ -364,6 +364,11 @@ class session : public std::enable_shared_from_this<session<Stream>> {
         return send_whole(200, padded_completion_body(ctx_, b->mebibytes * mebibyte));
       case behaviour_kind::drip:
         return start_drip(b->delay);
+      case behaviour_kind::drop:
+        // The request was read and may have been worked on: what a server that crashes mid-work
+        // leaves its client with. No response byte precedes the reset.
+        keep_alive_ = false;
+        return enqueue({std::string(), false, true, true});
     }
   }
 
