@@ -142,6 +142,7 @@ int serve(tether::config::gateway_config cfg) {
     ep.port = u.url.port;
     ep.connect_timeout = u.connect_timeout;
     ep.max_idle_connections = u.max_in_flight;
+    ep.idle_timeout = u.idle_timeout;
     rt->upstreams.push_back(std::make_unique<net::upstream_client>(io, ep));
   }
   rt->stats = std::make_unique<metrics>(upstream_names);
