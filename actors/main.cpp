@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string_view>
 #include <thread>
 
 #include "actors/access_log.hpp"
@@ -40,6 +41,15 @@ namespace {
 void restart_with_allocator_tunables(char** argv) {
   if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
   if (setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=64", 1) != 0) return;
+  // The binary's own path, not /proc/self/exe: the kernel names a process after the file it
+  // executes, and ps, top and ss would show the gateway as "exe".
+  char self[4096];
+  const auto n = readlink("/proc/self/exe", self, sizeof self - 1);
+  const std::string_view deleted = " (deleted)";
+  if (n > 0) {
+    self[n] = '\0';
+    if (!std::string_view(self, static_cast<std::size_t>(n)).ends_with(deleted)) execv(self, argv);
+  }
   execv("/proc/self/exe", argv);
   unsetenv("GLIBC_TUNABLES");
 }
