@@ -224,8 +224,11 @@ int serve(tether::config::gateway_config cfg) {
     log_error(e.what());  // "cannot listen on HOST:PORT: why"
     return fail_start();
   }
+  std::string upstreams;
+  for (const auto& u : rt->cfg.upstreams) upstreams += (upstreams.empty() ? "" : ", ") + u.name;
   log_info("tether " TETHER_VERSION " listening on " + rt->cfg.server.listen_host + ":" +
-           std::to_string(port));
+           std::to_string(port) + " (config " + rt->cfg.source_file + ", " + std::to_string(cores) +
+           " worker thread(s), upstreams " + upstreams + ")");
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -287,6 +290,16 @@ int main(int argc, char** argv) {
   if (!cfg) return 1;
   if (check) {
     std::fputs(tether::config::render_effective(*cfg).c_str(), stdout);
+    // As comments, so that the output still loads as the same config.
+    std::string routes = "\n";
+    const auto described = tether::router{*cfg}.describe(*cfg);
+    std::string_view text = described;
+    while (!text.empty()) {
+      const auto end = text.find('\n');
+      routes += "# " + std::string(text.substr(0, end)) + "\n";
+      text.remove_prefix(end + 1);
+    }
+    std::fputs(routes.c_str(), stdout);
     return 0;
   }
   return serve(std::move(*cfg));
