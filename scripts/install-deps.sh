@@ -5,10 +5,12 @@ set -euo pipefail
 
 want_e2e=0
 want_fuzz=0
+want_package=0
 for arg in "$@"; do
   case "$arg" in
     --e2e) want_e2e=1 ;;
     --fuzz) want_fuzz=1 ;;
+    --package) want_package=1 ;;
   esac
 done
 
@@ -22,6 +24,10 @@ packages=(
 # libFuzzer comes with clang's runtime libraries.
 if [ "$want_fuzz" = 1 ]; then
   packages+=(clang libclang-rt-14-dev)
+fi
+# The Debian package's checks (scripts/check-package.sh).
+if [ "$want_package" = 1 ]; then
+  packages+=(lintian)
 fi
 if [ "$want_e2e" = 1 ] && ! command -v npm >/dev/null 2>&1; then
   packages+=(nodejs npm)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what is missing, checks formatting, then
 #  1. builds (ccache) and runs every test — unit, integration, the openai-SDK end-to-end suite;
-#  2. builds again with AddressSanitizer + UBSan (build-asan/) and runs the same suite there;
-#  3. runs each libFuzzer target for TETHER_FUZZ_SECONDS (default 60) from its seed corpus.
+#  2. packages the binaries of step 1 as a .deb and checks it (scripts/check-package.sh);
+#  3. builds again with AddressSanitizer + UBSan (build-asan/) and runs the same suite there;
+#  4. runs each libFuzzer target for TETHER_FUZZ_SECONDS (default 60) from its seed corpus.
 # Every test has a timeout, so a hang fails fast. Set TETHER_QUICK=1 to run step 1 only.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,7 +11,7 @@ quick="${TETHER_QUICK:-0}"
 if [ "$quick" = 1 ]; then
   bash "$here/scripts/install-deps.sh" --e2e
 else
-  bash "$here/scripts/install-deps.sh" --e2e --fuzz
+  bash "$here/scripts/install-deps.sh" --e2e --fuzz --package
 fi
 bash "$here/scripts/format-check.sh"
 
@@ -31,6 +32,13 @@ require_suites "$here/build"
 (cd "$here/build" && ctest --output-on-failure --timeout 120 -j2)
 echo "test.sh: suite passed ($((SECONDS - started)) s)"
 [ "$quick" = 1 ] && exit 0
+
+started=$SECONDS
+# The Debian package, from the binaries just tested.
+rm -f "$here"/build/tether_*_amd64.deb
+(cd "$here/build" && cpack -G DEB >/dev/null)
+bash "$here/scripts/check-package.sh" "$here"/build/tether_*_amd64.deb
+echo "test.sh: package checked ($((SECONDS - started)) s)"
 
 started=$SECONDS
 # The bench harness is not part of the suite; the mock it shares with the tests is built.
