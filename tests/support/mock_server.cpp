@@ -1,5 +1,6 @@
 #include "tests/support/mock_server.hpp"
 
+#include <csignal>
 #include <regex>
 #include <stdexcept>
 #include <thread>
@@ -13,7 +14,8 @@ namespace tether::test {
 namespace {
 
 std::vector<std::string> mock_args(const mock_options& options) {
-  std::vector<std::string> args{"--listen", "127.0.0.1:0"};
+  std::vector<std::string> args{"--listen",
+                                "127.0.0.1:" + std::to_string(options.port.value_or(0))};
   if (options.tls_cert && options.tls_key) {
     args.insert(args.end(), {"--tls-cert", *options.tls_cert, "--tls-key", *options.tls_key});
   }
@@ -63,6 +65,13 @@ void mock_server::reset() {
       tls_ ? https_request("POST", port_, "/_reset") : request("POST", port_, "/_reset");
   if (response.status != 200) {
     throw std::runtime_error("POST /_reset answered " + std::to_string(response.status));
+  }
+}
+
+void mock_server::kill() {
+  process_.send_signal(SIGKILL);
+  if (!process_.wait_exit(std::chrono::seconds(5))) {
+    throw std::runtime_error("tether-mock did not exit after SIGKILL");
   }
 }
 

@@ -1,4 +1,4 @@
-// A tether-mock child process on an ephemeral port, and its observation endpoints.
+// A tether-mock child process on an ephemeral (or a given) port, and its observation endpoints.
 #pragma once
 
 #include <chrono>
@@ -16,6 +16,9 @@ namespace tether::test {
 struct mock_options {
   std::optional<std::string> tls_cert;  // with tls_key: the mock serves HTTPS only
   std::optional<std::string> tls_key;
+  // A fixed port instead of an ephemeral one: to restart an upstream where the gateway's config
+  // already points (the port a killed mock listened on).
+  std::optional<std::uint16_t> port;
 };
 
 class mock_server {
@@ -34,6 +37,9 @@ class mock_server {
   boost::json::object wait_for_stats(const std::function<bool(const boost::json::object&)>& done,
                                      std::chrono::milliseconds timeout = std::chrono::seconds(5));
   void reset();
+  // SIGKILL, as a crashing upstream: the kernel closes its connections; no /_stats afterwards.
+  // Waits (5 s at most) for the process to be reaped; throws if it is not.
+  void kill();
 
   child_process& process() { return process_; }
 
