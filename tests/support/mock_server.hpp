@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <boost/json/object.hpp>
 
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace tether::test {
 
@@ -25,6 +27,15 @@ class mock_server {
  public:
   // Starts the mock and waits (10 s at most) for its listening line; throws if it never comes.
   explicit mock_server(mock_options options = {});
+
+  // A mock whose process starts now but becomes tether-mock only at release(): a child inherits
+  // every descriptor of this process that lacks close-on-exec (the test clients' sockets do), so
+  // one started while clients are connected would hold their connections open after the clients
+  // close them. Started before the clients, it holds none.
+  static std::unique_ptr<mock_server> standby(mock_options options);
+  // Lets a standby mock start, and waits (10 s at most) for its listening line; throws if it
+  // never comes. Nothing for a mock that is already listening.
+  void release();
 
   std::uint16_t port() const { return port_; }
   bool tls() const { return tls_; }
@@ -44,6 +55,15 @@ class mock_server {
   child_process& process() { return process_; }
 
  private:
+  struct gate {
+    temp_dir dir;
+    std::string fifo;  // the standby process reads a line from it, then execs tether-mock
+    gate();
+  };
+  mock_server(mock_options options, std::unique_ptr<gate> standby_gate);
+  void await_listening();
+
+  std::unique_ptr<gate> gate_;  // before process_: the process reads it while it lives
   child_process process_;
   bool tls_ = false;
   std::uint16_t port_ = 0;
