@@ -17,7 +17,7 @@ struct connection_state {
   std::optional<std::int64_t> closed_ns;
   std::shared_ptr<net::timer> attempt_timer;
   std::int64_t asked_ns = 0;
-  std::int64_t queue_wait_ns = 0;  // asked → the budget's answer; 0 if none came
+  std::int64_t queue_wait_ns = 0;  // asked → the budget's answer, or → the end if none came
   net::upstream_request request;   // sent at the grant
 };
 
@@ -37,6 +37,8 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   auto finish = [self, st](std::int64_t closed_ns) {
     if (st->closed) return;
     st->closed = true;
+    // Ended while still queued (the tree was cancelled): the whole wait was queue wait.
+    if (!st->answered) st->queue_wait_ns = closed_ns - st->asked_ns;
     st->closed_ns = closed_ns;
     self->quit();
   };
@@ -61,11 +63,13 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   // the request hears of the end: it waits for one work_ended per connection its attempts
   // started, so the report is sent from here rather than before a quit that may not be reached.
   // (One message instead of the report plus the down_msg of a monitor.)
-  self->attach_functor([st, request, upstream](const caf::error&) {
+  self->attach_functor([st, request, upstream, index = spec.attempt_index](const caf::error&) {
     if (st->exchange && !st->closed) st->exchange->cancel();
     if (st->attempt_timer) st->attempt_timer->cancel();
-    caf::anon_send(request, work_ended_atom::value, static_cast<std::uint64_t>(upstream),
-                   st->closed_ns.value_or(now_ns()), st->granted, st->queue_wait_ns);
+    const auto ended_ns = st->closed_ns.value_or(now_ns());
+    if (!st->answered) st->queue_wait_ns = ended_ns - st->asked_ns;
+    caf::anon_send(request, work_ended_atom::value, static_cast<std::uint64_t>(upstream), index,
+                   ended_ns, st->granted, st->queue_wait_ns);
   });
 
   st->asked_ns = now_ns();

@@ -31,11 +31,14 @@ struct connection_spec {
   // clock starts once the attempt may use the upstream) and sent to the attempt as
   // attempt_timeout_atom; cancelled when this actor ends, by when the attempt has its answer.
   std::chrono::milliseconds attempt_timeout{0};
+  // Which of the request's attempts this connection serves (its place in the access line).
+  std::uint32_t attempt_index = 0;
 };
 
 // `attempt` receives up_* messages (straight from net/) and (attempt_timeout_atom); `request`
-// receives (work_ended_atom, upstream, closed_ns, started, queue_wait_ns) as this actor exits,
-// however it ends: the request counts its connections down by it.
+// receives (work_ended_atom, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns) as
+// this actor exits, however it ends: the request counts its connections down by it, and an
+// attempt whose connection never held a slot never reached the upstream.
 caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor attempt,
                                caf::actor request, connection_spec spec);
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string_view>
 #include <thread>
 
 #include "actors/access_log.hpp"
@@ -40,6 +41,15 @@ namespace {
 void restart_with_allocator_tunables(char** argv) {
   if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
   if (setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=64", 1) != 0) return;
+  // The binary's own path, not /proc/self/exe: the kernel names a process after the file it
+  // executes, and ps, top and ss would show the gateway as "exe".
+  char self[4096];
+  const auto n = readlink("/proc/self/exe", self, sizeof self - 1);
+  const std::string_view deleted = " (deleted)";
+  if (n > 0) {
+    self[n] = '\0';
+    if (!std::string_view(self, static_cast<std::size_t>(n)).ends_with(deleted)) execv(self, argv);
+  }
   execv("/proc/self/exe", argv);
   unsetenv("GLIBC_TUNABLES");
 }
@@ -142,6 +152,7 @@ int serve(tether::config::gateway_config cfg) {
     ep.port = u.url.port;
     ep.connect_timeout = u.connect_timeout;
     ep.max_idle_connections = u.max_in_flight;
+    ep.idle_timeout = u.idle_timeout;
     rt->upstreams.push_back(std::make_unique<net::upstream_client>(io, ep));
   }
   rt->stats = std::make_unique<metrics>(upstream_names);
@@ -213,8 +224,11 @@ int serve(tether::config::gateway_config cfg) {
     log_error(e.what());  // "cannot listen on HOST:PORT: why"
     return fail_start();
   }
+  std::string upstreams;
+  for (const auto& u : rt->cfg.upstreams) upstreams += (upstreams.empty() ? "" : ", ") + u.name;
   log_info("tether " TETHER_VERSION " listening on " + rt->cfg.server.listen_host + ":" +
-           std::to_string(port));
+           std::to_string(port) + " (config " + rt->cfg.source_file + ", " + std::to_string(cores) +
+           " worker thread(s), upstreams " + upstreams + ")");
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -276,6 +290,16 @@ int main(int argc, char** argv) {
   if (!cfg) return 1;
   if (check) {
     std::fputs(tether::config::render_effective(*cfg).c_str(), stdout);
+    // As comments, so that the output still loads as the same config.
+    std::string routes = "\n";
+    const auto described = tether::router{*cfg}.describe(*cfg);
+    std::string_view text = described;
+    while (!text.empty()) {
+      const auto end = text.find('\n');
+      routes += "# " + std::string(text.substr(0, end)) + "\n";
+      text.remove_prefix(end + 1);
+    }
+    std::fputs(routes.c_str(), stdout);
     return 0;
   }
   return serve(std::move(*cfg));

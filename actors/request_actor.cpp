@@ -97,6 +97,14 @@ struct request_state : std::enable_shared_from_this<request_state> {
   outcome result = outcome::internal_error;
   int status = 0;
   boost::container::small_vector<attempt_record, 2> attempts;
+  // Per attempt: its upstream, and whether its connection held a budget slot (work_ended says).
+  // An attempt that never got a slot never reached the upstream: it is left out of the access
+  // line and the attempt counters, and its wait is queue wait.
+  struct attempt_slot {
+    std::size_t upstream = 0;
+    bool held_slot = false;
+  };
+  boost::container::small_vector<attempt_slot, 2> attempt_work;
   std::unique_ptr<request_trace> trace;
   // Its pending timers are cancelled when the state goes with the actor's behavior (CAF clears
   // the behavior as the actor ends, before its attachables run): held here rather than shared
@@ -127,6 +135,16 @@ void request_ops::maybe_quit() {
       st->connections_started.load() != st->connections_ended)
     return;
   const std::int64_t end_ns = now_ns();
+  // Counted once every connection has said whether it held a slot, before the line is written:
+  // whoever has seen the line sees it in /metrics too.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < st->attempts.size(); ++i) {
+    if (!st->attempt_work[i].held_slot) continue;
+    st->rt->stats->attempt_done(st->attempt_work[i].upstream, st->attempts[i].result);
+    if (kept != i) st->attempts[kept] = std::move(st->attempts[i]);
+    ++kept;
+  }
+  st->attempts.resize(kept);
   access_record r;
   r.request_id = st->spec.request_id;
   r.model = st->spec.model;
@@ -169,7 +187,6 @@ void request_ops::record_attempt_end(outcome o, std::optional<int> status) {
   a.status = status;
   auto at = now_ns();
   a.end_ms = st->ms_since_arrival(at);
-  st->rt->stats->attempt_done(st->rt->routes->at(st->attempt_deployment).upstream, o);
   st->trace->end_attempt(status, o, at);
 }
 
@@ -260,6 +277,7 @@ void request_ops::start_attempt() {
   a.connection.max_response_bytes = settings.max_response_bytes;
   a.connection.stream = st->spec.stream;
   a.connection.affinity = st->channel->affinity();
+  a.connection.attempt_index = static_cast<std::uint32_t>(st->attempts.size());
   // Shares the state's lifetime (aliasing): no allocation.
   a.connections =
       std::shared_ptr<std::atomic<std::uint32_t>>(st->shared_from_this(), &st->connections_started);
@@ -300,6 +318,7 @@ void request_ops::start_attempt() {
   rec.model = dep.upstream_model;
   rec.start_ms = st->ms_since_arrival(started_ns);
   st->attempts.push_back(std::move(rec));
+  st->attempt_work.push_back({dep.upstream, false});
 }
 
 // After an attempt failed before committing: ask the policy.
@@ -587,9 +606,11 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         }
         ops->maybe_quit();
       },
-      [st, rt, ops](work_ended_atom, std::uint64_t upstream, std::int64_t closed_ns, bool held_slot,
-                    std::int64_t queue_wait_ns) {
+      [st, rt, ops](work_ended_atom, std::uint64_t upstream, std::uint32_t attempt_index,
+                    std::int64_t closed_ns, bool held_slot, std::int64_t queue_wait_ns) {
         ++st->connections_ended;
+        if (attempt_index < st->attempt_work.size())
+          st->attempt_work[attempt_index].held_slot = held_slot;
         st->queue_wait_ns += queue_wait_ns;
         st->last_work_end_ns = std::max(st->last_work_end_ns.value_or(0), closed_ns);
         st->trace->event("work_ended", closed_ns);

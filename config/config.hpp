@@ -66,6 +66,10 @@ struct upstream_config {
   std::string api_key;      // resolved at load; never printed
   std::uint32_t max_in_flight = 64;
   millis connect_timeout{2000};
+  // How long a kept-alive connection may wait for its next request. Below the common model
+  // servers' own keep-alive timeouts (uvicorn's, under vLLM, is 5 s), so that tether, not the
+  // server, is the one that closes an idle connection.
+  millis idle_timeout{4000};
 };
 
 // One [[models]] entry: a deployment of a public model name on one upstream.

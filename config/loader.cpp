@@ -433,7 +433,9 @@ class loader {
     std::map<std::string, std::size_t> seen;
     for (const auto& [i, t] : tables) {
       const auto p = fmt::format("upstreams[{}]", i);
-      check_keys(*t, p, {"name", "base_url", "api_key_env", "max_in_flight", "connect_timeout_ms"});
+      check_keys(*t, p,
+                 {"name", "base_url", "api_key_env", "max_in_flight", "connect_timeout_ms",
+                  "idle_timeout_ms"});
       upstream_config u;
       if (auto name = read_string(*t, "name", p)) {
         u.name = *name;
@@ -478,6 +480,7 @@ class loader {
       }
       read_into(*t, "max_in_flight", p, u.max_in_flight, 1, u32_max);
       read_ms(*t, "connect_timeout_ms", p, u.connect_timeout, 1);
+      read_ms(*t, "idle_timeout_ms", p, u.idle_timeout, 1);
       cfg_.upstreams.push_back(std::move(u));
     }
   }

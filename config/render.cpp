@@ -115,6 +115,7 @@ std::string render_effective(const gateway_config& cfg) {
     }
     line("max_in_flight", u.max_in_flight);
     line("connect_timeout_ms", u.connect_timeout.count());
+    line("idle_timeout_ms", u.idle_timeout.count());
   }
 
   for (const auto& m : cfg.models) {

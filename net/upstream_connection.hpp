@@ -2,6 +2,8 @@
 // between an upstream_session (while an exchange uses it) and the upstream_pool (while idle).
 #pragma once
 
+#include <sys/socket.h>
+
 #include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -10,6 +12,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
+#include <cerrno>
 #include <chrono>
 #include <utility>
 #include <variant>
@@ -73,6 +76,18 @@ class upstream_connection {
   }
 
   bool is_open() { return tcp().socket().is_open(); }
+
+  // Whether an idle connection can carry a new request: open, and nothing is waiting to be read
+  // on it. An upstream that closed it (its own keep-alive timeout) has left a FIN or a reset;
+  // stray bytes (a TLS alert, a late response) make it unusable too. Checked before reuse so that
+  // a request is never sent into a connection already known dead: a send that then fails is a
+  // real attempt, and no request is re-sent behind the retry policy's back.
+  bool reusable() {
+    if (!is_open()) return false;
+    char byte = 0;
+    const auto n = ::recv(tcp().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
 
   std::chrono::steady_clock::time_point idle_since{};
 

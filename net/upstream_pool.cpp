@@ -21,7 +21,7 @@ std::shared_ptr<upstream_connection> upstream_pool::take() {
     while (!idle_.empty()) {
       auto candidate = std::move(idle_.back());
       idle_.pop_back();
-      if (now - candidate->idle_since < idle_timeout_ && candidate->is_open()) {
+      if (now - candidate->idle_since < idle_timeout_ && candidate->reusable()) {
         found = std::move(candidate);
         break;
       }

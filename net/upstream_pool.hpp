@@ -17,7 +17,8 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
  public:
   upstream_pool(asio::io_context& io, std::size_t max_idle, std::chrono::milliseconds idle_timeout);
 
-  // The most recently parked connection that has not expired, or nullptr.
+  // The most recently parked connection that has not expired and that the upstream has not
+  // closed, or nullptr.
   std::shared_ptr<upstream_connection> take();
 
   // Keeps an idle connection (no operation pending on it) for a later exchange; closes it

@@ -65,10 +65,6 @@ const boost::system::error_category& http_category() {
   return http::make_error_code(http::error::end_of_stream).category();
 }
 
-bool is_cancellation(const boost::system::error_code& ec) {
-  return ec == asio::error::operation_aborted;
-}
-
 std::string tls_failure_message(const boost::system::error_code& ec, SSL* ssl) {
   const long verify = SSL_get_verify_result(ssl);
   if (verify != X509_V_OK)
@@ -145,7 +141,6 @@ void upstream_session::on_cancel() {
 void upstream_session::do_start() {
   if (cancelled_) return finish();
   if (connection_) {
-    reused_ = true;
     connected_reported_ = true;
     events_->on_connected(true);
     return do_write();
@@ -160,7 +155,7 @@ std::string upstream_session::where() const {
 void upstream_session::do_resolve() {
   connecting_ = true;
   resolving_ = true;
-  if (!connect_timer_) connect_timer_.emplace(strand_);  // a retry on a new connection reuses it
+  if (!connect_timer_) connect_timer_.emplace(strand_);
   connect_timer_->expires_after(origin_->endpoint.connect_timeout);
   connect_timer_->async_wait(tracked(&upstream_session::on_connect_deadline));
   if (origin_->literal) {
@@ -171,7 +166,7 @@ void upstream_session::do_resolve() {
     return;
   }
   // Not tracked: a cancel or the deadline ends the exchange without waiting for getaddrinfo.
-  if (!resolver_) resolver_.emplace(strand_);  // a retry on a new connection reuses it
+  if (!resolver_) resolver_.emplace(strand_);
   resolver_->async_resolve(
       strip_brackets(origin_->endpoint.host), origin_->service,
       asio::bind_executor(
@@ -202,7 +197,6 @@ void upstream_session::make_connection() {
 }
 
 void upstream_session::on_connect_deadline(const error_code& ec) {
-  // A wait that completed just before the timer was re-armed for a retry is stale.
   if (ec || done_ || !connecting_ || connect_timer_->expiry() > std::chrono::steady_clock::now())
     return;
   const auto after =
@@ -311,23 +305,10 @@ void upstream_session::do_write() {
 void upstream_session::on_write(const error_code& ec, std::size_t) {
   if (cancelled_) return finish();
   if (ec) {
-    if (retry_on_new_connection()) return;
     return fail(upstream_failure::reset,
                 "connection to " + where() + " broke while sending the request: " + ec.message());
   }
   do_read_head();
-}
-
-bool upstream_session::retry_on_new_connection() {
-  // Only the race with a server closing an idle keep-alive connection is retried here: the
-  // request never reached a live server, so this is not a semantic retry.
-  if (!reused_ || retried_) return false;
-  retried_ = true;
-  reused_ = false;
-  connection_->close();
-  connection_.reset();
-  do_resolve();
-  return true;
 }
 
 void upstream_session::do_read_head() {
@@ -364,7 +345,7 @@ void upstream_session::read_head_plain() {
 void upstream_session::on_head_bytes(const error_code& ec, std::size_t bytes) {
   if (cancelled_) return finish();
   // Beast's mapping of a read's end: nothing at all is end_of_stream, half a head is
-  // partial_message (on_read_head tells them apart for the retry on a new connection).
+  // partial_message.
   if (ec == asio::error::eof)
     return on_read_head(
         parser_->got_some() ? http::error::partial_message : http::error::end_of_stream, 0);
@@ -376,8 +357,6 @@ void upstream_session::on_head_bytes(const error_code& ec, std::size_t bytes) {
 void upstream_session::on_read_head(const error_code& ec, std::size_t) {
   if (cancelled_) return finish();
   if (ec) {
-    const bool nothing_arrived = !parser_->got_some() && connection_->buffer().size() == 0;
-    if (nothing_arrived && !is_cancellation(ec) && retry_on_new_connection()) return;
     if (ec.category() == http_category() && ec != http::error::end_of_stream &&
         ec != http::error::partial_message)
       return fail(upstream_failure::malformed,

@@ -86,7 +86,6 @@ class upstream_session : public upstream_exchange,
   void on_read_body(error_code ec, std::size_t bytes);
   void on_cancel();
 
-  bool retry_on_new_connection();
   void complete();
   void fail(upstream_failure kind, std::string message);
   void finish();
@@ -96,8 +95,8 @@ class upstream_session : public upstream_exchange,
   const std::shared_ptr<upstream_origin> origin_;
   upstream_executor strand_;
   std::shared_ptr<upstream_events> events_;  // released after on_closed (breaks cycles)
-  const std::string wire_;   // the request's bytes, written again as they are on a retry
-  const bool head_request_;  // its response has no body, whatever its head says
+  const std::string wire_;                   // the request's bytes
+  const bool head_request_;                  // its response has no body, whatever its head says
   std::shared_ptr<upstream_connection> connection_;
   // Made only for a new connection: most exchanges run on a pooled one (a timer made per
   // exchange looked its service up under the io context's mutex, callgrind).
@@ -108,8 +107,6 @@ class upstream_session : public upstream_exchange,
   std::atomic<bool> cancelled_{false};
   std::atomic<int> pending_{0};
   // Strand-only state below.
-  bool reused_ = false;
-  bool retried_ = false;
   bool resolving_ = false;
   bool connecting_ = false;  // resolve + connect + handshake, under connect_timeout
   bool connect_timed_out_ = false;

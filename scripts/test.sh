@@ -16,6 +16,18 @@ bash "$here/scripts/format-check.sh"
 
 started=$SECONDS
 bash "$here/scripts/build.sh" "$here/build" -DTETHER_REQUIRE_E2E=ON
+# A suite that is not registered would pass by not running: each required one must be listed.
+require_suites() {
+  local listed
+  listed="$(cd "$1" && ctest -N)"
+  for suite in e2e_openai_sdk fuzz_replay_; do
+    if ! grep -q "Test *#[0-9]*: $suite" <<<"$listed"; then
+      echo "test.sh: $1 does not register the $suite tests; refusing to pass without them" >&2
+      exit 1
+    fi
+  done
+}
+require_suites "$here/build"
 (cd "$here/build" && ctest --output-on-failure --timeout 120 -j2)
 echo "test.sh: suite passed ($((SECONDS - started)) s)"
 [ "$quick" = 1 ] && exit 0
@@ -27,6 +39,7 @@ started=$SECONDS
 # cold CI run is dominated by this build.
 bash "$here/scripts/build.sh" "$here/build-asan" -DTETHER_SANITIZE=ON -DTETHER_BUILD_BENCH=OFF \
   -DTETHER_REQUIRE_E2E=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
+require_suites "$here/build-asan"
 (cd "$here/build-asan" && ctest --output-on-failure --timeout 240 -j2)
 echo "test.sh: suite passed under ASan+UBSan ($((SECONDS - started)) s)"
 

@@ -49,6 +49,28 @@ const std::vector<std::string>& router::fallbacks_of(const std::string& model) c
   return it == fallbacks_.end() ? none : it->second;
 }
 
+std::string router::describe(const config::gateway_config& cfg) const {
+  std::string out;
+  for (const auto& model : public_models_) {
+    out += "route " + model + ": deployments ";
+    const auto& deps = by_model_.at(model);
+    for (std::size_t i = 0; i < deps.size(); ++i) {
+      const auto& d = deployments_[deps[i]];
+      if (i > 0) out += ", ";
+      out += cfg.upstreams.at(d.upstream).name + " (" + d.upstream_model + ")";
+    }
+    // Every deployment speaks the OpenAI API today, so every model serves the same surfaces.
+    out += "; surfaces chat, completions, embeddings; tries ";
+    const auto& chain = chain_of(model);
+    for (std::size_t i = 0; i < chain.size(); ++i) {
+      if (i > 0) out += " -> ";
+      out += chain[i];
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 std::optional<std::size_t> router::choose(const std::string& model,
                                           std::span<const std::size_t> tried) const {
   auto it = by_model_.find(model);

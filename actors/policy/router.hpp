@@ -37,6 +37,10 @@ class router {
   const deployment& at(std::size_t index) const { return deployments_[index]; }
   std::size_t size() const { return deployments_.size(); }
 
+  // Each public model's route, one line each, for `tether check`: its deployments (upstream and
+  // the model name sent there), the surfaces it serves, and the chain a request may try.
+  std::string describe(const config::gateway_config& cfg) const;
+
   std::optional<std::size_t> choose(const std::string& model,
                                     std::span<const std::size_t> tried) const;
   void attempt_started(std::size_t index) { in_flight_[index].fetch_add(1); }

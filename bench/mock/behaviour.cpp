@@ -38,9 +38,12 @@ std::optional<behaviour> parse_behaviour(std::string_view model) {
     return b;
   }
   static constexpr std::pair<std::string_view, behaviour_kind> fixed[] = {
-      {"mock-badstatus", behaviour_kind::bad_status}, {"mock-garbage", behaviour_kind::garbage},
-      {"mock-truncated", behaviour_kind::truncated},  {"mock-sse-cut", behaviour_kind::sse_cut},
-      {"mock-badchunk", behaviour_kind::bad_chunk},   {"mock-reset", behaviour_kind::reset},
+      {"mock-badstatus", behaviour_kind::bad_status},
+      {"mock-garbage", behaviour_kind::garbage},
+      {"mock-truncated", behaviour_kind::truncated},
+      {"mock-sse-cut", behaviour_kind::sse_cut},
+      {"mock-badchunk", behaviour_kind::bad_chunk},
+      {"mock-reset", behaviour_kind::reset},
       {"mock-drop", behaviour_kind::drop},
   };
   for (const auto& [name, kind] : fixed) {

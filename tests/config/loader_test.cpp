@@ -70,6 +70,7 @@ TEST(LoaderTest, MinimalFileLoadsWithDefaultsApplied) {
   ASSERT_EQ(cfg.upstreams.size(), 1u);
   EXPECT_EQ(cfg.upstreams[0].max_in_flight, 64u);
   EXPECT_EQ(cfg.upstreams[0].connect_timeout, millis(2000));
+  EXPECT_EQ(cfg.upstreams[0].idle_timeout, millis(4000));
   EXPECT_EQ(cfg.upstreams[0].url.host, "127.0.0.1");
   EXPECT_EQ(cfg.upstreams[0].url.port, 8000);
   EXPECT_FALSE(cfg.upstreams[0].url.tls);

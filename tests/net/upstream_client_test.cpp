@@ -496,7 +496,7 @@ TEST_F(UpstreamClientTest, AnExchangeWithAffinityRunsOnItsCallersStrand) {
   EXPECT_EQ(events->off_strand(), 0);
 }
 
-TEST_F(UpstreamClientTest, PooledConnectionClosedByServerIsReplacedWithoutFailure) {
+TEST_F(UpstreamClientTest, PooledConnectionClosedByServerIsNotReused) {
   std::promise<void> first_closed;
   script_server server([&](tcp::socket& s, int index) {
     beast::flat_buffer b;
@@ -516,12 +516,44 @@ TEST_F(UpstreamClientTest, PooledConnectionClosedByServerIsReplacedWithoutFailur
   ASSERT_EQ(client.idle_connections(), 1u);
   ASSERT_EQ(first_closed.get_future().wait_for(wait_limit), std::future_status::ready);
 
+  // The server's FIN is waiting on the idle connection: the pool drops it instead of sending
+  // the request into it.
   auto second = std::make_shared<recorder>();
   auto e2 = client.start(simple_request(), second);
   ASSERT_TRUE(second->wait_closed());
-  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "head:200", "body", "end", "closed"));
+  EXPECT_THAT(second->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
   EXPECT_EQ(second->body(), "hello");
   EXPECT_EQ(server.accepted(), 2);
+}
+
+TEST_F(UpstreamClientTest, APooledConnectionTheServerDropsAfterReadingTheRequestFailsOnce) {
+  std::atomic<int> requests_read{0};
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    ++requests_read;
+    send(s, ok_response);
+    // The next request is read (the server may act on it), then the connection is reset.
+    if (!read_request(s, b)) return;
+    ++requests_read;
+    s.set_option(boost::asio::socket_base::linger(true, 0));
+    s.close();
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto first = std::make_shared<recorder>();
+  auto e1 = client.start(simple_request(), first);
+  ASSERT_TRUE(first->wait_closed());
+  ASSERT_EQ(client.idle_connections(), 1u);
+
+  auto second = std::make_shared<recorder>();
+  auto e2 = client.start(simple_request(), second);
+  ASSERT_TRUE(second->wait_closed());
+  // The request reached the server: it is a failed attempt for the caller's retry policy to
+  // judge, never sent again on a new connection behind it.
+  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "failure", "closed"));
+  EXPECT_EQ(second->failure(), upstream_failure::reset);
+  EXPECT_EQ(server.accepted(), 1);
+  EXPECT_EQ(requests_read.load(), 2);
 }
 
 TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {

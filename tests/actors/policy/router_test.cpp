@@ -30,6 +30,16 @@ config::gateway_config two_deployments() {
   return cfg;
 }
 
+TEST(RouterTest, DescribeNamesEachModelsDeploymentsAndTheChainItMayTry) {
+  auto cfg = two_deployments();
+  router r{cfg};
+  EXPECT_EQ(r.describe(cfg),
+            "route llama: deployments a (llama-on-a), b (llama-on-b); surfaces chat, completions, "
+            "embeddings; tries llama -> small\n"
+            "route small: deployments b (small); surfaces chat, completions, embeddings; tries "
+            "small\n");
+}
+
 // a → {b, c}, b → {d, c}: depth first (a b d c), each model once, whatever the repeats.
 TEST(RouterTest, ChainIsTheModelThenItsFallbacksDepthFirstEachOnce) {
   config::gateway_config cfg;

@@ -1,0 +1,69 @@
+// The running gateway as an operator sees it in ps, top and ss.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "tests/integration/harness.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace tether::test {
+namespace {
+
+std::string comm_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+TEST(ProcessTest, TheGatewayIsNamedTetherAfterItsStartUpRestart) {
+  mock_server mock;
+  gateway_process gw{gateway_config(mock, "", model_entry("m", "mock"))};
+  // It has restarted itself (the allocator tunable) by the time it listens.
+  ASSERT_EQ(request("GET", gw.port(), "/healthz").status, 200);
+  EXPECT_EQ(comm_of(gw.process().pid()), "tether");
+}
+
+TEST(ProcessTest, TheStartLineNamesTheConfigFileTheThreadsAndTheUpstreams) {
+  mock_server mock;
+  gateway_process gw{gateway_config(mock, "", model_entry("m", "mock"))};
+  auto line = gw.process().wait_for_line(std::regex("listening on"), std::chrono::seconds(5));
+  ASSERT_TRUE(line);
+  EXPECT_NE(line->line.find("config " + gw.config_path()), std::string::npos) << line->line;
+  EXPECT_TRUE(std::regex_search(line->line, std::regex(R"([1-9]\d* worker thread\(s\))")))
+      << line->line;
+  EXPECT_NE(line->line.find("upstreams mock"), std::string::npos) << line->line;
+}
+
+TEST(ProcessTest, CheckPrintsEachPublicModelsRouteAsComments) {
+  temp_dir dir;
+  auto path =
+      dir.write_file("routes.toml",
+                     "[[upstreams]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:9\"\n"
+                     "[[upstreams]]\nname = \"b\"\nbase_url = \"http://127.0.0.1:10\"\n"
+                     "[[models]]\nname = \"big\"\nupstream = \"a\"\nupstream_model = \"big-a\"\n"
+                     "fallbacks = [\"small\"]\n"
+                     "[[models]]\nname = \"big\"\nupstream = \"b\"\nupstream_model = \"big-b\"\n"
+                     "fallbacks = [\"small\"]\n"
+                     "[[models]]\nname = \"small\"\nupstream = \"b\"\n");
+  child_process p{TETHER_BINARY, {"check", "--config", path.string()}};
+  ASSERT_EQ(p.wait_exit(std::chrono::seconds(10)), std::optional<int>(0)) << p.output();
+  const auto out = p.output();
+  EXPECT_NE(out.find("# route big: deployments a (big-a), b (big-b); surfaces chat, completions, "
+                     "embeddings; tries big -> small\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("# route small: deployments b (small);"), std::string::npos) << out;
+  // The printed config, routes included, is a config that loads the same.
+  auto again = dir.write_file("again.toml", out);
+  child_process q{TETHER_BINARY, {"check", "--config", again.string()}};
+  ASSERT_EQ(q.wait_exit(std::chrono::seconds(10)), std::optional<int>(0)) << q.output();
+  // The same, but for the file named in the first line.
+  const auto body = [](const std::string& text) { return text.substr(text.find('\n')); };
+  EXPECT_EQ(body(q.output()), body(out));
+}
+
+}  // namespace
+}  // namespace tether::test
