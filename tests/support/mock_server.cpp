@@ -1,5 +1,12 @@
 #include "tests/support/mock_server.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <regex>
 #include <stdexcept>
 #include <thread>
@@ -13,18 +20,68 @@ namespace tether::test {
 namespace {
 
 std::vector<std::string> mock_args(const mock_options& options) {
-  std::vector<std::string> args{"--listen", "127.0.0.1:0"};
+  std::vector<std::string> args{"--listen",
+                                "127.0.0.1:" + std::to_string(options.port.value_or(0))};
   if (options.tls_cert && options.tls_key) {
     args.insert(args.end(), {"--tls-cert", *options.tls_cert, "--tls-key", *options.tls_key});
   }
   return args;
 }
 
+// With a gate, the child is a shell that waits for a line on the gate's FIFO and then becomes
+// tether-mock with the same arguments.
+std::vector<std::string> child_args(const mock_options& options, const std::string* fifo) {
+  auto args = mock_args(options);
+  if (fifo == nullptr) return args;
+  std::vector<std::string> shell{"-c", R"(read -r _ < "$0" && exec "$@")", *fifo,
+                                 TETHER_MOCK_BINARY};
+  shell.insert(shell.end(), args.begin(), args.end());
+  return shell;
+}
+
 }  // namespace
 
-mock_server::mock_server(mock_options options)
-    : process_(TETHER_MOCK_BINARY, mock_args(options)),
+mock_server::gate::gate() : fifo((dir.path() / "gate").string()) {
+  if (::mkfifo(fifo.c_str(), 0600) != 0) {
+    throw std::runtime_error("mkfifo " + fifo + ": " + std::strerror(errno));
+  }
+}
+
+mock_server::mock_server(mock_options options) : mock_server(std::move(options), nullptr) {}
+
+mock_server::mock_server(mock_options options, std::unique_ptr<gate> standby_gate)
+    : gate_(std::move(standby_gate)),
+      process_(gate_ ? "/bin/sh" : TETHER_MOCK_BINARY,
+               child_args(options, gate_ ? &gate_->fifo : nullptr)),
       tls_(options.tls_cert.has_value() && options.tls_key.has_value()) {
+  if (!gate_) await_listening();
+}
+
+std::unique_ptr<mock_server> mock_server::standby(mock_options options) {
+  return std::unique_ptr<mock_server>(
+      new mock_server(std::move(options), std::make_unique<gate>()));
+}
+
+void mock_server::release() {
+  if (!gate_ || port_ != 0) return;
+  // Non-blocking, so that a shell that never reached its read cannot hang the test: the open
+  // fails (ENXIO) until the reader is there.
+  const auto until = test_clock::now() + std::chrono::seconds(5);
+  int fd = -1;
+  while ((fd = ::open(gate_->fifo.c_str(), O_WRONLY | O_NONBLOCK)) < 0) {
+    if (errno != ENXIO || test_clock::now() >= until) {
+      throw std::runtime_error("cannot open the standby mock's gate: " +
+                               std::string(std::strerror(errno)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool written = ::write(fd, "go\n", 3) == 3;
+  ::close(fd);
+  if (!written) throw std::runtime_error("cannot write the standby mock's gate");
+  await_listening();
+}
+
+void mock_server::await_listening() {
   static const std::regex listening(R"(tether-mock listening on 127\.0\.0\.1:(\d+))");
   auto line = process_.wait_for_line(listening, std::chrono::seconds(10));
   if (!line) {
@@ -63,6 +120,13 @@ void mock_server::reset() {
       tls_ ? https_request("POST", port_, "/_reset") : request("POST", port_, "/_reset");
   if (response.status != 200) {
     throw std::runtime_error("POST /_reset answered " + std::to_string(response.status));
+  }
+}
+
+void mock_server::kill() {
+  process_.send_signal(SIGKILL);
+  if (!process_.wait_exit(std::chrono::seconds(5))) {
+    throw std::runtime_error("tether-mock did not exit after SIGKILL");
   }
 }
 

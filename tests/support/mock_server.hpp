@@ -1,27 +1,41 @@
-// A tether-mock child process on an ephemeral port, and its observation endpoints.
+// A tether-mock child process on an ephemeral (or a given) port, and its observation endpoints.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <boost/json/object.hpp>
 
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace tether::test {
 
 struct mock_options {
   std::optional<std::string> tls_cert;  // with tls_key: the mock serves HTTPS only
   std::optional<std::string> tls_key;
+  // A fixed port instead of an ephemeral one: to restart an upstream where the gateway's config
+  // already points (the port a killed mock listened on).
+  std::optional<std::uint16_t> port;
 };
 
 class mock_server {
  public:
   // Starts the mock and waits (10 s at most) for its listening line; throws if it never comes.
   explicit mock_server(mock_options options = {});
+
+  // A mock whose process starts now but becomes tether-mock only at release(): a child inherits
+  // every descriptor of this process that lacks close-on-exec (the test clients' sockets do), so
+  // one started while clients are connected would hold their connections open after the clients
+  // close them. Started before the clients, it holds none.
+  static std::unique_ptr<mock_server> standby(mock_options options);
+  // Lets a standby mock start, and waits (10 s at most) for its listening line; throws if it
+  // never comes. Nothing for a mock that is already listening.
+  void release();
 
   std::uint16_t port() const { return port_; }
   bool tls() const { return tls_; }
@@ -34,10 +48,22 @@ class mock_server {
   boost::json::object wait_for_stats(const std::function<bool(const boost::json::object&)>& done,
                                      std::chrono::milliseconds timeout = std::chrono::seconds(5));
   void reset();
+  // SIGKILL, as a crashing upstream: the kernel closes its connections; no /_stats afterwards.
+  // Waits (5 s at most) for the process to be reaped; throws if it is not.
+  void kill();
 
   child_process& process() { return process_; }
 
  private:
+  struct gate {
+    temp_dir dir;
+    std::string fifo;  // the standby process reads a line from it, then execs tether-mock
+    gate();
+  };
+  mock_server(mock_options options, std::unique_ptr<gate> standby_gate);
+  void await_listening();
+
+  std::unique_ptr<gate> gate_;  // before process_: the process reads it while it lives
   child_process process_;
   bool tls_ = false;
   std::uint16_t port_ = 0;
