@@ -654,39 +654,74 @@ void downstream_session::do_watch_read() {
 
 void downstream_session::post_send_full(std::uint64_t exchange, int status, header_list headers,
                                         std::string body) {
-  // Inline when called on this session's strand (a run_at callback): the answer leaves now.
-  asio::dispatch(strand_, [self = shared_from_this(), exchange, status,
-                           headers = std::move(headers), body = std::move(body)]() mutable {
-    if (self->current(exchange)) self->send_full(status, std::move(headers), std::move(body));
-  });
+  // At once when called on this session's executor (a run_at callback): the answer leaves now.
+  queue_call({channel_call::kind::send_full, exchange, status, std::move(headers), std::move(body)},
+             true);
 }
 
 void downstream_session::post_start_stream(std::uint64_t exchange, int status,
                                            header_list headers) {
-  asio::post(strand_,
-             [self = shared_from_this(), exchange, status, headers = std::move(headers)]() mutable {
-               if (self->current(exchange)) self->start_stream(status, std::move(headers));
-             });
+  queue_call({channel_call::kind::start_stream, exchange, status, std::move(headers), {}});
 }
 
 void downstream_session::post_send_chunk(std::uint64_t exchange, std::string data) {
-  asio::post(strand_, [self = shared_from_this(), exchange, data = std::move(data)]() mutable {
-    if (self->current(exchange)) self->send_chunk(std::move(data));
-  });
+  queue_call({channel_call::kind::chunk, exchange, 0, {}, std::move(data)});
 }
 
 void downstream_session::post_end_stream(std::uint64_t exchange) {
-  asio::post(strand_, [self = shared_from_this(), exchange] {
-    if (self->current(exchange)) self->end_stream();
-  });
+  queue_call({channel_call::kind::end_stream, exchange, 0, {}, {}});
 }
 
 void downstream_session::post_abort(std::uint64_t exchange) {
-  asio::post(strand_, [self = shared_from_this(), exchange] {
-    if (!self->current(exchange)) return;
-    self->response_complete_ = true;  // the handler gave up: not a client that left
-    self->do_close();
-  });
+  queue_call({channel_call::kind::abort, exchange, 0, {}, {}});
+}
+
+void downstream_session::queue_call(channel_call call, bool at_once) {
+  {
+    std::lock_guard lock(calls_mutex_);
+    calls_.push_back(std::move(call));
+    if (calls_scheduled_) return;  // the run already under way or posted takes it, in order
+    calls_scheduled_ = true;
+  }
+  if (at_once) {
+    asio::dispatch(strand_, [self = shared_from_this()] { self->run_calls(); });
+  } else {
+    asio::post(strand_, [self = shared_from_this()] { self->run_calls(); });
+  }
+}
+
+void downstream_session::run_calls() {
+  for (;;) {
+    {
+      std::lock_guard lock(calls_mutex_);
+      if (calls_.empty()) {
+        calls_scheduled_ = false;
+        return;
+      }
+      running_calls_.swap(calls_);
+    }
+    // Not under the mutex: a call may lead to more (a pipelined request answered at once),
+    // which queue behind these.
+    for (auto& call : running_calls_) run_call(call);
+    running_calls_.clear();
+  }
+}
+
+void downstream_session::run_call(channel_call& call) {
+  if (!current(call.exchange)) return;
+  switch (call.what) {
+    case channel_call::kind::send_full:
+      return send_full(call.status, std::move(call.headers), std::move(call.data));
+    case channel_call::kind::start_stream:
+      return start_stream(call.status, std::move(call.headers));
+    case channel_call::kind::chunk:
+      return send_chunk(std::move(call.data));
+    case channel_call::kind::end_stream:
+      return end_stream();
+    case channel_call::kind::abort:
+      response_complete_ = true;  // the handler gave up: not a client that left
+      return do_close();
+  }
 }
 
 void downstream_session::send_full(int status, header_list headers, std::string body) {

@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -104,6 +105,21 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void do_watch_read();
   bool current(std::uint64_t exchange) const;
 
+  // One of the channel's calls, queued until this session's executor runs it.
+  struct channel_call {
+    enum class kind : std::uint8_t { send_full, start_stream, chunk, end_stream, abort };
+    kind what = kind::abort;
+    std::uint64_t exchange = 0;
+    int status = 0;
+    header_list headers;
+    std::string data;
+  };
+  // Queues a call behind the ones made before it; `at_once`: runs the queue now when this is
+  // called on the session's executor and nothing is queued (a run_at callback answering).
+  void queue_call(channel_call call, bool at_once = false);
+  void run_calls();
+  void run_call(channel_call& call);
+
   void send_full(int status, header_list headers, std::string body);
   void start_stream(int status, header_list headers);
   void send_chunk(std::string data);
@@ -148,6 +164,15 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   // armed and neither fired nor cancelled; firing and cancelling each swap it to 0 (any thread),
   // and only the one that does acts. The rest is the strand's.
   std::atomic<std::uint64_t> run_at_live_{0};
+  // The channel's calls run in the order they were made, whichever thread made each. A post per
+  // call did not keep it: Asio queues a handler posted from its own thread behind those other
+  // threads post before the current handler returns, and a request actor's calls come from
+  // whichever thread runs it at the time — a stream's end could overtake its last events, and
+  // the abort of a dropped channel the whole answer.
+  std::mutex calls_mutex_;
+  std::vector<channel_call> calls_;  // guarded by calls_mutex_
+  bool calls_scheduled_ = false;     // guarded by calls_mutex_: run_calls is posted or running
+  std::vector<channel_call> running_calls_;  // this session's executor only
   std::uint64_t run_at_of_ = 0;
   std::chrono::steady_clock::time_point run_at_due_ = std::chrono::steady_clock::time_point::max();
   std::function<void()> run_at_fire_;

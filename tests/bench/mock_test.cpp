@@ -372,7 +372,10 @@ TEST(MockTlsTest, TlsMockServesHttpsOnlyAndReportsTls) {
   auto code = openssl.wait_exit(30s);
   if (code != 0) GTEST_SKIP() << "openssl cannot make a test certificate";
 
-  mock_server mock(mock_options{cert, key});
+  mock_options options;
+  options.tls_cert = cert;
+  options.tls_key = key;
+  mock_server mock(options);
   ASSERT_TRUE(mock.tls());
   EXPECT_EQ(mock.url().rfind("https://", 0), 0u);
   auto listening = mock.process().wait_for_line(std::regex(R"(listening on .*\(tls\)$)"), 1s);
