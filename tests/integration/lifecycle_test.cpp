@@ -376,9 +376,11 @@ TEST_F(LifecycleTest, ClientCloseDuringABackoffSleepStartsNoFurtherAttempt) {
   // before the retry was due; a sleep left running holds the tree until then.
   auto line = access_line(*gw_, "backoff-leaver", 2s);
   const double logged_by = epoch_ms_now();
-  ASSERT_TRUE(line) << "the request's tree outlived its caller";
-  EXPECT_EQ(str(line->at("outcome")), "client_disconnected");
-  EXPECT_LT(logged_by, retry_due);
+  EXPECT_TRUE(line) << "the request's tree outlived its caller";
+  if (line) {
+    EXPECT_EQ(str(line->at("outcome")), "client_disconnected");
+    EXPECT_LT(logged_by, retry_due);
+  }
   // Past the retry's due time (and a second more), the upstream still got the one attempt only.
   auto later = mock_.wait_for_stats(
       [&](const auto& s) {
