@@ -57,7 +57,9 @@ std::string upstream_entry(const mock_server& mock, const std::string& name, int
 }
 
 // [budget] max_in_flight bounds the work on all upstreams together, below the sum of their own
-// caps: six callers on three upstreams with room for two each get two at a time.
+// caps: six callers on three upstreams with room for two each get two at a time. Each request
+// lasts 800 ms, so that with the lag left out each slot's requests still cover more than half
+// of the time, and two at once are seen whatever the offset between the two slots.
 TEST(BudgetTest, GlobalCapBoundsTheWorkOnAllUpstreamsTogether) {
   std::vector<std::unique_ptr<mock_server>> mocks;
   std::string cfg =
@@ -67,7 +69,7 @@ TEST(BudgetTest, GlobalCapBoundsTheWorkOnAllUpstreamsTogether) {
     mocks.push_back(std::make_unique<mock_server>());
     const auto name = "u" + std::to_string(u);
     cfg += upstream_entry(*mocks.back(), name, 2) + "[[models]]\nname = \"slow-" + name +
-           "\"\nupstream = \"" + name + "\"\nupstream_model = \"mock-delay-400\"\n";
+           "\"\nupstream = \"" + name + "\"\nupstream_model = \"mock-delay-800\"\n";
   }
   gateway_process gw{cfg};
   std::vector<std::future<http_response>> calls;
