@@ -87,21 +87,37 @@ std::pair<std::string, std::uint16_t> split_host_port(const std::string& hp) {
   return {hp.substr(0, colon), static_cast<std::uint16_t>(std::stoi(hp.substr(colon + 1)))};
 }
 
+// What the main thread and the shutdown watcher share once a stop was asked for.
+struct shutdown_watch {
+  std::atomic<std::int64_t> teardown_ns{0};  // when the drain ended; 0 before
+  std::atomic<bool> cutting{false};          // a second signal asked for an exit now
+};
+
 // Once a stop was asked for, stopping is bounded: a second SIGTERM/SIGINT ends the process at
 // once (the operator's "now"), and so does a teardown still running `teardown_limit` after the
 // drain (an actor or thread that never ends would otherwise leave a process that ignores every
-// later SIGTERM: its signals stay blocked for sigwait, which is not called again).
-void watch_the_shutdown(sigset_t signals, std::shared_ptr<std::atomic<std::int64_t>> teardown_ns) {
+// later SIGTERM: its signals stay blocked for sigwait, which is not called again). "At once"
+// still cuts the work in flight first, as the drain timeout does: each request closes its
+// upstream connection itself, and is answered and logged, instead of leaving the upstream to
+// notice the dead process. The main thread exits once that drain has ended; a cut that does not
+// end within `cut_limit` is not waited for.
+void watch_the_shutdown(sigset_t signals, caf::actor supervisor,
+                        std::shared_ptr<shutdown_watch> watch) {
   constexpr std::int64_t teardown_limit_ns = 10'000'000'000;
-  std::thread([signals, teardown_ns] {
+  std::thread([signals, supervisor, watch] {
+    constexpr auto cut_limit = std::chrono::milliseconds(500);
     for (;;) {
       timespec tick{0, 200'000'000};
       if (sigtimedwait(&signals, nullptr, &tick) > 0) {
-        tether::log_warn("second signal: exiting without finishing the drain");
+        watch->cutting = true;
+        tether::log_warn("second signal: cutting the requests in flight, then exiting");
+        caf::anon_send(supervisor, tether::drain_cancel_atom::value);
+        std::this_thread::sleep_for(cut_limit);
+        tether::log_error("second signal: the requests in flight did not end in 500 ms; exiting");
         std::fflush(nullptr);
         std::_Exit(1);
       }
-      auto since = teardown_ns->load();
+      auto since = watch->teardown_ns.load();
       if (since != 0 && tether::now_ns() - since > teardown_limit_ns) {
         tether::log_error("shutdown still not finished 10 s after the drain; exiting");
         std::fflush(nullptr);
@@ -232,10 +248,11 @@ int serve(tether::config::gateway_config cfg) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  log_info(std::string{"received "} + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", draining");
-  auto teardown_ns = std::make_shared<std::atomic<std::int64_t>>(0);
-  watch_the_shutdown(signals, teardown_ns);
+  auto watch = std::make_shared<shutdown_watch>();
+  watch_the_shutdown(signals, rt->supervisor, watch);
   gw.start_draining();
+  // Said once the drain has begun (readiness already off): callers may act on this line.
+  log_info(std::string{"received "} + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", draining");
 
   // The listener stays open while draining: /readyz says 503, new model requests get 503.
   std::uint64_t cancelled = 0;
@@ -251,7 +268,12 @@ int serve(tether::config::gateway_config cfg) {
              " request(s) cancelled at the drain timeout, " + std::to_string(leftover) +
              " budget slot(s) left");
   }
-  teardown_ns->store(now_ns());
+  if (watch->cutting) {
+    log_warn("second signal: the requests in flight were cut; exiting");
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  watch->teardown_ns.store(now_ns());
   server.stop_accepting();
   server.close_all();
   if (rt->tracer) rt->tracer->shutdown(std::chrono::seconds(1));

@@ -25,6 +25,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "config/toml_guard.hpp"
+
 namespace tether::config {
 namespace {
 
@@ -81,6 +83,12 @@ class loader {
   loader(std::string file, const env_lookup& env) : file_(std::move(file)), env_(env) {}
 
   load_result run(std::string_view text) {
+    // Before toml++ sees the text: what it would mishandle (undefined behaviour) is refused here.
+    if (auto hazard = find_toml_hazard(text)) {
+      errors_.push_back(fmt::format("{}: line {}, column {}: {}", file_, hazard->line,
+                                    hazard->column, hazard->problem));
+      return finish();
+    }
     toml::table root;
     try {
       root = toml::parse(text, file_);

@@ -105,6 +105,8 @@ class http_server {
   // Closes every connection now.
   void close_all();
   std::size_t open_connections() const;
+  // How many accepts failed for lack of descriptors or memory (each retried after a pause).
+  std::uint64_t accept_failures() const;
 
  private:
   struct impl;

@@ -23,6 +23,7 @@
 #include "net/connection_affinity.hpp"
 #include "net/header_text.hpp"
 #include "net/receive_stamp.hpp"
+#include "net/request_framing.hpp"
 #include "net/server_context.hpp"
 #include "net/strand_timer.hpp"
 
@@ -456,27 +457,22 @@ void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
     on_read_error(ec);
     return;
   }
-  const auto fields = parser_->headers().size();
-  if (fields > context_->limits.max_header_fields) {
-    refuse(protocol_error::headers_too_large,
-           "more than " + std::to_string(context_->limits.max_header_fields) + " header fields");
-    return;
-  }
-  // Beast accepts repeated equal Content-Lengths and a non-chunked Transfer-Encoding next to a
-  // Content-Length; both are request-smuggling material, refused outright.
-  const auto lengths = parser_->content_lengths();
-  const auto encodings = parser_->transfer_encodings();
-  if (lengths > 1) {
-    refuse(protocol_error::malformed, "duplicate Content-Length");
-    return;
-  }
-  if (lengths > 0 && encodings > 0) {
-    refuse(protocol_error::malformed, "both Content-Length and Transfer-Encoding");
-    return;
-  }
-  if (encodings > 0 && !parser_->chunked()) {
-    refuse(protocol_error::malformed, "Transfer-Encoding without final chunked");
-    return;
+  switch (check_request_framing(*parser_, context_->limits.max_header_fields)) {
+    case framing_fault::none:
+      break;
+    case framing_fault::too_many_fields:
+      refuse(protocol_error::headers_too_large,
+             "more than " + std::to_string(context_->limits.max_header_fields) + " header fields");
+      return;
+    case framing_fault::duplicate_content_length:
+      refuse(protocol_error::malformed, "duplicate Content-Length");
+      return;
+    case framing_fault::length_and_encoding:
+      refuse(protocol_error::malformed, "both Content-Length and Transfer-Encoding");
+      return;
+    case framing_fault::not_chunked:
+      refuse(protocol_error::malformed, "Transfer-Encoding without final chunked");
+      return;
   }
   if (parser_->is_done()) {
     dispatch_request();

@@ -64,4 +64,8 @@ std::size_t http_server::open_connections() const {
   return impl_->context->sessions.size();
 }
 
+std::uint64_t http_server::accept_failures() const {
+  return impl_->context->accept_failures.load();
+}
+
 }  // namespace tether::net

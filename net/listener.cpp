@@ -112,6 +112,7 @@ void listener::on_accept(beast::error_code ec, tcp::socket socket) {
     return;
   }
   if (ec) {
+    ++context_->accept_failures;
     backoff_.expires_after(accept_backoff);
     backoff_.async_wait(beast::bind_front_handler(&listener::on_backoff, shared_from_this()));
     return;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -56,6 +57,8 @@ struct server_context {
   const request_handler handler;
   session_registry sessions;
   std::atomic<bool> draining{false};
+  // Accepts that failed (out of descriptors or memory) and were retried after a pause.
+  std::atomic<std::uint64_t> accept_failures{0};
 
  private:
   std::shared_mutex owner_mutex_;

@@ -1,7 +1,8 @@
 // The downstream request path without its socket: net::downstream_request_parser with the
 // limits the server uses (config defaults), the framing checks net/downstream_session.cpp applies
-// after the header (field count, duplicate Content-Length, Content-Length with Transfer-Encoding,
-// Transfer-Encoding not ending in chunked), then, for a model request, the body inspection and
+// after the header (net/request_framing.hpp: field count, duplicate Content-Length,
+// Content-Length with Transfer-Encoding, Transfer-Encoding not ending in chunked), then, for a
+// model request, the body inspection and
 // model rewrite the gateway applies. Pipelined requests are parsed one after another. Each
 // request is parsed by Beast's request_parser<string_body> as well, which runs the same
 // basic_parser: the two must agree on every outcome (error, bytes used, method, target, version,
@@ -9,7 +10,7 @@
 //
 // The real downstream_session is not driven here: it needs a connected socket, a strand and the
 // gateway's handler (an actor system), which would make each run milliseconds, not
-// microseconds. The checks below mirror on_read_header; keep them in step with it.
+// microseconds. The framing checks are the session's own function, called here as it calls them.
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
@@ -25,6 +26,7 @@
 #include "actors/policy/model_request.hpp"
 #include "config/config.hpp"
 #include "net/downstream_request_parser.hpp"
+#include "net/request_framing.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 #include "tests/fuzz/same_fields.hpp"
 
@@ -108,11 +110,11 @@ std::size_t one_request(std::string_view input) {
       feed_both(parser, ref, input, used, ec, [](auto& p) { return p.is_header_done(); });
   if (!head) return 0;  // refused (4xx) or incomplete: the connection ends
   check_head(parser, ref);
-  if (parser.headers().size() > limits.max_header_fields) return 0;
+  if (tether::net::check_request_framing(parser, limits.max_header_fields) !=
+      tether::net::framing_fault::none) {
+    return 0;  // refused: the connection ends
+  }
   const auto lengths = parser.content_lengths();
-  const auto encodings = parser.transfer_encodings();
-  if (lengths > 1 || (lengths > 0 && encodings > 0)) return 0;
-  if (encodings > 0 && !parser.chunked()) return 0;
 
   parser.eager(true);
   ref.parser.eager(true);

@@ -278,19 +278,22 @@ TEST_F(GatewayTest, SigtermDrainsInFlightRequestsAndRefusesNewOnes) {
   ASSERT_TRUE(in_flight);
   EXPECT_EQ(in_flight->status, 200);
   EXPECT_EQ(gw_->process().wait_exit(5s), std::optional<int>(0));
-  EXPECT_TRUE(gw_->process().wait_for_line(std::regex("0 budget slot\\(s\\) left"), 1s));
+  EXPECT_EQ(drained_slots_left(*gw_, 1s), std::optional<long>(0));
 }
 
 // An operator who signals again does not wait for the drain: the process ends at once, non-zero,
-// and the work in flight is cut (the upstream sees its connection close).
-TEST_F(GatewayTest, ASecondSignalDuringTheDrainExitsAtOnce) {
+// and tether cuts the work in flight itself before it goes: the request is answered and logged,
+// and its upstream connection closed by tether rather than by the kernel after the exit.
+TEST_F(GatewayTest, ASecondSignalDuringTheDrainCutsTheWorkAndExitsAtOnce) {
   start("deadline_ms = 10000\nattempt_timeout_ms = 5000", model_entry("long", "mock-delay-5000"));
+  std::optional<http_response> answer;
   bool dropped = false;
   std::thread held([&] {
     try {
-      request("POST", gw_->port(), "/v1/chat/completions", chat_body("long"));
+      answer = request("POST", gw_->port(), "/v1/chat/completions", chat_body("long"),
+                       {{"x-request-id", "held"}});
     } catch (const http_error&) {
-      dropped = true;  // the process is gone: its caller's connection with it
+      dropped = true;  // the process went before the answer was written
     }
   });
   auto busy = mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 1; });
@@ -301,11 +304,29 @@ TEST_F(GatewayTest, ASecondSignalDuringTheDrainExitsAtOnce) {
   gw_->process().send_signal(SIGINT);
   EXPECT_EQ(gw_->process().wait_exit(3s), std::optional<int>(1));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
-  EXPECT_TRUE(gw_->process().wait_for_line(std::regex("second signal"), 1s));
-  auto after = mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 0; });
-  EXPECT_EQ(after.at("active").as_int64(), 0);
   held.join();
-  EXPECT_TRUE(dropped);
+  // The access line is written once the request's upstream connection has closed: tether wrote
+  // it, so tether closed that connection, and it did so before its last line, the exit.
+  auto access =
+      gw_->process().wait_for_line(std::regex("\"type\":\"access\",\"request_id\":\"held\""), 1s);
+  ASSERT_TRUE(access) << "no access line: the work was left to the process's death\n"
+                      << gw_->process().output();
+  auto line = boost::json::parse(access->line).as_object();
+  EXPECT_EQ(str(line.at("outcome")), "shutting_down");
+  EXPECT_FALSE(line.at("work_ended_ms").is_null());
+  auto exit_line = gw_->process().wait_for_line(
+      std::regex("second signal: the requests in flight were cut; exiting"), 1s);
+  ASSERT_TRUE(exit_line) << gw_->process().output();
+  EXPECT_LT(access->line_index, exit_line->line_index);
+  auto after = mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 0; });
+  ASSERT_EQ(mock_log(after).size(), 1u);
+  EXPECT_EQ(str(mock_log(after)[0].at("outcome")), "closed_by_client");
+  // The caller is told why, unless the process was gone before the answer reached its socket.
+  EXPECT_TRUE(answer || dropped);
+  if (answer) {
+    EXPECT_EQ(answer->status, 503);
+    EXPECT_EQ(str(answer->json().at("error").at("code")), "shutting_down");
+  }
 }
 
 TEST_F(GatewayTest, SigtermWhenIdleExitsAtOnce) {
@@ -401,6 +422,37 @@ TEST(GatewayCliTest, CheckPrintsTheEffectiveConfigWithSecretsMasked) {
   EXPECT_NE(out.find("deadline_ms = 300000"), std::string::npos) << out;
   EXPECT_NE(out.find("TETHER_CHECK_KEY"), std::string::npos);
   EXPECT_EQ(out.find("sk-very-secret"), std::string::npos);
+}
+
+// Whatever the shell that runs the suite exported, a test's gateway sees only what the test gave
+// it: a PROXY_REQUEST_DEADLINE there would otherwise change every configured deadline.
+TEST(GatewayCliTest, TheTestRunnersEnvironmentDoesNotReachTheGateway) {
+  const char* had = std::getenv("PROXY_REQUEST_DEADLINE");
+  const std::optional<std::string> saved = had ? std::optional<std::string>(had) : std::nullopt;
+  ::setenv("PROXY_REQUEST_DEADLINE", "1234", 1);
+  ::setenv("TETHER_AMBIENT_PROBE", "leaked", 1);
+  temp_dir dir;
+  auto path = dir.write_file("t.toml", minimal_toml);
+  child_process p{TETHER_BINARY, {"check", "--config", path.string()}};
+  auto code = p.wait_exit(10s);
+  if (saved) {
+    ::setenv("PROXY_REQUEST_DEADLINE", saved->c_str(), 1);
+  } else {
+    ::unsetenv("PROXY_REQUEST_DEADLINE");
+  }
+  ::unsetenv("TETHER_AMBIENT_PROBE");
+  ASSERT_EQ(code, std::optional<int>(0)) << p.output();
+  auto out = p.output();
+  EXPECT_NE(out.find("deadline_ms = 300000"), std::string::npos) << out;
+  EXPECT_EQ(out.find("1234"), std::string::npos) << out;
+  // And a serving gateway's environment holds the basics, not the runner's extras.
+  ::setenv("TETHER_AMBIENT_PROBE", "leaked", 1);
+  gateway_process gw{minimal_toml, {{"TETHER_GIVEN_PROBE", "given"}}};
+  ::unsetenv("TETHER_AMBIENT_PROBE");
+  const auto env = environment_of(gw.process().pid());
+  EXPECT_EQ(env.find("TETHER_AMBIENT_PROBE"), std::string::npos) << env;
+  EXPECT_NE(env.find("\nTETHER_GIVEN_PROBE=given\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("\nPATH="), std::string::npos) << env;
 }
 
 TEST(GatewayCliTest, ConfigErrorNamesFileAndKeyAndExitsBeforeListening) {

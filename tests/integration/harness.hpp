@@ -51,12 +51,13 @@ inline double epoch_ms_now() {
   return epoch_ms(std::chrono::steady_clock::now());
 }
 
-// How long after the caller got its answer the upstream may still see its connection close:
-// tether sends the answer and cancels the work at the same moment, on different actors, and the
-// suite runs two tests at a time on two cores. Far below any timeout that could have closed it
-// instead (they are seconds here); the bench measures the real figure (p99 < 1 ms). An
-// instrumented (ASan/UBSan) build runs several times slower, so it gets more room.
-inline constexpr double close_slack_ms = TETHER_SANITIZED ? 50.0 : 20.0;
+// How long after the caller got its answer the upstream may still see its connection close, in
+// a test whose every other way to close it (a timer, the upstream's own end) is further off than
+// this: a close seen within it was the cut, not one of those. tether sends the answer and cancels
+// the work at the same moment, on different actors, and the mock is another process that stamps
+// the close when it gets to it, on two shared cores; the real figure is the bench's business. A
+// test with a timer nearer than this states its own bound from that timer.
+inline constexpr double close_slack_ms = TETHER_SANITIZED ? 1500.0 : 1000.0;
 
 // The access-log line of one request (waits for it: the line is written when the request's
 // last upstream connection has closed, which may be after the response).
@@ -123,6 +124,19 @@ inline bool await_metric(std::uint16_t port, const std::string& series, double v
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return true;
+}
+
+// The budget slots the drain's closing report ("drained: N request(s) cancelled ..., M budget
+// slot(s) left") says were still held; nullopt if the report did not come within `timeout`. The
+// number is read whole: a pattern on "0 budget slot" alone also matched "10 budget slot".
+inline std::optional<long> drained_slots_left(gateway_process& gw,
+                                              std::chrono::milliseconds timeout) {
+  static const std::regex report{
+      "drained: [0-9]+ request\\(s\\) cancelled at the drain timeout, "
+      "([0-9]+) budget slot\\(s\\) left"};
+  auto line = gw.process().wait_for_line(report, timeout);
+  if (!line) return std::nullopt;
+  return std::stol(line->groups.at(1));
 }
 
 inline std::string str(const boost::json::value& v) {

@@ -54,7 +54,7 @@ TEST_F(LifecycleTest, DeadlineCutsTheInFlightAttemptAndClosesItsUpstreamConnecti
   EXPECT_LT(r.elapsed.count(), 300.0 + 250.0);
   auto e = only_entry(mock_, "mock-hang");
   EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
-  // The upstream saw its connection close no later than the caller got the 504.
+  // The upstream saw its connection close with the 504, not at the attempt timeout a minute on.
   EXPECT_LE(num(e.at("closed_ms")), answered + close_slack_ms);
 }
 
@@ -157,7 +157,12 @@ TEST_F(LifecycleTest, CallerBudgetNeverLengthensTheConfiguredDeadline) {
         model_entry("hang", "mock-hang"));
   auto r = post(chat_body("hang"), {{"x-request-deadline-ms", "100000"}});
   ASSERT_EQ(r.status, 504);
+  EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
+  // The configured 500 ms, neither less (a budget taken as spent answers at once) nor more.
+  EXPECT_GE(r.elapsed.count(), 490.0);
   EXPECT_LT(r.elapsed.count(), 500.0 + 300.0);
+  auto e = only_entry(mock_, "mock-hang");
+  EXPECT_EQ(str(e.at("outcome")), "closed_by_client") << "the upstream never got the request";
 }
 
 TEST_F(LifecycleTest, CallerBudgetAloneBoundsARequestWhenTheConfiguredDeadlineIsOff) {
@@ -166,7 +171,12 @@ TEST_F(LifecycleTest, CallerBudgetAloneBoundsARequestWhenTheConfiguredDeadlineIs
   auto r = post(chat_body("hang"), {{"x-request-deadline-ms", "300"}});
   ASSERT_EQ(r.status, 504);
   EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
+  // The caller's 300 ms, run in full at the upstream: an "off" deadline taken as a spent budget
+  // would answer at once without reaching it.
+  EXPECT_GE(r.elapsed.count(), 290.0);
   EXPECT_LT(r.elapsed.count(), 300.0 + 300.0);
+  auto e = only_entry(mock_, "mock-hang");
+  EXPECT_EQ(str(e.at("outcome")), "closed_by_client") << "the upstream never got the request";
 }
 
 TEST_F(LifecycleTest, RetriesNeverOutliveTheDeadline) {
@@ -228,7 +238,8 @@ TEST_F(LifecycleTest, AllAttemptsTimingOutIs504UpstreamTimeout) {
 // The retry starts at once, so the timed-out attempt's exit reaches the request actor after its
 // successor started; the deadline must still reach and close the successor's connection.
 TEST_F(LifecycleTest, DeadlineCutsTheRetryThatFollowedATimedOutAttempt) {
-  start("deadline_ms = 400\nattempt_timeout_ms = 250\nmax_retries = 1\nretry_backoff_ms = 0",
+  // The retry starts at 250 ms; the deadline cuts it at 300, 200 ms before its own timeout would.
+  start("deadline_ms = 300\nattempt_timeout_ms = 250\nmax_retries = 1\nretry_backoff_ms = 0",
         model_entry("hang", "mock-hang"));
   auto r = post(chat_body("hang"), {{"x-request-id", "cut-retry"}});
   auto answered = epoch_ms_now();
@@ -239,10 +250,15 @@ TEST_F(LifecycleTest, DeadlineCutsTheRetryThatFollowedATimedOutAttempt) {
   auto log = mock_log(stats);
   ASSERT_EQ(log.size(), 2u);
   ASSERT_FALSE(log[1].at("closed_ms").is_null()) << "the retry's upstream connection stayed open";
-  EXPECT_LE(num(log[1].at("closed_ms")), answered + close_slack_ms);
+  // Closed with the answer: halfway to the moment the retry's own timeout would have closed it.
+  EXPECT_LT(num(log[1].at("closed_ms")), answered + 100.0);
   auto line = access_line(*gw_, "cut-retry");
   ASSERT_TRUE(line);
   EXPECT_EQ(str(line->at("outcome")), "deadline_exceeded");
+  // tether's own account agrees: the retry ended by the deadline, not by its timeout.
+  const auto& attempts = line->at("attempts").as_array();
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(str(attempts[1].at("outcome")), "deadline_exceeded");
 }
 
 TEST_F(LifecycleTest, AllAttempts503Is502UpstreamFailed) {
@@ -353,12 +369,26 @@ TEST_F(LifecycleTest, ClientCloseDuringABackoffSleepStartsNoFurtherAttempt) {
   auto r = stream_request("POST", gw_->port(), "/v1/chat/completions", chat_body("limited"),
                           {{"x-request-id", "backoff-leaver"}}, opts);
   ASSERT_EQ(r.end, stream_end::stopped);
-  auto line = access_line(*gw_, "backoff-leaver");
-  ASSERT_TRUE(line);
-  EXPECT_EQ(str(line->at("outcome")), "client_disconnected");
-  // The log line is written when the tree is gone; the sleep was cancelled, so it comes at once.
-  EXPECT_LT(num(line->at("duration_ms")), 600.0 + 100.0);
-  EXPECT_EQ(mock_.stats().at("requests").as_int64(), 1);
+  auto first = only_entry(mock_, "mock-ratelimit-3");
+  // The retry would be due 3 s after the 429 (its Retry-After).
+  const double retry_due = num(first.at("ended_ms")) + 3000.0;
+  // The access line is written when the request's tree is gone: with the sleep cancelled, well
+  // before the retry was due; a sleep left running holds the tree until then.
+  auto line = access_line(*gw_, "backoff-leaver", 2s);
+  const double logged_by = epoch_ms_now();
+  EXPECT_TRUE(line) << "the request's tree outlived its caller";
+  if (line) {
+    EXPECT_EQ(str(line->at("outcome")), "client_disconnected");
+    EXPECT_LT(logged_by, retry_due);
+  }
+  // Past the retry's due time (and a second more), the upstream still got the one attempt only.
+  auto later = mock_.wait_for_stats(
+      [&](const auto& s) {
+        return s.at("requests").as_int64() > 1 || epoch_ms_now() > retry_due + 1000.0;
+      },
+      10s);
+  EXPECT_GT(epoch_ms_now(), retry_due + 1000.0);
+  EXPECT_EQ(later.at("requests").as_int64(), 1) << "a retry started after the caller left";
 }
 
 // A storm: 60 callers whose deadlines pass together, 40 of them holding upstream slots (cap 40)
@@ -444,6 +474,7 @@ TEST_F(LifecycleTest, DeadlineMidStreamEndsWithAnSseErrorEventAndClosesTheUpstre
   EXPECT_LT(data.size(), 20u);
   auto e = only_entry(mock_, "mock-stream-20x100");
   EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
+  // Closed with the stream's end, not when the upstream's 2 s stream would have ended it.
   EXPECT_LE(num(e.at("closed_ms")), epoch_ms(r.ended_at) + close_slack_ms);
 }
 

@@ -367,24 +367,30 @@ TEST_F(HttpServerArrivalTest, ArrivalIsWhenTheKernelReceivedTheRequestNotWhenItW
 
   std::promise<void> busy;
   auto busy_started = busy.get_future();
-  boost::asio::post(*static_cast<boost::asio::io_context*>(io_.native()), [&busy] {
+  // When the io thread is free again: it cannot have read the request before then.
+  std::promise<std::pair<steady::time_point, std::chrono::system_clock::time_point>> freed;
+  auto free_again = freed.get_future();
+  boost::asio::post(*static_cast<boost::asio::io_context*>(io_.native()), [&busy, &freed] {
     busy.set_value();
     std::this_thread::sleep_for(80ms);  // the io thread's backlog, simulated
+    freed.set_value({steady::now(), std::chrono::system_clock::now()});
   });
   ASSERT_EQ(busy_started.wait_for(bound), std::future_status::ready);
   const auto sent = steady::now();
+  const auto sent_wall = std::chrono::system_clock::now();
   ASSERT_TRUE(client.send(get("/second")));
   const auto response = client.read_response();
   ASSERT_TRUE(response);
-  const auto answered = steady::now();
   ASSERT_TRUE(log_.wait_for(2));
   const auto request = log_.at(1);
   EXPECT_EQ(request.target, "/second");
-  ASSERT_GE(answered - sent, 70ms);  // the io thread was indeed busy
+  ASSERT_EQ(free_again.wait_for(bound), std::future_status::ready);
+  const auto [free_at, free_at_wall] = free_again.get();
+  ASSERT_GE(free_at - sent, 70ms);  // the io thread was indeed busy when the request came
   EXPECT_GE(request.arrival, sent - 1ms);
-  EXPECT_LT(request.arrival, sent + 20ms) << "arrival was taken when the request was read";
-  const auto wall_age = std::chrono::system_clock::now() - request.arrival_wall;
-  EXPECT_GE(wall_age, answered - sent - 20ms);
+  EXPECT_LT(request.arrival, free_at) << "arrival was taken when the request was read";
+  EXPECT_GE(request.arrival_wall, sent_wall - 1ms);
+  EXPECT_LT(request.arrival_wall, free_at_wall) << "the wall-clock arrival too";
 }
 
 // A connection opened ahead of its first request (a client's warm pool): the request arrives
@@ -397,10 +403,11 @@ TEST_F(HttpServerArrivalTest, AFreshConnectionsFirstRequestArrivesWithItsBytesNo
   const auto sent = steady::now();
   ASSERT_TRUE(client.send(get("/first")));
   ASSERT_TRUE(client.read_response());
+  const auto answered = steady::now();
   ASSERT_TRUE(log_.wait_for(1));
   const auto request = log_.at(0);
   EXPECT_GE(request.arrival, sent - 1ms) << "arrival was taken at the accept";
-  EXPECT_LT(request.arrival, sent + 20ms);
+  EXPECT_LT(request.arrival, answered);
 }
 
 // Requests sent the moment a connection opens, and each next one the moment the previous
@@ -849,7 +856,9 @@ TEST_F(HttpServerTest, StreamedChunksReachClientOneByOneAsSent) {
   EXPECT_EQ(next->status, 204);
 }
 
-TEST_F(HttpServerTest, ClientLeavingDuringHandlerWaitCallsOnClientGoneOnceWithin50ms) {
+// Told of the close itself: within `bound`, where the server's own timers that could also end
+// the exchange (header and keep-alive timeouts) are 10 s and more away.
+TEST_F(HttpServerTest, ClientLeavingDuringHandlerWaitCallsOnClientGoneOnce) {
   auto observer = std::make_shared<counting_observer>();
   serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
     channels_.add(std::move(channel));
@@ -863,7 +872,7 @@ TEST_F(HttpServerTest, ClientLeavingDuringHandlerWaitCallsOnClientGoneOnceWithin
   const auto left = steady::now();
   client.close();
   ASSERT_EQ(gone.wait_for(bound), std::future_status::ready);
-  EXPECT_LT(gone.get() - left, 50ms);
+  EXPECT_GE(gone.get(), left);
   // Late calls are ignored, and the observer is not told twice.
   channel->send_full(200, {}, "too late");
   channel->abort();
@@ -1082,12 +1091,13 @@ TEST_F(HttpServerTest, AcceptFailingForLackOfDescriptorsRecovers) {
   const std::string request = get("/after-emfile");
   ASSERT_EQ(::send(client_fd, request.data(), request.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(request.size()));
-  // Give the server's accept the chance to fail (an event we cannot observe from here).
-  std::this_thread::sleep_for(100ms);
+  // The server's accept fails for want of a descriptor (the path under test), at least once.
+  const bool accept_failed = eventually([&] { return server_->accept_failures() > 0; });
   const bool served_meanwhile = log_.size() > 0;
   for (int fd : filler) ::close(fd);
   ::setrlimit(RLIMIT_NOFILE, &original);
 
+  EXPECT_TRUE(accept_failed) << "accept never ran out of descriptors";
   EXPECT_FALSE(served_meanwhile);
   EXPECT_TRUE(log_.wait_for(1));
   pollfd p{client_fd, POLLIN, 0};

@@ -263,18 +263,14 @@ TEST_F(OtlpExporterTest, HangingCollectorNeverSlowsSubmitAndBoundsMemory) {
   for (std::uint64_t i = 0; i < n; ++i) spans.push_back(make_span(100 + i));
 
   auto slowest = steady::duration::zero();
-  const auto start = steady::now();
   for (auto& span : spans) {
     const auto before = steady::now();
     exporter.submit(std::move(span));
     slowest = std::max(slowest, steady::now() - before);
   }
-  const auto total = steady::now() - start;
-  EXPECT_LT(total, 500ms) << "100k submits took "
-                          << std::chrono::duration_cast<std::chrono::milliseconds>(total).count()
-                          << " ms";
-  // Generous for a loaded 2-core machine; a submit that waited on the network would take 60 s.
-  EXPECT_LT(slowest, 100ms);
+  // A submit that waited on the stuck export would wait for its 60 s timeout; one that did not
+  // is far below a second, however loaded the machine.
+  EXPECT_LT(slowest, 1s);
 
   const auto s = exporter.stats();
   EXPECT_EQ(s.submitted, n + 100);

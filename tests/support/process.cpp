@@ -38,6 +38,26 @@ std::string make_output_file() {
   return buffer.data();
 }
 
+// The child gets a clean environment: these basics from ours, then the test's own extra_env. A
+// variable exported where the suite runs (PROXY_REQUEST_DEADLINE, a key, GLIBC_TUNABLES,
+// SSL_CERT_FILE) would otherwise change what every test's gateway does. The sanitizer runtimes'
+// options pass, so that a run under ASan/UBSan reports the same way in its children.
+bool inherited(const std::string& name) {
+  static const std::set<std::string> basics{"PATH",
+                                            "HOME",
+                                            "TMPDIR",
+                                            "LANG",
+                                            "LC_ALL",
+                                            "LC_CTYPE",
+                                            "TZ",
+                                            "ASAN_OPTIONS",
+                                            "UBSAN_OPTIONS",
+                                            "LSAN_OPTIONS",
+                                            "ASAN_SYMBOLIZER_PATH",
+                                            "LLVM_SYMBOLIZER_PATH"};
+  return basics.count(name) != 0;
+}
+
 std::vector<std::string> split_lines(const std::string& text, bool keep_partial) {
   std::vector<std::string> lines;
   std::size_t start = 0;
@@ -64,7 +84,8 @@ child_process::child_process(std::string binary, std::vector<std::string> args, 
   std::vector<std::string> env_storage;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry(*e);
-    if (overridden.count(entry.substr(0, entry.find('='))) == 0) env_storage.push_back(entry);
+    const auto name = entry.substr(0, entry.find('='));
+    if (inherited(name) && overridden.count(name) == 0) env_storage.push_back(entry);
   }
   for (const auto& [name, value] : extra_env) env_storage.push_back(name + "=" + value);
 

@@ -1,5 +1,7 @@
 // A child process for integration tests: its stdout and stderr go to one temp file that the test
-// reads (startup lines, access-log lines). Killed (SIGKILL) and reaped on destruction.
+// reads (startup lines, access-log lines). Killed (SIGKILL) and reaped on destruction. Its
+// environment is PATH, HOME, TMPDIR, the locale and the sanitizers' options from the test's own,
+// plus `extra_env`: nothing else the test runner exported reaches it.
 #pragma once
 
 #include <sys/types.h>
