@@ -25,9 +25,10 @@ packages=(
 if [ "$want_fuzz" = 1 ]; then
   packages+=(clang libclang-rt-14-dev)
 fi
-# The Debian package's checks (scripts/check-package.sh).
+# The Debian package's and the monitoring files' checks (scripts/check-package.sh,
+# scripts/check-monitoring.sh: promtool).
 if [ "$want_package" = 1 ]; then
-  packages+=(lintian)
+  packages+=(lintian prometheus)
 fi
 if [ "$want_e2e" = 1 ] && ! command -v npm >/dev/null 2>&1; then
   packages+=(nodejs npm)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what is missing, checks formatting, then
 #  1. builds (ccache) and runs every test — unit, integration, the openai-SDK end-to-end suite;
-#  2. packages the binaries of step 1 as a .deb and checks it (scripts/check-package.sh);
+#  2. packages the binaries of step 1 as a .deb and checks it (scripts/check-package.sh), and
+#     checks the alerting rules and the dashboard in docs/ (scripts/check-monitoring.sh);
 #  3. builds again with AddressSanitizer + UBSan (build-asan/) and runs the same suite there;
 #  4. runs each libFuzzer target for TETHER_FUZZ_SECONDS (default 60) from its seed corpus.
 # Every test has a timeout, so a hang fails fast. Set TETHER_QUICK=1 to run step 1 only.
@@ -38,7 +39,8 @@ started=$SECONDS
 rm -f "$here"/build/tether_*_amd64.deb
 (cd "$here/build" && cpack -G DEB >/dev/null)
 bash "$here/scripts/check-package.sh" "$here"/build/tether_*_amd64.deb
-echo "test.sh: package checked ($((SECONDS - started)) s)"
+bash "$here/scripts/check-monitoring.sh"
+echo "test.sh: package and monitoring files checked ($((SECONDS - started)) s)"
 
 started=$SECONDS
 # The bench harness is not part of the suite; the mock it shares with the tests is built.
