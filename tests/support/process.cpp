@@ -102,6 +102,9 @@ child_process::child_process(std::string binary, std::vector<std::string> args, 
   posix_spawn_file_actions_addopen(&actions, 1, output_path_.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  // Nothing else of the test's: its sockets (Asio's are not close-on-exec) would stay open in a
+  // child started while they are, and a peer would then never see them close.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   int rc = ::posix_spawnp(&pid_, binary_.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
