@@ -191,8 +191,13 @@ std::string_view format_access_line_into(std::string& out, const access_record& 
       .ms("duration_ms", r.duration_ms)
       .ms("caller_left_ms", r.caller_left_ms)
       .ms("work_ended_ms", r.work_ended_ms)
-      .ms("cancel_latency_ms", r.cancel_latency_ms)
-      .array("attempts");
+      .ms("cancel_latency_ms", r.cancel_latency_ms);
+  if (r.client_retry) {
+    l.integer("client_retry", *r.client_retry);
+  } else {
+    l.raw("client_retry", "null");
+  }
+  l.array("attempts");
   for (const auto& a : r.attempts) {
     l.object().str("upstream", a.upstream).str("model", a.model);
     if (a.status) {

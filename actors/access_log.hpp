@@ -38,6 +38,8 @@ struct access_record {
   std::optional<double> caller_left_ms;
   std::optional<double> work_ended_ms;
   std::optional<double> cancel_latency_ms;
+  // The SDK's own retry counter (x-stainless-retry-count): one user call's tries, seen together.
+  std::optional<std::int64_t> client_retry;
   std::span<const attempt_record> attempts;
 };
 

@@ -13,6 +13,7 @@
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/request_id.hpp"
 #include "actors/request_actor.hpp"
+#include "actors/response_headers.hpp"
 
 namespace tether {
 namespace {
@@ -44,6 +45,28 @@ std::string path_of(const std::string& target) {
 
 net::header_list json_headers(const std::string& request_id) {
   return {{"content-type", "application/json"}, {"x-request-id", request_id}};
+}
+
+// A gateway-made error: the headers of any error, with what the caller's SDK should do.
+net::header_list error_headers(const std::string& request_id, int status, outcome o) {
+  auto headers = json_headers(request_id);
+  if (o == outcome::overloaded || o == outcome::shutting_down)
+    headers.push_back({"retry-after", "1"});
+  add_outcome_headers(headers, status, o);
+  return headers;
+}
+
+// x-stainless-retry-count, the retry counter the openai and Anthropic SDKs send: a small
+// non-negative integer, or nothing (a value that is not one is not logged).
+std::optional<std::int64_t> client_retry_of(const net::incoming_request& req) {
+  const auto* v = net::find_header(req.headers, "x-stainless-retry-count");
+  if (v == nullptr || v->empty() || v->size() > 6) return std::nullopt;
+  std::int64_t n = 0;
+  for (char c : *v) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  return n;
 }
 
 bool token_equal(const std::string& a_hex, const std::string& b_hex) {
@@ -96,10 +119,8 @@ void gateway::answer_model_refusal(const net::incoming_request& req, const std::
                                    const std::string& model, outcome o, const std::string& message,
                                    net::response_channel& channel) {
   int status = status_of(o);
-  auto headers = json_headers(request_id);
-  if (o == outcome::overloaded || o == outcome::shutting_down)
-    headers.push_back({"retry-after", "1"});
-  channel.send_full(status, std::move(headers), error_body(o, message, request_id));
+  channel.send_full(status, error_headers(request_id, status, o),
+                    error_body(o, message, request_id));
   auto elapsed =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - req.arrival)
           .count();
@@ -112,6 +133,7 @@ void gateway::answer_model_refusal(const net::incoming_request& req, const std::
   r.status = status;
   r.duration_ms = elapsed;
   r.ttfb_ms = elapsed;
+  r.client_retry = client_retry_of(req);
   write_access_log(r);
   rt_->stats->request_done(model, o, elapsed / 1000.0);
 }
@@ -133,7 +155,7 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
     if (req.method == "POST" && is_model_path(path)) {
       answer_model_refusal(req, request_id, "", o, message, *channel);
     } else {
-      channel->send_full(status_of(o), json_headers(request_id),
+      channel->send_full(status_of(o), error_headers(request_id, status_of(o), o),
                          error_body(o, message, request_id));
     }
     return nullptr;
@@ -172,7 +194,7 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
     if (path == "/v1/models") {
       if (!rt_->cfg.keys.empty() && match_key(req) < 0) {
         channel->send_full(
-            401, json_headers(request_id),
+            401, error_headers(request_id, 401, outcome::unauthorized),
             error_body(outcome::unauthorized, "missing or invalid gateway key", request_id));
         return nullptr;
       }
@@ -188,12 +210,12 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
   }
 
   if (!is_model_path(path)) {
-    channel->send_full(404, json_headers(request_id),
+    channel->send_full(404, error_headers(request_id, 404, outcome::bad_request),
                        error_body(outcome::bad_request, "no such endpoint: " + path, request_id));
     return nullptr;
   }
   if (req.method != "POST") {
-    auto headers = json_headers(request_id);
+    auto headers = error_headers(request_id, 405, outcome::bad_request);
     headers.push_back({"allow", "POST"});
     channel->send_full(405, std::move(headers),
                        error_body(outcome::bad_request, path + " accepts POST only", request_id));
@@ -251,6 +273,8 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
   request_spec spec;
   spec.stream = info.stream && path != "/v1/embeddings";
   spec.deadline = effective_deadline(rt_->cfg.effective_request(info.model).deadline, caller);
+  if (caller.what == caller_budget::kind::valid) spec.caller_deadline = caller.value;
+  spec.client_retry = client_retry_of(req);
   spec.request_id = std::move(request_id);
   spec.path = std::move(path);
   spec.model = std::move(info.model);

@@ -172,6 +172,9 @@ int serve(tether::config::gateway_config cfg) {
     rt->upstreams.push_back(std::make_unique<net::upstream_client>(io, ep));
   }
   rt->stats = std::make_unique<metrics>(upstream_names);
+  rt->retries = std::make_unique<retry_budget>(rt->cfg.upstreams.size(),
+                                               rt->cfg.request.min_retry_concurrency,
+                                               rt->cfg.request.retry_budget_percent);
   rt->timers = std::make_unique<net::timer_service>(io);
   if (!rt->cfg.telemetry.otlp_endpoint.empty()) {
     net::otlp_options trace_opts;

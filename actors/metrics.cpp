@@ -44,7 +44,9 @@ void histogram::render(std::string& out, const std::string& name, const std::str
 }
 
 metrics::metrics(std::vector<std::string> upstream_names)
-    : upstreams_(std::move(upstream_names)), late_work_(upstreams_.size(), 0.0) {
+    : upstreams_(std::move(upstream_names)),
+      retries_(upstreams_.size(), {0, 0}),
+      late_work_(upstreams_.size(), 0.0) {
   upstream_work_ = std::make_unique<std::atomic<std::int64_t>[]>(upstreams_.size());
   cluster_slots_ = std::make_unique<std::atomic<std::int64_t>[]>(upstreams_.size());
   for (std::size_t i = 0; i < upstreams_.size(); ++i) {
@@ -67,6 +69,11 @@ void metrics::queue_wait(double seconds) {
 void metrics::attempt_done(std::size_t upstream, outcome o) {
   std::lock_guard lock{mutex_};
   ++attempts_[{upstream, o}];
+}
+
+void metrics::retry_decided(std::size_t upstream, bool started) {
+  std::lock_guard lock{mutex_};
+  if (upstream < retries_.size()) ++retries_[upstream][started ? 0 : 1];
 }
 
 void metrics::late_work(std::size_t upstream, double seconds) {
@@ -124,6 +131,14 @@ std::string metrics::render() const {
   for (const auto& [k, v] : attempts_) {
     out += fmt::format("tether_upstream_attempts_total{{upstream=\"{}\",outcome=\"{}\"}} {}\n",
                        escape_label(upstreams_[k.first]), to_string(k.second), v);
+  }
+  header(out, "tether_retries_total", "counter",
+         "Retries the per-upstream retry budget started or refused.");
+  for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+    out += fmt::format(
+        "tether_retries_total{{upstream=\"{0}\",result=\"started\"}} {1}\n"
+        "tether_retries_total{{upstream=\"{0}\",result=\"budget_exhausted\"}} {2}\n",
+        escape_label(upstreams_[i]), retries_[i][0], retries_[i][1]);
   }
   header(out, "tether_requests_in_flight", "gauge", "Callers being served, queued ones included.");
   out += fmt::format("tether_requests_in_flight {}\n", requests_in_flight_.load());

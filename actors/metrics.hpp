@@ -37,6 +37,8 @@ class metrics {
   void request_done(const std::string& model, outcome o, double seconds);
   void queue_wait(double seconds);
   void attempt_done(std::size_t upstream, outcome o);
+  // A retry the retry budget admitted (started) or refused (budget_exhausted).
+  void retry_decided(std::size_t upstream, bool started);
   void late_work(std::size_t upstream, double seconds);
   void cancel_latency(double seconds);
 
@@ -63,6 +65,7 @@ class metrics {
   std::map<std::pair<std::string, outcome>, histogram> durations_;
   histogram queue_wait_;
   std::map<std::pair<std::size_t, outcome>, std::uint64_t> attempts_;
+  std::vector<std::array<std::uint64_t, 2>> retries_;  // per upstream: started, budget_exhausted
   std::vector<double> late_work_;
   histogram cancel_latency_;
   std::atomic<std::int64_t> requests_in_flight_{0};

@@ -28,6 +28,7 @@
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/retry_policy.hpp"
 #include "actors/request_trace.hpp"
+#include "actors/response_headers.hpp"
 #include "net/notice_outbox.hpp"
 #include "net/sse_framer.hpp"
 
@@ -56,7 +57,10 @@ struct request_ops {
   void lost_to_deadline();
   void answer_error(outcome o, const std::string& message,
                     std::optional<milliseconds> retry_after = std::nullopt);
-  void interrupt_stream(const std::string& cause);
+  void interrupt_stream(std::string_view type, const std::string& cause);
+  void return_retry_token();
+  void leave_upstreams();
+  std::optional<milliseconds> caller_left() const;
   void start_attempt();
   void after_failure(const attempt_report& report, const std::string& message);
 };
@@ -80,6 +84,10 @@ struct request_state : std::enable_shared_from_this<request_state> {
   caf::actor attempt;
   std::size_t attempt_deployment = 0;
   std::uint64_t backoff_generation = 0;
+  // The retry budget's token this request holds (its upstream), from the retry decision through
+  // the backoff and the retry attempt; and the upstreams it counts among their requests.
+  std::optional<std::size_t> retry_token;
+  boost::container::small_vector<std::size_t, 2> joined_upstreams;
 
   boost::container::small_vector<caf::actor_addr, 2> live_attempts;
   // Connection actors started by this request's attempts (counted by them before each spawn) and
@@ -159,6 +167,7 @@ void request_ops::maybe_quit() {
   if (st->caller_left_ns) r.caller_left_ms = st->ms_since_arrival(*st->caller_left_ns);
   if (st->last_work_end_ns) r.work_ended_ms = st->ms_since_arrival(*st->last_work_end_ns);
   r.cancel_latency_ms = st->cancel_latency_ms;
+  r.client_retry = st->spec.client_retry;
   r.attempts = {st->attempts.data(), st->attempts.size()};
   // Counted before the line is written: whoever has seen the line sees it in /metrics too.
   st->rt->stats->request_done(st->spec.model, st->result, r.duration_ms / 1000.0);
@@ -173,6 +182,8 @@ void request_ops::maybe_quit() {
 
 // The caller's side is over (answered, or gone): from here on, upstream work is late work.
 void request_ops::mark_answered(outcome o, int status, std::int64_t at) {
+  return_retry_token();
+  leave_upstreams();
   st->result = o;
   st->status = status;
   st->now = phase::answered;
@@ -190,9 +201,30 @@ void request_ops::record_attempt_end(outcome o, std::optional<int> status) {
   st->trace->end_attempt(status, o, at);
 }
 
+void request_ops::return_retry_token() {
+  if (!st->retry_token) return;
+  st->rt->retries->retry_ended(*st->retry_token);
+  st->retry_token.reset();
+}
+
+void request_ops::leave_upstreams() {
+  for (auto up : st->joined_upstreams) st->rt->retries->request_left(up);
+  st->joined_upstreams.clear();
+}
+
+// What is left of the deadline the caller declared itself; nullopt when it declared none.
+std::optional<milliseconds> request_ops::caller_left() const {
+  if (!st->spec.caller_deadline) return std::nullopt;
+  auto spent =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - st->spec.arrival);
+  return std::max(milliseconds{0}, *st->spec.caller_deadline - spent);
+}
+
 // The current attempt has said its last word: its deployment is free for the router's count,
-// and a next attempt may start while this one's actor is still on its way out.
+// and a next attempt may start while this one's actor is still on its way out. A retry it was
+// ends with it.
 void request_ops::release_attempt() {
+  return_retry_token();
   if (!st->attempt) return;
   st->rt->routes->attempt_ended(st->attempt_deployment);
   st->attempt = nullptr;
@@ -226,17 +258,18 @@ void request_ops::answer_error(outcome o, const std::string& message,
                            {"x-request-id", st->spec.request_id}};
   if (retry_after) {
     headers.push_back({"retry-after", std::to_string((retry_after->count() + 999) / 1000)});
-  } else if (o == outcome::overloaded) {
+  } else if (o == outcome::overloaded || o == outcome::shutting_down) {
     headers.push_back({"retry-after", "1"});
   }
+  add_outcome_headers(headers, status, o, retry_after, caller_left());
   st->channel->send_full(status, std::move(headers), error_body(o, message, st->spec.request_id));
   if (!st->first_byte_ns) st->first_byte_ns = now_ns();
   mark_answered(o, status);
 }
 
 // Mid-stream: cut between whole events, then one error event and the end of the stream.
-void request_ops::interrupt_stream(const std::string& cause) {
-  auto err = error_body(outcome::stream_interrupted, cause, st->spec.request_id);
+void request_ops::interrupt_stream(std::string_view type, const std::string& cause) {
+  auto err = error_body(outcome::stream_interrupted, type, cause, st->spec.request_id);
   st->channel->send_chunk(net::make_error_event(err));
   st->channel->end_stream();
   mark_answered(outcome::stream_interrupted, 200);
@@ -305,6 +338,11 @@ void request_ops::start_attempt() {
                                             static_cast<std::uint32_t>(st->attempts.size()),
                                             up.name, up.url.host, up.url.port, url, started_ns)});
 
+  if (std::find(st->joined_upstreams.begin(), st->joined_upstreams.end(), dep.upstream) ==
+      st->joined_upstreams.end()) {
+    st->rt->retries->request_joined(dep.upstream);
+    st->joined_upstreams.push_back(dep.upstream);
+  }
   st->tried.push_back(*dep_index);
   st->attempt_deployment = *dep_index;
   st->rt->routes->attempt_started(*dep_index);
@@ -327,10 +365,22 @@ void request_ops::after_failure(const attempt_report& report, const std::string&
   auto settings = st->rt->cfg.effective_request((*st->chain)[st->chain_pos]);
   retry_policy policy{settings.max_retries, settings.retry_backoff};
   bool has_fallback = st->chain_pos + 1 < st->chain->size();
-  auto d = policy.decide(report, st->model_attempts,
-                         st->deadline.remaining(std::chrono::steady_clock::now()), has_fallback);
+  const auto remaining = st->deadline.remaining(std::chrono::steady_clock::now());
+  auto d = policy.decide(report, st->model_attempts, remaining, has_fallback);
   ++st->model_attempts;
   using act = retry_decision::action;
+  if (d.what == act::retry && !st->attempt_work.empty()) {
+    // The upstream that failed is the one a retry would add load to: its budget decides. Over
+    // it, this model's attempts are spent (the fallback chain still applies).
+    const auto up = st->attempt_work.back().upstream;
+    const bool started = st->rt->retries->try_start_retry(up);
+    st->rt->stats->retry_decided(up, started);
+    if (started) {
+      st->retry_token = up;
+    } else {
+      d = policy.decide(report, settings.max_retries, remaining, has_fallback);
+    }
+  }
   switch (d.what) {
     case act::retry:
       st->now = phase::backing_off;
@@ -448,9 +498,11 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         bool answered = false;
         if (hub->claim_answer()) {
           if (auto channel = weak_channel.lock()) {
+            net::header_list headers{{"content-type", "application/json"}, {"x-request-id", id}};
+            add_outcome_headers(headers, status_of(outcome::deadline_exceeded),
+                                outcome::deadline_exceeded);
             channel->send_full(
-                status_of(outcome::deadline_exceeded),
-                {{"content-type", "application/json"}, {"x-request-id", id}},
+                status_of(outcome::deadline_exceeded), std::move(headers),
                 error_body(outcome::deadline_exceeded, "the request deadline passed", id));
             answered = true;
           }
@@ -491,8 +543,9 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
           }
           auto o = success ? outcome::ok : outcome::upstream_rejected;
           ops->record_attempt_end(o, status);
-          st->channel->send_full(status, pass_headers(std::move(headers), st->spec.request_id),
-                                 std::move(body));
+          auto out = pass_headers(std::move(headers), st->spec.request_id);
+          add_outcome_headers(out, status, o, std::nullopt, ops->caller_left());
+          st->channel->send_full(status, std::move(out), std::move(body));
           st->first_byte_ns = now_ns();
           ops->mark_answered(o, status, *st->first_byte_ns);
           ops->maybe_quit();
@@ -512,6 +565,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         }
         auto out = pass_headers(std::move(headers), st->spec.request_id);
         out.push_back({"cache-control", "no-cache"});
+        add_outcome_headers(out, status, outcome::ok);
         st->channel->start_stream(status, std::move(out));
         st->first_byte_ns = now_ns();
         st->now = phase::streaming;
@@ -535,9 +589,12 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         auto end = static_cast<attempt_end>(kind);
         if (committed || st->now == phase::streaming) {
           ops->record_attempt_end(outcome::stream_interrupted, st->status);
-          ops->interrupt_stream(end == attempt_end::timeout
-                                    ? "stream interrupted: " + message
-                                    : "stream interrupted: upstream ended (" + message + ")");
+          if (end == attempt_end::timeout) {
+            ops->interrupt_stream("timeout_error", "stream interrupted: " + message);
+          } else {
+            ops->interrupt_stream("upstream_error",
+                                  "stream interrupted: upstream ended (" + message + ")");
+          }
           ops->maybe_quit();
           return;
         }
@@ -576,7 +633,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
           ops->mark_answered(outcome::deadline_exceeded, status_of(outcome::deadline_exceeded));
           st->answered_ns = at_ns;
         } else if (st->now == phase::streaming) {
-          ops->interrupt_stream("stream interrupted: the request deadline passed");
+          ops->interrupt_stream("timeout_error", "stream interrupted: the request deadline passed");
         } else {
           ops->answer_error(outcome::deadline_exceeded, "the request deadline passed");
         }
@@ -600,7 +657,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         ops->cancel_attempt();
         ops->record_attempt_end(outcome::shutting_down, std::nullopt);
         if (st->now == phase::streaming) {
-          ops->interrupt_stream("stream interrupted: the gateway is shutting down");
+          ops->interrupt_stream(error_type_of(outcome::shutting_down),
+                                "stream interrupted: the gateway is shutting down");
         } else {
           ops->answer_error(outcome::shutting_down, "the gateway is shutting down");
         }

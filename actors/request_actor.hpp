@@ -21,6 +21,9 @@ struct request_spec {
   std::string body;  // as received
   std::int64_t key = -1;
   std::optional<std::chrono::milliseconds> deadline;  // effective; nullopt = unbounded
+  // The caller's own X-Request-Deadline-Ms, if it sent one: whether a client retry fits.
+  std::optional<std::chrono::milliseconds> caller_deadline;
+  std::optional<std::int64_t> client_retry;  // the SDK's x-stainless-retry-count, for the log
   std::chrono::steady_clock::time_point arrival;
   std::string traceparent;
   std::shared_ptr<cancel_hub> hub;  // shared with the caller's io thread (gateway.cpp)

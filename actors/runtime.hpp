@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/metrics.hpp"
+#include "actors/policy/retry_budget.hpp"
 #include "actors/policy/router.hpp"
 #include "config/config.hpp"
 #include "net/otlp_exporter.hpp"
@@ -20,6 +21,7 @@ struct gateway_runtime {
   config::gateway_config cfg;
   std::unique_ptr<router> routes;
   std::unique_ptr<metrics> stats;
+  std::unique_ptr<retry_budget> retries;  // per upstream, asked before every retry
   std::vector<std::unique_ptr<net::upstream_client>> upstreams;  // by upstream index
   std::unique_ptr<net::timer_service> timers;  // cancellable timers for the request actors
   std::unique_ptr<net::otlp_exporter> tracer;  // null when telemetry.otlp_endpoint is empty

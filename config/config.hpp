@@ -33,6 +33,11 @@ struct request_config {
   std::uint32_t max_retries = 2;
   millis retry_backoff{100};
   std::uint64_t max_response_bytes = 33554432;
+  // The retry budget per upstream ([request] only, not a model override: it bounds an
+  // upstream's load, whichever model sends it): retries in flight to an upstream stay within
+  // max(min_retry_concurrency, retry_budget_percent % of its requests in flight).
+  std::uint32_t min_retry_concurrency = 3;
+  std::uint32_t retry_budget_percent = 20;
 };
 
 struct request_overrides {

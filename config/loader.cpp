@@ -355,8 +355,13 @@ class loader {
   }
 
   void read_request(const toml::table& t) {
-    check_keys(t, "request", {}, true);
+    check_keys(t, "request", {"min_retry_concurrency", "retry_budget_percent"}, true);
     apply(read_request_keys(t, "request"), cfg_.request);
+    // 0 and 0 admit no retry at all, a policy an operator may want; above 100 % a retry budget
+    // would admit more retries than requests, which is no budget.
+    read_into(t, "min_retry_concurrency", "request", cfg_.request.min_retry_concurrency, 0,
+              u32_max);
+    read_into(t, "retry_budget_percent", "request", cfg_.request.retry_budget_percent, 0, 100);
   }
 
   void read_budget(const toml::table& t) {

@@ -94,6 +94,8 @@ std::string render_effective(const gateway_config& cfg) {
   line("max_retries", r.max_retries);
   line("retry_backoff_ms", r.retry_backoff.count());
   line("max_response_bytes", r.max_response_bytes);
+  line("min_retry_concurrency", r.min_retry_concurrency);
+  line("retry_budget_percent", r.retry_budget_percent);
 
   const auto& b = cfg.budget;
   o += "\n[budget]\n";

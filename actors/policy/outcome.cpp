@@ -58,7 +58,11 @@ std::string_view error_type_of(outcome o) {
 // Written directly rather than through a boost::json DOM: it is on the deadline's path, where a
 // burst of expiries is answered one after another on one io thread (≈6k instructions less each).
 std::string error_body(outcome o, std::string_view message, std::string_view request_id) {
-  const auto type = error_type_of(o);
+  return error_body(o, error_type_of(o), message, request_id);
+}
+
+std::string error_body(outcome o, std::string_view type, std::string_view message,
+                       std::string_view request_id) {
   const auto code = to_string(o);
   std::string out;
   // Room for each string's most (every character escaped): append_json_string sizes the buffer

@@ -43,5 +43,9 @@ std::string_view error_type_of(outcome o);
 
 // {"error":{"message":…,"type":…,"code":<outcome>,"request_id":…}}
 std::string error_body(outcome o, std::string_view message, std::string_view request_id);
+// The same with another `type`: a mid-stream error names its cause there (timeout_error for
+// the deadline or the idle timeout, upstream_error for an upstream that broke).
+std::string error_body(outcome o, std::string_view type, std::string_view message,
+                       std::string_view request_id);
 
 }  // namespace tether

@@ -49,10 +49,18 @@ TEST(AccessLogTest, EveryFieldIsWrittenWithUnknownTimesAsNull) {
   EXPECT_TRUE(o.at("caller_left_ms").is_null());
   EXPECT_TRUE(o.at("work_ended_ms").is_null());
   EXPECT_TRUE(o.at("cancel_latency_ms").is_null());
+  EXPECT_TRUE(o.at("client_retry").is_null());
   EXPECT_TRUE(o.at("attempts").as_array().empty());
   EXPECT_EQ(o.at("ts").as_string().size(), 24u);  // 2026-11-30T21:03:18.123Z
   EXPECT_EQ(o.at("ts").as_string().back(), 'Z');
-  EXPECT_EQ(o.size(), 16u);
+  EXPECT_EQ(o.size(), 17u);
+}
+
+TEST(AccessLogTest, TheSdksRetryCounterIsRecorded) {
+  auto r = sample();
+  r.client_retry = 2;
+  const auto o = parse(format_access_line(r));
+  EXPECT_EQ(o.at("client_retry"), 2);
 }
 
 TEST(AccessLogTest, TimesHaveThreeDecimalsAsWritten) {

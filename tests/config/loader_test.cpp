@@ -124,6 +124,24 @@ lease_idle_ms = 0
   EXPECT_EQ(cfg.cluster.lease_idle, millis(0));
 }
 
+TEST(LoaderTest, RetryBudgetKeysAreReadWithEnvoysDefaults) {
+  const auto defaults = expect_ok(minimal);
+  EXPECT_EQ(defaults.request.min_retry_concurrency, 3u);
+  EXPECT_EQ(defaults.request.retry_budget_percent, 20u);
+  const auto cfg =
+      expect_ok(minimal + "[request]\nmin_retry_concurrency = 0\nretry_budget_percent = 50\n");
+  EXPECT_EQ(cfg.request.min_retry_concurrency, 0u);
+  EXPECT_EQ(cfg.request.retry_budget_percent, 50u);
+  EXPECT_THAT(render_effective(cfg), HasSubstr("min_retry_concurrency = 0\n"));
+  EXPECT_THAT(render_effective(cfg), HasSubstr("retry_budget_percent = 50\n"));
+  expect_error(minimal + "[request]\nretry_budget_percent = 101\n",
+               "request.retry_budget_percent: must be between 0 and 100, got 101");
+  expect_error(minimal + "[request]\nmin_retry_concurrency = -1\n",
+               "request.min_retry_concurrency");
+  // An upstream's budget, not a model's: no per-model override.
+  expect_error(minimal + "min_retry_concurrency = 1\n", "models[0].min_retry_concurrency");
+}
+
 TEST(LoaderTest, SyntaxErrorNamesFileLineAndColumn) {
   const auto r = load("[server]\nlisten = \"127.0.0.1:8080\"\nmax_request_bytes = = 3\n");
   EXPECT_FALSE(r.config);

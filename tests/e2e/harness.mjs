@@ -188,8 +188,9 @@ function access_entry(line) {
 }
 
 // The mock, then tether pointed at it. Resolves to a stack with `stop()`, which the caller must
-// run (an `after` hook); if starting fails half-way, what did start is stopped here.
-export async function start_stack() {
+// run (an `after` hook); if starting fails half-way, what did start is stopped here. `config`
+// makes the gateway's TOML from the mock's port (gateway_config by default).
+export async function start_stack(config = gateway_config) {
   const mock = await start_mock();
   let dir = null;
   let gateway = null;
@@ -200,7 +201,7 @@ export async function start_stack() {
   try {
     dir = await mkdtemp(join(tmpdir(), 'tether-e2e-'));
     const config_path = join(dir, 'tether.toml');
-    await writeFile(config_path, gateway_config(mock.port));
+    await writeFile(config_path, config(mock.port));
     gateway = new child_process_handle(
         'tether', required_env('TETHER_BINARY'), ['--config', config_path]);
     gateway.port = await gateway.wait_for_line(
@@ -226,6 +227,19 @@ export async function start_stack() {
           return entry && entry.request_id === request_id ? entry : null;
         },
         timeout_ms, `access log line for ${request_id}`),
+    // Resolves to the access lines of the `n` requests that carried this X-Request-Id, awaited
+    // (the last try's line may follow its response). An SDK resends a call's headers on each of
+    // its retries, so these are one call's tries.
+    wait_for_tries: async (request_id, n, timeout_ms = 5_000) => {
+      let seen = 0;
+      await gateway.wait_for_line((line) => {
+        const entry = access_entry(line);
+        if (entry && entry.request_id === request_id) ++seen;
+        return seen >= n;
+      }, timeout_ms, `${n} access log lines for ${request_id}`);
+      return gateway.lines.map(access_entry)
+          .filter((entry) => entry && entry.request_id === request_id);
+    },
     // The mock's view of upstream traffic (GET /_stats).
     mock_stats: async () => {
       const response = await fetch(`${mock.url}/_stats`, {signal: AbortSignal.timeout(2_000)});
@@ -238,4 +252,119 @@ export async function start_stack() {
 // The mock's log entries for the requests tether forwarded with this X-Request-Id.
 export function upstream_requests(stats, request_id) {
   return stats.log.filter((entry) => entry.headers['x-request-id'] === request_id);
+}
+
+// The upstreams and models of the one-call-one-budget tests (issue 25): tether retries twice on
+// its own; `tiny` has one slot and no queue, so a second request while it is held is refused
+// with 503 overloaded.
+export function one_call_config(mock_port) {
+  return `[server]
+listen = "127.0.0.1:0"
+
+[request]
+deadline_ms = 10000
+attempt_timeout_ms = 5000
+max_retries = 2
+retry_backoff_ms = 10
+
+[budget]
+queue_max = 0
+
+[[upstreams]]
+name = "mock"
+base_url = "http://127.0.0.1:${mock_port}"
+max_in_flight = 16
+
+[[upstreams]]
+name = "tiny"
+base_url = "http://127.0.0.1:${mock_port}"
+max_in_flight = 1
+
+[[models]]
+name = "ok"
+upstream = "mock"
+upstream_model = "mock"
+
+[[models]]
+name = "hang"
+upstream = "mock"
+upstream_model = "mock-hang"
+
+[[models]]
+name = "exhausted"
+upstream = "mock"
+upstream_model = "mock-fail-503"
+
+[[models]]
+name = "slow-attempts"
+upstream = "mock"
+upstream_model = "mock-hang"
+attempt_timeout_ms = 200
+max_retries = 1
+
+[[models]]
+name = "limited"
+upstream = "mock"
+upstream_model = "mock-ratelimit-30"
+
+[[models]]
+name = "tiny-hold"
+upstream = "tiny"
+upstream_model = "mock-hang"
+
+[[models]]
+name = "tiny"
+upstream = "tiny"
+upstream_model = "mock"
+
+[telemetry]
+log_format = "json"
+`;
+}
+
+// Slack for "within the deadline": the caller's own overhead and a loaded machine, more under
+// the sanitizers (ctest sets TETHER_SANITIZED there).
+export const margin_ms = process.env.TETHER_SANITIZED === '1' ? 2_000 : 500;
+
+// Holds the `tiny` upstream's only slot until release() (which aborts the holding request), so
+// that the next request to it is refused with 503 overloaded.
+export async function hold_tiny_slot(stack, request_id) {
+  const controller = new AbortController();
+  const held = fetch(`${stack.base_url}/chat/completions`, {
+    method: 'POST',
+    headers: {'content-type': 'application/json', 'x-request-id': request_id},
+    body: JSON.stringify({model: 'tiny-hold', messages: [{role: 'user', content: 'hold'}]}),
+    signal: controller.signal,
+  }).catch(() => null);
+  // Held once the upstream has the request.
+  const until = Date.now() + 5_000;
+  while (upstream_requests(await stack.mock_stats(), request_id).length === 0) {
+    if (Date.now() > until) throw new Error('the holding request never reached the upstream');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return {
+    release: async () => {
+      controller.abort();
+      await held;
+      await stack.wait_for_access(request_id);
+    },
+  };
+}
+
+// A fetch for an SDK's `fetch` option that counts the HTTP requests the SDK sends, by their
+// X-Request-Id: what one call cost at tether's door, seen from the caller's side.
+export function counting_fetch() {
+  const sent = new Map();
+  const header_of = (init) => {
+    const headers = new Headers(init?.headers);
+    return headers.get('x-request-id');
+  };
+  return {
+    fetch: (input, init) => {
+      const id = header_of(init) ?? (input instanceof Request ? input.headers.get('x-request-id') : null);
+      sent.set(id, (sent.get(id) ?? 0) + 1);
+      return fetch(input, init);
+    },
+    sent: (request_id) => sent.get(request_id) ?? 0,
+  };
 }

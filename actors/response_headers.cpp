@@ -1,0 +1,22 @@
+#include "actors/response_headers.hpp"
+
+#include <string>
+
+#include "actors/policy/retry_advice.hpp"
+#include "actors/policy/retry_policy.hpp"
+
+namespace tether {
+
+void add_outcome_headers(net::header_list& headers, int status, outcome o,
+                         std::optional<std::chrono::milliseconds> retry_after,
+                         std::optional<std::chrono::milliseconds> caller_left) {
+  headers.push_back({"x-tether-outcome", std::string{to_string(o)}});
+  if (status >= 200 && status < 300) return;
+  if (!retry_after) retry_after = parse_retry_after(net::find_header(headers, "retry-after"));
+  headers.push_back(
+      {"x-should-retry", client_should_retry(o, retry_after, caller_left) ? "true" : "false"});
+  if (retry_after && net::find_header(headers, "retry-after") != nullptr)
+    headers.push_back({"retry-after-ms", std::to_string(retry_after->count())});
+}
+
+}  // namespace tether
