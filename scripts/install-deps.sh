@@ -50,7 +50,11 @@ fi
 
 if [ "$want_e2e" = 1 ]; then
   here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-  if [ ! -d "$here/tests/e2e/node_modules/openai" ]; then
+  # Installed again whenever the lockfile changed since the last install (a new client, a new
+  # pin), not only when node_modules is missing.
+  lock="$(sha256sum "$here/tests/e2e/package-lock.json" | cut -d' ' -f1)"
+  if [ "$(cat "$here/tests/e2e/node_modules/.tether-lock" 2>/dev/null)" != "$lock" ]; then
     (cd "$here/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error)
+    printf '%s' "$lock" >"$here/tests/e2e/node_modules/.tether-lock"
   fi
 fi
