@@ -1,7 +1,8 @@
 // The single owner of concurrency: global, per-upstream and per-key caps, and the admission queue.
 // A slot is held by an upstream connection actor and released only by that actor's down_msg —
 // which it sends by exiting after its socket is closed — so the count is of real work, never of
-// callers still waiting (seed 002: a capacity-1 semaphore with two live workers).
+// callers still waiting (a semaphore released when the caller gives up would let a capacity of
+// one run two workers at once).
 #pragma once
 
 #include <caf/all.hpp>

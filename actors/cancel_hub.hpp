@@ -4,9 +4,9 @@
 // each a wake-up on a busy CPU). Nothing else changes: the request actor still decides the
 // outcome and cancels its tree, and a budget slot is still freed only by the connection actor's
 // exit after net/ reported the socket closed.
-// The same thread answers a passed deadline (request_actor.cpp, arm_deadline): the caller gets
-// its 504 at the deadline instead of after a trip through a busy actor system. The hub says who
-// answers: the first to claim the answer — the request actor, or that deadline.
+// The same thread answers a passed deadline (request_actor.cpp, the channel's run_at callback): the
+// caller gets its 504 at the deadline instead of after a trip through a busy actor system. The hub
+// says who answers: the first to claim the answer — the request actor, or that deadline.
 #pragma once
 
 #include <atomic>

@@ -8,7 +8,7 @@ namespace tether {
 namespace {
 
 struct supervisor_state {
-  // Strong handles: an actor nobody holds is collected at once (design notes §2).
+  // Strong handles: CAF 0.17 collects an actor nobody holds a strong reference to at once.
   std::map<caf::actor_addr, caf::actor> live;
   bool draining = false;
   std::uint64_t cancelled = 0;

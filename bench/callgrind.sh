@@ -10,7 +10,7 @@
 # does; by default the log level is warn and the count leaves the line out), CPUS (default 0:
 # tether is pinned to that CPU list, as bench/run.sh pins it, so it runs one CAF worker; "all"
 # leaves it unpinned: one worker per CPU, and the count takes in their hand-offs — 115.0k
-# against 106.7k instructions per request at 01299c8 on two CPUs; the figures in the README's
+# against 106.7k instructions per request at 01299c8 on two CPUs; the figures in docs/performance.md's
 # history before that are unpinned ones), PARALLEL=P (the N requests over P keep-alive
 # connections at once, P curls of N/P each; the count is then (total(N) − total(N/2)) / (N/2), so
 # the P connections' setup cancels out), CACHE_SIM=1 (callgrind simulates a 32 KiB L1 and a 1 MiB

@@ -1,5 +1,5 @@
 // The Asio io_context and its threads. Created before and destroyed after the actor_system, so
-// that no actor outlives the sockets it owns (design notes §3).
+// that no actor outlives the sockets it owns.
 #pragma once
 
 #include <memory>

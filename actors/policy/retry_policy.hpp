@@ -1,5 +1,5 @@
 // What to do after an attempt ended without a response that can go to the caller as it is.
-// Envoy's router split (design notes §5): the attempt reports facts, this class decides late.
+// Envoy's router split: the attempt reports facts, this class decides late.
 // Pure: the random source is injected so tests can pin the jitter.
 #pragma once
 

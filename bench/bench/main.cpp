@@ -1,5 +1,5 @@
-// tether-bench: runs the scenarios of bench/README against direct / nginx / tether and writes
-// <out-dir>/<stamp>.json, .md and .svg. bench/run.sh starts the processes and calls it:
+// tether-bench: runs the scenarios (bench/bench/*_scenario.cpp) against direct / nginx / tether and
+// writes <out-dir>/<stamp>.json, .md and .svg. bench/run.sh starts the processes and calls it:
 //
 //   tether-bench --mock HOST:PORT --target direct=HOST:PORT --target nginx=HOST:PORT@PID
 //                --target tether=HOST:PORT@PID --out-dir DIR --stamp NAME

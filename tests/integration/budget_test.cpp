@@ -1,5 +1,5 @@
 // The budget counts real upstream work (issue #4): a slot is held until the upstream connection
-// is closed, never just until the caller stops waiting (seed 002, inverted).
+// is closed, never just until the caller stops waiting.
 #include <gtest/gtest.h>
 
 #include <algorithm>
