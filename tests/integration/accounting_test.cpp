@@ -25,12 +25,7 @@ double attempts_total(std::uint16_t port) {
 }
 
 std::size_t requests_with_id(const boost::json::object& stats, const std::string& id) {
-  std::size_t n = 0;
-  for (const auto& e : mock_log(stats)) {
-    const auto* got = e.at("headers").as_object().if_contains("x-request-id");
-    if (got != nullptr && str(*got) == id) ++n;
-  }
-  return n;
+  return entries_of(stats, id).size();
 }
 
 TEST(AccountingTest, ARequestTheUpstreamReadOnAKeptAliveConnectionIsNeverSentAgain) {

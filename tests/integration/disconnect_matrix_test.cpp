@@ -168,16 +168,6 @@ std::string upstream_for(phase p) {
   return "mock";
 }
 
-std::vector<boost::json::object> entries_of(const boost::json::object& stats,
-                                            const std::string& request_id) {
-  std::vector<boost::json::object> out;
-  for (const auto& e : mock_log(stats)) {
-    const auto* id = e.at("headers").as_object().if_contains("x-request-id");
-    if (id && str(*id) == request_id) out.push_back(e);
-  }
-  return out;
-}
-
 std::string work_series(const std::string& upstream) {
   return "tether_upstream_work_in_flight{upstream=\"" + upstream + "\"}";
 }

@@ -20,16 +20,6 @@ constexpr double drain_ms = 800;
 // actors and the io thread on a loaded 2-core machine; far below the streams' own 20 s.
 constexpr double close_after_drain_ms = TETHER_SANITIZED ? 1000.0 : 300.0;
 
-std::vector<boost::json::object> entries_of(const boost::json::object& stats,
-                                            const std::string& request_id) {
-  std::vector<boost::json::object> out;
-  for (const auto& e : mock_log(stats)) {
-    const auto* id = e.at("headers").as_object().if_contains("x-request-id");
-    if (id && str(*id) == request_id) out.push_back(e);
-  }
-  return out;
-}
-
 TEST(DrainTest, AtTheDrainTimeoutStreamsAndQueuedCallersAreEndedAndNoSlotIsLeft) {
   mock_server mock;
   auto cfg = gateway_config(

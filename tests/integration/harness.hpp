@@ -105,6 +105,17 @@ inline std::vector<boost::json::object> mock_log(const boost::json::object& stat
   return out;
 }
 
+// The mock's records of the request tether sent with this X-Request-Id (one per attempt).
+inline std::vector<boost::json::object> entries_of(const boost::json::object& stats,
+                                                   const std::string& request_id) {
+  std::vector<boost::json::object> out;
+  for (const auto& e : mock_log(stats)) {
+    const auto* id = e.at("headers").as_object().if_contains("x-request-id");
+    if (id && id->as_string() == request_id) out.push_back(e);
+  }
+  return out;
+}
+
 // One series of the gateway's /metrics, e.g. `tether_queue_depth` or
 // `tether_upstream_work_in_flight{upstream="mock"}`; -1 when absent.
 inline double metric(std::uint16_t port, const std::string& series) {
