@@ -116,10 +116,12 @@ class scanner {
       }
     }
     switch (in_) {
-      case context::outside:
+      case context::outside: {
+        const auto before = last_outside_;
+        last_outside_ = c;
         if (c == '#') {
           in_ = context::comment;
-        } else if (c == '"' || c == '\'') {
+        } else if ((c == '"' || c == '\'') && opens_string_after(before)) {
           const auto more = run_of(static_cast<char>(c), 2);
           if (more == 2) {
             skip_quotes(2);
@@ -133,18 +135,26 @@ class scanner {
           return hazard(c, "outside a string or comment");
         }
         return std::nullopt;
+      }
       case context::comment:
-        if (c == '\n') in_ = context::outside;
+        if (c == '\n') {
+          in_ = context::outside;
+          last_outside_ = c;
+        }
         return std::nullopt;
       case context::basic:
         if (c == '\\') {
           escaped_next();
         } else if (c == '"' || c == '\n') {
           in_ = context::outside;
+          last_outside_ = c;
         }
         return std::nullopt;
       case context::literal:
-        if (c == '\'' || c == '\n') in_ = context::outside;
+        if (c == '\'' || c == '\n') {
+          in_ = context::outside;
+          last_outside_ = c;
+        }
         return std::nullopt;
       case context::multi_basic:
         if (c == '\\') {
@@ -180,13 +190,22 @@ class scanner {
     }
     skip_quotes(more);
     in_ = context::outside;
+    last_outside_ = static_cast<char32_t>(quote);
   }
 
   std::string_view text_;
   std::size_t at_ = 0;
   std::size_t line_ = 1, column_ = 1;            // of the code point last read
   std::size_t next_line_ = 1, next_column_ = 1;  // of the one at the cursor
+  // A quote starts a string for toml++ only where a key or a value may begin; elsewhere (as in
+  // `x = 2"…`) toml++ goes on reading a bare token and tests what follows for whitespace.
+  static bool opens_string_after(char32_t before) {
+    return before == ' ' || before == '\t' || before == '\n' || before == '\r' || before == '=' ||
+           before == '[' || before == '{' || before == ',' || before == '.';
+  }
+
   context in_ = context::outside;
+  char32_t last_outside_ = '\n';  // the code point before the current one, outside strings
   bool skipping_ = false;
 };
 

@@ -157,6 +157,8 @@ TEST(LoaderTest, CodePointsTheTomlParserMishandlesAreRefusedWithTheirPlace) {
   const std::vector<std::pair<std::string, std::string>> cases{
       {"[server]\nlisten = \"127.0.0.1:8080\"\xC3\xA9\n", "line 2, column 26: character U+00E9"},
       {"[server\xD0\x96]\n", "line 1, column 8: character U+0416"},
+      // A quote right after a bare value opens no string for toml++ (found by the fuzzer).
+      {"[server]\nmax_json_depth =2\"caf\xC3\xA9\"\n", "line 2, column 22: character U+00E9"},
       {"a\xE3\x80\x81 = 1\n", "line 1, column 2: character U+3001"},
       {"x = \"\"\"\\\xEF\xB9\x90\"\"\"\n", "line 1, column 9: character U+FE50 after a backslash"},
       {"x = \"\"\"a \\\n   \xC2\xA9\"\"\"\n",
