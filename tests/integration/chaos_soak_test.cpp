@@ -14,7 +14,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -44,10 +46,24 @@ constexpr int config_attempt_timeout_ms = 1000;
 // two cores (with another test beside them). Far below the timeouts that could close it instead.
 constexpr double late_bound_ms = sanitized ? 1000.0 : 250.0;
 
-// An attempt's arrival at the upstream is inferred from the client's clock plus the access log's
-// times from arrival; this much room covers the gap between the client's write and the gateway's
-// arrival stamp when deciding whether an attempt overlapped the upstream's kill.
+// Whether an attempt overlapped ub's kill is read from two clocks that bracket the gateway's
+// arrival stamp: the client's write (no later) and the access line's time less its duration (no
+// earlier). This room covers what lies between the gateway's stamps and the mock's.
 constexpr double kill_window_slack_ms = sanitized ? 200.0 : 50.0;
+
+// The access line's "ts" ("2026-11-30T21:03:18.123Z") in ms since the epoch, rounded up: the
+// gateway writes it truncated to the millisecond.
+double ts_epoch_ms(const std::string& ts) {
+  std::tm tm{};
+  int milli = 0;
+  if (std::sscanf(ts.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &milli) != 7) {
+    return std::numeric_limits<double>::infinity();
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<double>(timegm(&tm)) * 1000.0 + milli + 1.0;
+}
 
 struct deployment {
   std::string upstream;
@@ -463,6 +479,7 @@ TEST(ChaosSoakTest, EveryRequestAndAttemptIsAccountedForExactly) {
     const auto outcome = str(line.at("outcome"));
     const auto status = static_cast<int>(line.at("status").as_int64());
     const auto& attempts = line.at("attempts").as_array();
+    const double arrived_by = ts_epoch_ms(str(line.at("ts"))) - num(line.at("duration_ms"));
     ++by_outcome[outcome];
     logged_attempts += attempts.size();
 
@@ -543,9 +560,11 @@ TEST(ChaosSoakTest, EveryRequestAndAttemptIsAccountedForExactly) {
         // Reached ub between the read of its log and its kill, or refused while it was down:
         // ub never told anyone. A request that never left the gateway (queued, no slot) does
         // not qualify — it has no status and is not an upstream failure.
+        // Earliest it can have begun (from the client's write, no later than the gateway's
+        // arrival) and latest it can have ended (from the line's time, no earlier than it).
         const double from = o.sent_epoch + num(ao.at("start_ms"));
         const double to = ao.at("end_ms").is_null() ? std::numeric_limits<double>::infinity()
-                                                    : o.sent_epoch + num(ao.at("end_ms"));
+                                                    : arrived_by + num(ao.at("end_ms"));
         const bool in_window = u == "ub" && from <= restart_epoch + kill_window_slack_ms &&
                                to >= snapshot_epoch - kill_window_slack_ms;
         if (in_window &&

@@ -347,12 +347,14 @@ std::string environment_of(pid_t pid) {
 const char* const minimal_toml =
     "[[upstreams]]\nname = \"u\"\nbase_url = \"http://127.0.0.1:9\"\n[[models]]\nname = \"m\"\n"
     "upstream = \"u\"\n";
+// The same, serving on a port of the kernel's choosing (the default, 8080, may be in use here).
+const std::string serving_toml = std::string(minimal_toml) + "[server]\nlisten = \"127.0.0.1:0\"\n";
 
 // The gateway restarts itself once with a larger per-thread cache of freed blocks (main.cpp says
 // why): the serving process, under the pid it was started with, has the tunable.
 TEST(GatewayCliTest, TheServingProcessRunsWithTheAllocatorTunable) {
   if (std::getenv("GLIBC_TUNABLES") != nullptr) GTEST_SKIP() << "GLIBC_TUNABLES is set here";
-  gateway_process gw{minimal_toml};
+  gateway_process gw{serving_toml};
   EXPECT_NE(
       environment_of(gw.process().pid()).find("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=64\n"),
       std::string::npos);
@@ -361,7 +363,7 @@ TEST(GatewayCliTest, TheServingProcessRunsWithTheAllocatorTunable) {
 }
 
 TEST(GatewayCliTest, AnAllocatorTunableGivenByTheCallerIsLeftAsItIs) {
-  gateway_process gw{minimal_toml, {{"GLIBC_TUNABLES", "glibc.malloc.tcache_count=7"}}};
+  gateway_process gw{serving_toml, {{"GLIBC_TUNABLES", "glibc.malloc.tcache_count=7"}}};
   const auto env = environment_of(gw.process().pid());
   EXPECT_NE(env.find("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=7\n"), std::string::npos);
   EXPECT_EQ(env.find("tcache_count=64"), std::string::npos);
@@ -447,7 +449,7 @@ TEST(GatewayCliTest, TheTestRunnersEnvironmentDoesNotReachTheGateway) {
   EXPECT_EQ(out.find("1234"), std::string::npos) << out;
   // And a serving gateway's environment holds the basics, not the runner's extras.
   ::setenv("TETHER_AMBIENT_PROBE", "leaked", 1);
-  gateway_process gw{minimal_toml, {{"TETHER_GIVEN_PROBE", "given"}}};
+  gateway_process gw{serving_toml, {{"TETHER_GIVEN_PROBE", "given"}}};
   ::unsetenv("TETHER_AMBIENT_PROBE");
   const auto env = environment_of(gw.process().pid());
   EXPECT_EQ(env.find("TETHER_AMBIENT_PROBE"), std::string::npos) << env;
