@@ -18,6 +18,7 @@ struct attempt_state {
   caf::event_based_actor* self = nullptr;
   net::timer_service* timer_service = nullptr;
   std::chrono::milliseconds idle_timeout{0};
+  std::chrono::milliseconds attempt_timeout{0};
   bool stream_requested = false;
 
   int status = 0;
@@ -28,8 +29,8 @@ struct attempt_state {
   std::string body;
   net::sse_framer framer{max_sse_event_bytes};
   std::uint64_t idle_generation = 0;
-  // Made for a stream's idle timer only; cancelled when the state goes with the behavior
-  // (request_actor.cpp's request_state says why there is no attach_functor).
+  // The per-try and stream idle timers; pending ones are cancelled when the state goes with the
+  // behavior (an attach_functor would cost allocations and the actor's mutex per attempt).
   std::optional<actor_timers> timers;
   std::shared_ptr<net::timer> idle_timer;
   caf::actor request;
@@ -37,6 +38,7 @@ struct attempt_state {
 
   void finish();
   void fail(attempt_end kind, std::string message);
+  void arm_attempt_timer();
   void arm_idle();
   void relay_events(std::vector<std::string> events);
   void on_head(int status, net::header_list& headers);
@@ -56,11 +58,19 @@ void attempt_state::finish() {
 void attempt_state::fail(attempt_end kind, std::string message) {
   if (done) return;
   done = true;
-  self->send(request, att_fail_atom::value, static_cast<std::int32_t>(kind), std::move(message),
-             committed);
+  self->send(request, attempt_failed_atom::value, static_cast<std::int32_t>(kind),
+             std::move(message), committed);
   self->unlink_from(request);
   // Not a normal exit: the linked connection actor takes it as "stop the work".
   self->quit(caf::exit_reason::user_shutdown);
+}
+
+// The per-try clock starts once the attempt may use the upstream (the slot is granted): queue
+// wait is bounded by the budget's queue limit and the request deadline instead.
+void attempt_state::arm_attempt_timer() {
+  if (attempt_timeout.count() <= 0 || done) return;
+  if (!timers) timers.emplace(timer_service, self->address());
+  timers->after(attempt_timeout, attempt_timeout_atom::value);
 }
 
 void attempt_state::arm_idle() {
@@ -74,9 +84,9 @@ void attempt_state::relay_events(std::vector<std::string> events) {
   if (events.empty()) return;
   if (!committed) {
     committed = true;
-    self->send(request, att_head_atom::value, status, headers);
+    self->send(request, attempt_head_atom::value, status, headers);
   }
-  for (auto& e : events) self->send(request, att_event_atom::value, std::move(e));
+  for (auto& e : events) self->send(request, attempt_event_atom::value, std::move(e));
   arm_idle();
 }
 
@@ -118,18 +128,18 @@ void attempt_state::on_end() {
     if (!committed) {
       // A 2xx stream with an empty body: nothing was relayed, so it is an ordinary answer.
       done = true;
-      self->send(request, att_result_atom::value, status, std::move(headers), std::string{});
+      self->send(request, attempt_result_atom::value, status, std::move(headers), std::string{});
       finish();
       return;
     }
     done = true;
-    self->send(request, att_end_atom::value);
+    self->send(request, attempt_end_atom::value);
     finish();
     return;
   }
   done = true;
   // The head and body go with the answer (copying the head cost three allocations).
-  self->send(request, att_result_atom::value, status, std::move(headers), std::move(body));
+  self->send(request, attempt_result_atom::value, status, std::move(headers), std::move(body));
   finish();
 }
 
@@ -160,15 +170,13 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
   st->self = self;
   st->timer_service = rt->timers.get();
   st->idle_timeout = spec.idle_timeout;
+  st->attempt_timeout = spec.timeout;
   st->stream_requested = spec.stream;
   st->request = std::move(request);
 
-  // Counted before it exists: the request, which outlives this actor, then waits for its
+  // The request counted this connection when it started the attempt: it waits for its
   // work_ended whatever happens next.
-  if (spec.connections) spec.connections->fetch_add(1);
-  // The per-try clock starts once the attempt may use the upstream (the connection arms it at
-  // the grant); queue wait is bounded by the queue limit and the request deadline instead.
-  spec.connection.attempt_timeout = spec.timeout;
+  spec.connection.tell_grant = spec.timeout.count() > 0;
   st->connection = self->spawn<caf::linked>(connection_actor, rt, caf::actor_cast<caf::actor>(self),
                                             st->request, std::move(spec.connection));
 
@@ -188,6 +196,7 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
       [st](up_fail_atom, std::int32_t kind, std::string& message) {
         st->fail(failure_kind(kind), std::move(message));
       },
+      [st](granted_atom) { st->arm_attempt_timer(); },
       [st](attempt_timeout_atom) {
         if (st->committed) return;
         st->fail(attempt_end::timeout, "attempt timed out");

@@ -15,7 +15,6 @@ struct connection_state {
   bool closing = false;
   bool closed = false;
   std::optional<std::int64_t> closed_ns;
-  std::shared_ptr<net::timer> attempt_timer;
   std::int64_t asked_ns = 0;
   std::int64_t queue_wait_ns = 0;  // asked → the budget's answer, or → the end if none came
   net::upstream_request request;   // sent at the grant
@@ -27,7 +26,6 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
                                caf::actor request, connection_spec spec) {
   auto st = std::make_shared<connection_state>();
   auto upstream = spec.upstream;
-  auto hub = spec.hub;
   auto affinity = spec.affinity;
   const auto max_response_bytes = spec.max_response_bytes;
   const auto stream = spec.stream;
@@ -65,7 +63,6 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
   // (One message instead of the report plus the down_msg of a monitor.)
   self->attach_functor([st, request, upstream, index = spec.attempt_index](const caf::error&) {
     if (st->exchange && !st->closed) st->exchange->cancel();
-    if (st->attempt_timer) st->attempt_timer->cancel();
     const auto ended_ns = st->closed_ns.value_or(now_ns());
     if (!st->answered) st->queue_wait_ns = ended_ns - st->asked_ns;
     caf::anon_send(request, work_ended_atom::value, static_cast<std::uint64_t>(upstream), index,
@@ -77,11 +74,11 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
              spec.priority);
 
   st->request = std::move(spec.request);
-  const auto attempt_timeout = spec.attempt_timeout;
+  const bool tell_grant = spec.tell_grant;
 
   return {
-      [self, rt, st, attempt, upstream, hub, affinity, stream, max_response_bytes, attempt_timeout,
-       finish](grant_atom, bool granted, const std::string& reason) {
+      [self, rt, st, attempt, upstream, affinity, stream, max_response_bytes, tell_grant, finish](
+          grant_atom, bool granted, const std::string& reason) {
         // A second answer comes only when a lost budget host's claims were re-asked locally
         // (budget_link_actor); the local budget counts this actor either way.
         if (st->closing || st->closed || st->answered) return;
@@ -93,21 +90,11 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
           return;
         }
         st->granted = true;
-        if (attempt_timeout.count() > 0) {
-          // The attempt's clock, kept here to save it a message per request; it holds only the
-          // attempt's address.
-          st->attempt_timer =
-              rt->timers->start(attempt_timeout, [to = caf::actor_addr(attempt.address())] {
-                if (auto a = caf::actor_cast<caf::actor>(to))
-                  caf::anon_send(a, attempt_timeout_atom::value);
-              });
-        }
+        if (tell_grant) self->send(attempt, granted_atom::value);
         auto events = std::make_shared<relay_events>(caf::actor_cast<caf::actor>(self), attempt,
                                                      stream, max_response_bytes);
         st->exchange = rt->upstreams[upstream]->start(std::move(st->request), events, affinity);
         events->attach(st->exchange);
-        // The caller may have left while this waited for its slot: then the hub cancels it now.
-        if (hub) hub->add(st->exchange);
       },
       [finish](up_closed_atom, std::int64_t closed_ns) { finish(closed_ns); },
   };

@@ -1,5 +1,7 @@
 // One upstream connection: asks the budget for a slot, runs one net::upstream_exchange, and exits
 // only after net/ reports the socket closed (or parked idle). Its exit is what frees the slot.
+// When its attempt dies abnormally (the request's stop reason coming down the links, or the
+// attempt's own failure), it cancels the exchange and waits for the close before it exits.
 #pragma once
 
 #include <caf/all.hpp>
@@ -7,7 +9,6 @@
 #include <chrono>
 #include <cstdint>
 
-#include "actors/cancel_hub.hpp"
 #include "actors/runtime.hpp"
 #include "net/upstream.hpp"
 
@@ -18,7 +19,6 @@ struct connection_spec {
   std::int64_t key = -1;      // gateway key index, -1 = none
   std::int64_t priority = 0;  // request arrival (ns): queue order
   net::upstream_request request;
-  std::shared_ptr<cancel_hub> hub;  // the request's; null in tests that drive an attempt alone
   // 0 = none. Enforced as the body arrives, on the io thread (relay_events), so the socket is
   // closed at the limit however far behind the actors run; an event stream relayed to a caller
   // who asked for one is not limited.
@@ -27,15 +27,14 @@ struct connection_spec {
   // The caller connection's strand (opaque): the exchange runs on it, so the caller's deadline
   // and disconnect reach the upstream socket without a hop. Null: a strand of its own.
   std::shared_ptr<const net::connection_affinity> affinity;
-  // The attempt's per-try timeout, 0 = none: armed here when the budget grants the slot (the
-  // clock starts once the attempt may use the upstream) and sent to the attempt as
-  // attempt_timeout_atom; cancelled when this actor ends, by when the attempt has its answer.
-  std::chrono::milliseconds attempt_timeout{0};
+  // Tell the attempt when the budget grants the slot (granted_atom): its per-try clock starts
+  // then.
+  bool tell_grant = false;
   // Which of the request's attempts this connection serves (its place in the access line).
   std::uint32_t attempt_index = 0;
 };
 
-// `attempt` receives up_* messages (straight from net/) and (attempt_timeout_atom); `request`
+// `attempt` receives up_* messages (straight from net/) and (granted_atom); `request`
 // receives (work_ended_atom, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns) as
 // this actor exits, however it ends: the request counts its connections down by it, and an
 // attempt whose connection never held a slot never reached the upstream.

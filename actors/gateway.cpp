@@ -18,19 +18,14 @@
 namespace tether {
 namespace {
 
+// The caller's connection tells the request actor that the caller left; the actor decides.
 class request_observer final : public net::exchange_observer {
  public:
-  request_observer(caf::actor req, std::shared_ptr<cancel_hub> hub)
-      : req_(std::move(req)), hub_(std::move(hub)) {}
-  void on_client_gone() override {
-    auto left_ns = now_ns();
-    hub_->cancel_all();  // the upstream sockets close now, on this thread's next turn
-    caf::anon_send(req_, client_gone_atom::value, left_ns);
-  }
+  explicit request_observer(caf::actor req) : req_(std::move(req)) {}
+  void on_client_gone() override { caf::anon_send(req_, client_gone_atom::value, now_ns()); }
 
  private:
   caf::actor req_;
-  std::shared_ptr<cancel_hub> hub_;
 };
 
 bool is_model_path(const std::string& target) {
@@ -282,12 +277,9 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
   spec.key = key;
   spec.arrival = req.arrival;
   if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
-  spec.hub = std::make_shared<cancel_hub>();
-  auto hub = spec.hub;
-
   auto actor = system_.spawn(request_actor, rt_, std::move(channel), std::move(spec));
   caf::anon_send(rt_->supervisor, adopt_atom::value, actor);
-  return std::make_shared<request_observer>(std::move(actor), std::move(hub));
+  return std::make_shared<request_observer>(std::move(actor));
 }
 
 }  // namespace tether

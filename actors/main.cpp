@@ -111,7 +111,7 @@ void watch_the_shutdown(sigset_t signals, caf::actor supervisor,
       if (sigtimedwait(&signals, nullptr, &tick) > 0) {
         watch->cutting = true;
         tether::log_warn("second signal: cutting the requests in flight, then exiting");
-        caf::anon_send(supervisor, tether::drain_cancel_atom::value);
+        caf::anon_send(supervisor, tether::drain_now_atom::value);
         std::this_thread::sleep_for(cut_limit);
         tether::log_error("second signal: the requests in flight did not end in 500 ms; exiting");
         std::fflush(nullptr);

@@ -1,12 +1,14 @@
-// The vocabulary of the actor tree (CAF 0.17 atoms, ≤ 10 characters). Local messages only:
-// nothing here crosses the middleman, so no type needs registering.
+// The vocabulary of the actor tree (CAF 0.17 atoms: words of at most 10 characters). Local messages
+// only: nothing here crosses the middleman, so no type needs registering.
 #pragma once
 
 #include <caf/all.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
+#include "actors/policy/stop_reason.hpp"
 #include "net/http_types.hpp"
 
 namespace tether::net {
@@ -22,49 +24,59 @@ namespace tether {
 // budget ⇄ upstream connection actor
 using acquire_atom = caf::atom_constant<caf::atom("acquire")>;
 using grant_atom = caf::atom_constant<caf::atom("grant")>;
-using queue_timeout_atom = caf::atom_constant<caf::atom("q_tmo")>;
+using queue_timeout_atom = caf::atom_constant<caf::atom("wait_limit")>;
 using slots_atom = caf::atom_constant<caf::atom("slots")>;
 
-// net/ (an io thread) → attempt actor (head, body, end, failure) and upstream connection actor
-// (closed)
-using up_head_atom = caf::atom_constant<caf::atom("up_head")>;
-using up_body_atom = caf::atom_constant<caf::atom("up_body")>;
-using up_end_atom = caf::atom_constant<caf::atom("up_end")>;
-using up_whole_atom = caf::atom_constant<caf::atom("up_whole")>;
-using up_fail_atom = caf::atom_constant<caf::atom("up_fail")>;
-using up_closed_atom = caf::atom_constant<caf::atom("up_closed")>;
+// net/ (an io thread) → attempt actor (the response) and upstream connection actor (closed)
+using up_head_atom = caf::atom_constant<caf::atom("head")>;
+using up_body_atom = caf::atom_constant<caf::atom("body")>;
+using up_end_atom = caf::atom_constant<caf::atom("end")>;
+using up_whole_atom = caf::atom_constant<caf::atom("whole")>;
+using up_fail_atom = caf::atom_constant<caf::atom("failure")>;
+using up_closed_atom = caf::atom_constant<caf::atom("closed")>;
 // (up_fail, kind, message): kind is a net::upstream_failure, or one of these.
 constexpr std::int32_t up_fail_overloaded = -1;  // the budget refused a slot
 constexpr std::int32_t up_fail_too_large = -2;   // the body outgrew request.max_response_bytes
 
-// upstream connection actor → request actor: the socket is gone, the slot is about to be freed
-// (work_end, upstream, closed_ns, held_slot, queue_wait_ns)
-using work_ended_atom = caf::atom_constant<caf::atom("work_end")>;
-// upstream connection actor → attempt actor: waited this long for a slot
-using queued_atom = caf::atom_constant<caf::atom("queued")>;
+// upstream connection actor → request actor, as it exits: the socket is gone, the slot is about
+// to be freed (work_ended, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns)
+using work_ended_atom = caf::atom_constant<caf::atom("work_ended")>;
+// upstream connection actor → attempt actor: the slot is granted, the per-try clock starts
+using granted_atom = caf::atom_constant<caf::atom("granted")>;
 
 // attempt actor → request actor
-using conn_spawned_atom = caf::atom_constant<caf::atom("conn_new")>;
-using att_result_atom = caf::atom_constant<caf::atom("att_res")>;
-using att_fail_atom = caf::atom_constant<caf::atom("att_fail")>;
-using att_head_atom = caf::atom_constant<caf::atom("att_head")>;
-using att_event_atom = caf::atom_constant<caf::atom("att_evt")>;
-using att_end_atom = caf::atom_constant<caf::atom("att_end")>;
+using attempt_result_atom = caf::atom_constant<caf::atom("response")>;
+using attempt_failed_atom = caf::atom_constant<caf::atom("failed")>;
+using attempt_head_atom = caf::atom_constant<caf::atom("stream")>;
+using attempt_event_atom = caf::atom_constant<caf::atom("event")>;
+using attempt_end_atom = caf::atom_constant<caf::atom("stream_end")>;
 
 // timers
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
-using attempt_timeout_atom = caf::atom_constant<caf::atom("att_tmo")>;
-using idle_timeout_atom = caf::atom_constant<caf::atom("idle_tmo")>;
+using attempt_timeout_atom = caf::atom_constant<caf::atom("timed_out")>;
+using idle_timeout_atom = caf::atom_constant<caf::atom("idle_limit")>;
 using backoff_atom = caf::atom_constant<caf::atom("backoff")>;
-using safety_atom = caf::atom_constant<caf::atom("safety")>;
+// request actor → itself: everything has ended already (a request answered as it arrived)
+using finish_atom = caf::atom_constant<caf::atom("finish")>;
 
 // outside world → request actor / supervisor
 // (client_gone_atom, int64 left_ns): the io thread saw the caller leave at left_ns
 using client_gone_atom = caf::atom_constant<caf::atom("gone")>;
 using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
-using drain_cancel_atom = caf::atom_constant<caf::atom("drain_cxl")>;
+// (drain_now_atom): the drain timeout passed, or a second signal came: cancel every request
+using drain_now_atom = caf::atom_constant<caf::atom("drain_now")>;
 using drained_atom = caf::atom_constant<caf::atom("drained")>;
+
+// Why a tree is stopped, as the exit reason it carries down the links
+// (actors/policy/stop_reason.hpp).
+inline caf::error stop_error(stop_reason r) {
+  return caf::error{static_cast<std::uint8_t>(r), caf::atom("stop")};
+}
+inline std::optional<stop_reason> stop_reason_of(const caf::error& e) {
+  if (e.category() != caf::atom("stop")) return std::nullopt;
+  return static_cast<stop_reason>(e.code());
+}
 
 // The moment something happened, as steady_clock nanoseconds (a plain integer crosses actors).
 inline std::int64_t now_ns() {

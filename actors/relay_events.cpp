@@ -1,7 +1,6 @@
 #include "actors/relay_events.hpp"
 
 #include "actors/messages.hpp"
-#include "net/notice_outbox.hpp"
 
 namespace tether {
 
@@ -79,11 +78,8 @@ void relay_events::on_failure(net::upstream_failure kind, std::string message) {
 
 void relay_events::on_closed() {
   attempt_ = nullptr;
-  // The socket is closed: the report keeps its time and may wait behind the deadline's reports
-  // the io thread is holding (net/notice_outbox.hpp), in order.
-  net::post_notice([owner = std::move(owner_),
-                    at = now_ns()] { caf::anon_send(owner, up_closed_atom::value, at); },
-                   net::notice_timing::now_unless_holding);
+  caf::anon_send(owner_, up_closed_atom::value, now_ns());
+  owner_ = nullptr;
 }
 
 void relay_events::refuse() {

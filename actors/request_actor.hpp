@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 
-#include "actors/cancel_hub.hpp"
 #include "actors/runtime.hpp"
 #include "net/downstream.hpp"
 
@@ -26,7 +25,6 @@ struct request_spec {
   std::optional<std::int64_t> client_retry;  // the SDK's x-stainless-retry-count, for the log
   std::chrono::steady_clock::time_point arrival;
   std::string traceparent;
-  std::shared_ptr<cancel_hub> hub;  // shared with the caller's io thread (gateway.cpp)
 };
 
 caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,

@@ -8,49 +8,84 @@ namespace tether {
 namespace {
 
 struct supervisor_state {
+  caf::event_based_actor* self = nullptr;
+  std::chrono::milliseconds drain_timeout{0};
   // Strong handles: CAF 0.17 collects an actor nobody holds a strong reference to at once.
   std::map<caf::actor_addr, caf::actor> live;
   bool draining = false;
+  bool cancelling = false;
   std::uint64_t cancelled = 0;
   std::vector<caf::response_promise> waiting;
+
+  void adopt(caf::actor req);
+  void ended(const caf::actor_addr& who);
+  void start_drain();
+  void cancel_all();
+  void settle();
 };
+
+void supervisor_state::adopt(caf::actor req) {
+  self->link_to(req);
+  live.emplace(req.address(), std::move(req));
+}
+
+void supervisor_state::ended(const caf::actor_addr& who) {
+  live.erase(who);
+  settle();
+}
+
+void supervisor_state::start_drain() {
+  waiting.push_back(self->make_response_promise());
+  if (!draining) {
+    draining = true;
+    if (!live.empty()) self->delayed_send(self, drain_timeout, drain_now_atom::value);
+  }
+  settle();
+}
+
+// Each request's tree goes down with the drain reason: the request answers its caller (503, or
+// an error event mid-stream) and lives on until its sockets are closed. Delivering an exit_msg
+// dissolves the link, so its end is learnt from a monitor from here on.
+void supervisor_state::cancel_all() {
+  if (cancelling) return;
+  cancelling = true;
+  for (auto& [addr, req] : live) {
+    ++cancelled;
+    self->monitor(req);
+    self->send_exit(req, stop_error(stop_reason::drain));
+  }
+}
+
+void supervisor_state::settle() {
+  if (!draining || !live.empty()) return;
+  for (auto& rp : waiting) rp.deliver(drained_atom::value, cancelled);
+  waiting.clear();
+}
 
 }  // namespace
 
 caf::behavior supervisor_actor(caf::event_based_actor* self,
                                std::chrono::milliseconds drain_timeout) {
   auto st = std::make_shared<supervisor_state>();
+  st->self = self;
+  st->drain_timeout = drain_timeout;
 
-  auto settle = [st] {
-    if (!st->draining || !st->live.empty()) return;
-    for (auto& rp : st->waiting) rp.deliver(drained_atom::value, st->cancelled);
-    st->waiting.clear();
-  };
-
-  self->set_down_handler([st, settle](caf::down_msg& msg) {
-    st->live.erase(msg.source);
-    settle();
+  // A request's end arrives through its link (any reason: this actor outlives its requests),
+  // or, once it has been cancelled, through the monitor. The shutdown's anon_send_exit names
+  // this actor itself as the source: that one is this actor's own end.
+  self->set_exit_handler([self, st](caf::exit_msg& msg) {
+    if (msg.source == self->address()) {
+      self->quit(msg.reason);
+      return;
+    }
+    st->ended(msg.source);
   });
+  self->set_down_handler([st](caf::down_msg& msg) { st->ended(msg.source); });
 
   return {
-      [self, st](adopt_atom, caf::actor req) {
-        self->monitor(req);
-        st->live.emplace(req.address(), std::move(req));
-      },
-      [self, st, settle, drain_timeout](drain_atom) {
-        st->waiting.push_back(self->make_response_promise());
-        if (!st->draining) {
-          st->draining = true;
-          if (!st->live.empty()) self->delayed_send(self, drain_timeout, drain_cancel_atom::value);
-        }
-        settle();
-      },
-      [self, st](drain_cancel_atom) {
-        for (auto& [addr, req] : st->live) {
-          ++st->cancelled;
-          self->send(req, drain_cancel_atom::value);
-        }
-      },
+      [st](adopt_atom, caf::actor req) { st->adopt(std::move(req)); },
+      [st](drain_atom) { st->start_drain(); },
+      [st](drain_now_atom) { st->cancel_all(); },
   };
 }
 

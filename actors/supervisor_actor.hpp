@@ -1,6 +1,7 @@
-// Holds every live request tree, and drains them with gate semantics on shutdown: once draining,
-// the gateway admits nothing; in-flight trees run on up to drain_timeout, then are cancelled; the
-// drain answers when the last tree (and so its last upstream socket) is gone.
+// Holds every live request tree, linked, and drains them with gate semantics on shutdown: once
+// draining, the gateway admits nothing; in-flight trees run on up to drain_timeout, then are
+// stopped with the drain reason; the drain answers when the last tree (and so its last upstream
+// socket) is gone.
 #pragma once
 
 #include <caf/all.hpp>
@@ -9,8 +10,9 @@
 
 namespace tether {
 
-// (adopt_atom, actor)  a new request actor to hold and watch
+// (adopt_atom, actor)  a new request actor to link to and hold
 // (drain_atom) → (drained_atom, uint64 cancelled)  once no request actor is left
+// (drain_now_atom)     stop every request now (the drain timeout, or a second signal)
 caf::behavior supervisor_actor(caf::event_based_actor* self,
                                std::chrono::milliseconds drain_timeout);
 

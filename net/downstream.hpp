@@ -14,7 +14,6 @@
 #include <string>
 
 #include "net/http_types.hpp"
-#include "net/timer_service.hpp"
 
 namespace tether::net {
 
@@ -53,13 +52,6 @@ class response_channel {
   // Ends the exchange without a proper end (used when the response cannot be completed):
   // the connection is closed, no keep-alive.
   virtual void abort() = 0;
-  // Runs `fire` at `when` (steady clock) on this connection's own strand, unless cancelled first
-  // (the handle; thread-safe). It may be dropped unfired once the exchange has ended (its
-  // response complete, or the connection closed): nothing waits for it then. A response sent
-  // from there goes out at once, not posted behind every other callback due at the same moment
-  // (a deadline storm: 200 at once).
-  virtual std::shared_ptr<timer> run_at(std::chrono::steady_clock::time_point when,
-                                        std::function<void()> fire) = 0;
   // This connection's strand, opaque, for the upstream exchanges made for it
   // (upstream_client::start): they then run on it too.
   virtual std::shared_ptr<const connection_affinity> affinity() const = 0;

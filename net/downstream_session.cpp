@@ -25,7 +25,6 @@
 #include "net/receive_stamp.hpp"
 #include "net/request_framing.hpp"
 #include "net/server_context.hpp"
-#include "net/strand_timer.hpp"
 
 namespace tether::net {
 
@@ -192,34 +191,13 @@ class session_channel final : public response_channel {
   }
   void end_stream() override { session_->post_end_stream(exchange_); }
   void abort() override { session_->post_abort(exchange_); }
-  // The exchange's first timer (the request deadline) rides on the connection's own timer; any
-  // further one gets a timer of its own.
-  std::shared_ptr<timer> run_at(std::chrono::steady_clock::time_point when,
-                                std::function<void()> fire) override {
-    if (run_at_taken_.exchange(true))
-      return strand_timer::start(session_->executor(), when, std::move(fire));
-    session_->run_at(exchange_, when, std::move(fire));
-    return std::make_shared<session_run_at>(session_, exchange_);
-  }
   std::shared_ptr<const connection_affinity> affinity() const override {
     return session_->affinity();
   }
 
  private:
-  class session_run_at final : public timer {
-   public:
-    session_run_at(std::shared_ptr<downstream_session> session, std::uint64_t exchange)
-        : session_(std::move(session)), exchange_(exchange) {}
-    void cancel() override { session_->cancel_run_at(exchange_); }
-
-   private:
-    std::shared_ptr<downstream_session> session_;
-    std::uint64_t exchange_;
-  };
-
   std::shared_ptr<downstream_session> session_;
   std::uint64_t exchange_;
-  std::atomic<bool> run_at_taken_{false};
 };
 
 }  // namespace
@@ -609,7 +587,6 @@ void downstream_session::refuse(protocol_error error, std::string detail) {
 
 void downstream_session::start_exchange(incoming_request request) {
   disarm_timer();
-  clear_run_at();
   stream_.expires_never();
   phase_ = phase::exchange;
   ++exchange_;
@@ -650,7 +627,8 @@ void downstream_session::do_watch_read() {
 
 void downstream_session::post_send_full(std::uint64_t exchange, int status, header_list headers,
                                         std::string body) {
-  // At once when called on this session's executor (a run_at callback): the answer leaves now.
+  // At once when called on this session's executor (an actor running on the io thread): the
+  // answer leaves now, not behind every handler queued meanwhile.
   queue_call({channel_call::kind::send_full, exchange, status, std::move(headers), std::move(body)},
              true);
 }
@@ -827,7 +805,6 @@ void downstream_session::on_write(beast::error_code ec, std::size_t n) {
 
 void downstream_session::on_exchange_done() {
   observer_.reset();
-  clear_run_at();
   if (!keep_alive_ || context_->draining) {
     do_linger();
     return;
@@ -859,12 +836,11 @@ void downstream_session::do_close() {
   if (phase_ == phase::closed) return;
   const bool client_gone = phase_ == phase::exchange && !response_complete_;
   phase_ = phase::closed;
-  // The caller's upstream work stops first (its sockets are reset from here, cancel_hub.hpp):
-  // closing this socket, already abandoned by its client, can wait those few microseconds.
+  // The handler hears first that the caller left; closing this socket, already abandoned by
+  // its client, can wait.
   auto observer = std::move(observer_);
   if (client_gone && observer) context_->with_owner([&] { observer->on_client_gone(); });
   disarm_timer();
-  clear_run_at();
   timer_.cancel();  // its pending wait holds this session
   stream_.close();
   if (registered_) {
@@ -909,16 +885,13 @@ void downstream_session::on_timer(beast::error_code ec, std::uint64_t serial) {
   timer_waiting_ = false;
   if (ec || phase_ == phase::closed) return;
   const auto now = steady::now();
-  if (run_at_due_ <= now) fire_run_at();  // may answer, and so re-arm the timer for what follows
-  if (phase_ == phase::closed) return;
   if (timer_due_ <= now) {
     const auto use = timer_use_;
     timer_due_ = steady::time_point::max();
     on_timer_use_due(use);
     if (phase_ == phase::closed) return;
   }
-  const auto next = std::min(timer_due_, run_at_due_);
-  if (next != steady::time_point::max()) wait_until(next);
+  if (timer_due_ != steady::time_point::max()) wait_until(timer_due_);
 }
 
 void downstream_session::on_timer_use_due(timer_use use) {
@@ -941,49 +914,6 @@ void downstream_session::on_timer_use_due(timer_use use) {
       do_close();
       return;
   }
-}
-
-// --- the exchange's run_at ---------------------------------------------------------------------
-
-void downstream_session::run_at(std::uint64_t exchange, steady::time_point when,
-                                std::function<void()> fire) {
-  // Marked live at once, on the caller's thread, so that a cancel that follows finds it even
-  // before the strand has armed it. Exchanges only grow: a late call for an earlier exchange
-  // cannot take the mark from a later one.
-  auto live = run_at_live_.load();
-  while (live < exchange && !run_at_live_.compare_exchange_weak(live, exchange)) {
-  }
-  // Inline when called on this session's strand (the request actor on the io thread).
-  asio::dispatch(strand_,
-                 [self = shared_from_this(), exchange, when, fire = std::move(fire)]() mutable {
-                   if (self->run_at_live_.load() != exchange || !self->current(exchange)) return;
-                   self->run_at_of_ = exchange;
-                   self->run_at_due_ = when;
-                   self->run_at_fire_ = std::move(fire);
-                   self->wait_until(when);
-                 });
-}
-
-void downstream_session::cancel_run_at(std::uint64_t exchange) {
-  auto expected = exchange;
-  if (!run_at_live_.compare_exchange_strong(expected, 0)) return;  // fired, cancelled, or later
-  // The callback (and what it holds) goes now, not at the exchange's end.
-  asio::dispatch(strand_, [self = shared_from_this(), exchange] {
-    if (self->run_at_of_ == exchange) self->clear_run_at();
-  });
-}
-
-void downstream_session::fire_run_at() {
-  auto fire = std::move(run_at_fire_);
-  auto expected = run_at_of_;
-  clear_run_at();
-  if (fire && run_at_live_.compare_exchange_strong(expected, 0)) fire();
-}
-
-void downstream_session::clear_run_at() {
-  run_at_of_ = 0;
-  run_at_due_ = steady::time_point::max();
-  run_at_fire_ = nullptr;
 }
 
 }  // namespace tether::net

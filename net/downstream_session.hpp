@@ -56,16 +56,6 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void post_send_chunk(std::uint64_t exchange, std::string data);
   void post_end_stream(std::uint64_t exchange);
   void post_abort(std::uint64_t exchange);
-  // The channel's first run_at timer of an exchange, carried by this session's own timer (no
-  // Asio timer of its own, ≈2k instructions per request, callgrind). Thread-safe; once
-  // cancel_run_at has returned, the callback does not start. It is dropped unfired when the
-  // exchange ends (its response complete, or the connection closed): nothing waits for it then.
-  void run_at(std::uint64_t exchange, std::chrono::steady_clock::time_point when,
-              std::function<void()> fire);
-  void cancel_run_at(std::uint64_t exchange);
-  // This connection's executor (a strand, or the io_context's own when one thread runs it), for
-  // timers whose callbacks answer on it.
-  const boost::asio::any_io_executor& executor() const { return strand_; }
   // The same executor, for the upstream exchanges made for this connection's requests.
   const std::shared_ptr<const connection_affinity>& affinity() const { return affinity_; }
 
@@ -115,7 +105,7 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
     std::string data;
   };
   // Queues a call behind the ones made before it; `at_once`: runs the queue now when this is
-  // called on the session's executor and nothing is queued (a run_at callback answering).
+  // called on the session's executor and nothing is queued (an actor on the io thread answering).
   void queue_call(channel_call call, bool at_once = false);
   void run_calls();
   void run_call(channel_call& call);
@@ -142,8 +132,6 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void disarm_timer();
   void on_timer(boost::beast::error_code ec, std::uint64_t serial);
   void on_timer_use_due(timer_use use);
-  void fire_run_at();
-  void clear_run_at();
 
   const boost::asio::any_io_executor strand_;
   boost::beast::tcp_stream stream_;
@@ -152,18 +140,13 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   boost::beast::flat_buffer buffer_;
   std::optional<parser_type> parser_;
   // One timer, as its uses never overlap: the request deadline while reading, a stalled write
-  // during the exchange, the lingering close at the end; and beside them the exchange's run_at.
+  // during the exchange, the lingering close at the end.
   boost::asio::steady_timer timer_;
   timer_use timer_use_ = timer_use::request_deadline;
   std::chrono::steady_clock::time_point timer_due_ = std::chrono::steady_clock::time_point::max();
   bool timer_waiting_ = false;  // a wait is pending on timer_, to wake up at timer_wait_at_
   std::chrono::steady_clock::time_point timer_wait_at_;
   std::uint64_t timer_serial_ = 0;
-  // The current exchange's run_at timer, due independently of timer_use_ (a stalled write may
-  // be timed while the request deadline waits). run_at_live_ holds the exchange whose timer is
-  // armed and neither fired nor cancelled; firing and cancelling each swap it to 0 (any thread),
-  // and only the one that does acts. The rest is the strand's.
-  std::atomic<std::uint64_t> run_at_live_{0};
   // The channel's calls run in the order they were made, whichever thread made each. A post per
   // call did not keep it: Asio queues a handler posted from its own thread behind those other
   // threads post before the current handler returns, and a request actor's calls come from
@@ -173,9 +156,6 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   std::vector<channel_call> calls_;  // guarded by calls_mutex_
   bool calls_scheduled_ = false;     // guarded by calls_mutex_: run_calls is posted or running
   std::vector<channel_call> running_calls_;  // this session's executor only
-  std::uint64_t run_at_of_ = 0;
-  std::chrono::steady_clock::time_point run_at_due_ = std::chrono::steady_clock::time_point::max();
-  std::function<void()> run_at_fire_;
   bool timed_out_ = false;
   phase phase_ = phase::waiting;
   bool registered_ = false;

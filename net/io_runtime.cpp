@@ -10,7 +10,6 @@
 #include <boost/asio/post.hpp>
 
 #include "net/connection_executor.hpp"
-#include "net/notice_outbox.hpp"
 
 namespace tether::net {
 
@@ -36,10 +35,7 @@ io_runtime::io_runtime(unsigned threads)
   if (n == 1) mark_one_thread(impl_->context);
   impl_->threads.reserve(n);
   for (unsigned i = 0; i < n; ++i) {
-    impl_->threads.emplace_back([this, n] {
-      // The outbox's flush is posted to the context and must run on the thread that filled
-      // it: only a context with one thread guarantees that.
-      if (n == 1) detail::bind_notice_outbox(&impl_->context);
+    impl_->threads.emplace_back([this] {
       // A handler that throws must not take the whole io thread (and every socket on it) down:
       // the exception is dropped and the loop goes on until stop().
       for (;;) {
@@ -62,7 +58,6 @@ void io_runtime::run_here() {
     std::lock_guard<std::mutex> guard{impl_->lent_mutex};
     impl_->lent_runner = std::this_thread::get_id();
   }
-  detail::bind_notice_outbox(&impl_->context);
   for (;;) {
     try {
       impl_->context.run();
@@ -70,7 +65,6 @@ void io_runtime::run_here() {
     } catch (...) {
     }
   }
-  detail::bind_notice_outbox(nullptr);
   std::lock_guard<std::mutex> guard{impl_->lent_mutex};
   impl_->lent_runner = std::thread::id{};
   impl_->lent_left.notify_all();

@@ -392,8 +392,8 @@ TEST_F(LifecycleTest, ClientCloseDuringABackoffSleepStartsNoFurtherAttempt) {
 }
 
 // A storm: 60 callers whose deadlines pass together, 40 of them holding upstream slots (cap 40)
-// and 20 queued behind them. The io thread answers every 504 and closes every upstream socket
-// before the actors hear of it (net/notice_outbox.hpp); nothing may be lost on the way: every
+// and 20 queued behind them. Each request actor answers its 504 and takes its tree down, and
+// nothing may be lost on the way: every
 // caller is answered within the deadline's slack, every upstream connection the mock saw closes,
 // every request gets its access line, and the budget comes back whole (a new request is served).
 TEST_F(LifecycleTest, AStormOfExpiriesIsAnsweredAndTheBudgetComesBackWhole) {

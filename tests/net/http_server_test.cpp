@@ -283,23 +283,6 @@ class HttpServerTest : public ::testing::Test {
     server_.emplace(io_, limits, std::move(handler));
     port_ = server_->listen("127.0.0.1", 0);
   }
-  // Answers the exchange of `channel` from a timer due at `due`: 504, x-from: timer, "late".
-  static std::shared_ptr<timer> answer_late_at(const std::shared_ptr<response_channel>& channel,
-                                               steady::time_point due) {
-    std::weak_ptr<response_channel> weak = channel;
-    return channel->run_at(due, [weak] {
-      if (auto c = weak.lock()) c->send_full(504, {{"x-from", "timer"}}, "late");
-    });
-  }
-  // What answer_late_at sends, received no earlier than it was due.
-  static void expect_late_answer(const std::optional<test_response>& response,
-                                 steady::time_point due) {
-    ASSERT_TRUE(response);
-    EXPECT_GE(steady::now(), due);
-    EXPECT_EQ(response->status, 504);
-    EXPECT_EQ(response->header("x-from"), "timer");
-    EXPECT_EQ(response->body, "late");
-  }
   // A handler that answers nothing itself: each exchange's channel goes to channels_, for the
   // test to answer from.
   void serve_keeping_channels() {
@@ -439,77 +422,6 @@ TEST_F(HttpServerTest, RequestsSentAtOnceOnNewAndKeptAliveConnectionsAreAllAnswe
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(answered.load(), clients * connections * per_connection);
-}
-
-// A channel's timer fires on the connection's strand at the time asked, and a response sent
-// from it reaches the client; a cancelled one never fires.
-TEST_F(HttpServerTest, ChannelTimerFiresAtItsTimeAndAnswersFromTheConnection) {
-  serve_keeping_channels();
-  test_client client(port_);
-  ASSERT_TRUE(client.send(get("/timed")));
-  auto channel = channels_.wait(0);
-  ASSERT_TRUE(channel);
-  std::atomic<int> cancelled_fired{0};
-  auto never = channel->run_at(steady::now() + 20ms, [&] { ++cancelled_fired; });
-  never->cancel();
-  const auto due = steady::now() + 40ms;
-  auto handle = answer_late_at(channel, due);
-  expect_late_answer(client.read_response(), due);
-  EXPECT_EQ(cancelled_fired.load(), 0);
-}
-
-// The first timer of an exchange rides on the connection's own timer: it is the exchange's,
-// dropped once its response is complete, and a late cancel through the first exchange's handle
-// leaves the next exchange's timer alone.
-TEST_F(HttpServerTest, ChannelTimerBelongsToItsExchangeOnAKeptAliveConnection) {
-  serve_keeping_channels();
-  test_client client(port_);
-  ASSERT_TRUE(client.send(get("/first")));
-  auto first = channels_.wait(0);
-  ASSERT_TRUE(first);
-  std::atomic<int> first_fired{0};
-  const auto first_due = steady::now() + 30ms;
-  auto first_timer = first->run_at(first_due, [&] { ++first_fired; });
-  first->send_full(200, {}, "first");
-  const auto first_response = client.read_response();
-  ASSERT_TRUE(first_response);
-  EXPECT_EQ(first_response->body, "first");
-
-  ASSERT_TRUE(client.send(get("/second")));
-  auto second = channels_.wait(1);
-  ASSERT_TRUE(second);
-  // Due well after the first one: its answer arriving shows the first's time has passed.
-  const auto second_due = std::max(steady::now(), first_due) + 40ms;
-  auto second_timer = answer_late_at(second, second_due);
-  first_timer->cancel();  // stale: the first exchange is over
-  expect_late_answer(client.read_response(), second_due);
-  EXPECT_EQ(first_fired.load(), 0);
-}
-
-// A second timer on one exchange gets a timer of its own: both fire, each at its time.
-TEST_F(HttpServerTest, TwoChannelTimersOnOneExchangeBothFire) {
-  serve_keeping_channels();
-  test_client client(port_);
-  ASSERT_TRUE(client.send(get("/two-timers")));
-  auto channel = channels_.wait(0);
-  ASSERT_TRUE(channel);
-  const auto first_due = steady::now() + 20ms;
-  const auto second_due = first_due + 20ms;
-  std::atomic<bool> first_fired{false};
-  std::atomic<std::int64_t> first_late_ns{-1};
-  auto first = channel->run_at(first_due, [&] {
-    first_late_ns = (steady::now() - first_due).count();
-    first_fired = true;
-  });
-  std::weak_ptr<response_channel> weak = channel;
-  auto second = channel->run_at(second_due, [weak, &first_fired] {
-    if (auto c = weak.lock()) c->send_full(200, {}, first_fired ? "both" : "second only");
-  });
-  const auto response = client.read_response();
-  ASSERT_TRUE(response);
-  EXPECT_GE(steady::now(), second_due);
-  EXPECT_EQ(response->body, "both");
-  EXPECT_GE(first_late_ns.load(), 0);
 }
 
 TEST_F(HttpServerTest, KeepAliveConnectionServesTwoRequests) {

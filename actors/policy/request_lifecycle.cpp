@@ -1,0 +1,406 @@
+#include "actors/policy/request_lifecycle.hpp"
+
+#include <algorithm>
+
+#include "actors/policy/retry_budget.hpp"
+#include "actors/policy/router.hpp"
+
+namespace tether {
+
+std::string_view to_string(stop_reason r) {
+  switch (r) {
+    case stop_reason::deadline:
+      return "deadline";
+    case stop_reason::client_gone:
+      return "client_gone";
+    case stop_reason::drain:
+      return "drain";
+  }
+  return "unknown";
+}
+
+namespace {
+using kind = lifecycle_command::kind;
+
+lifecycle_command make(kind k) {
+  lifecycle_command c;
+  c.what = k;
+  return c;
+}
+}  // namespace
+
+request_lifecycle::request_lifecycle(const config::gateway_config& cfg, router& routes,
+                                     retry_budget& retries, const std::vector<std::string>& chain,
+                                     request_deadline deadline, retry_policy::jitter_source jitter)
+    : cfg_(cfg),
+      routes_(routes),
+      retries_(retries),
+      chain_(&chain),
+      deadline_(deadline),
+      jitter_(std::move(jitter)) {
+  if (!chain_->empty()) settings_ = cfg_.effective_request(chain_->front());
+}
+
+// Whatever ends the actor, the shared counts it took are given back.
+request_lifecycle::~request_lifecycle() {
+  release_attempt();
+  return_retry_token();
+  for (auto up : joined_) retries_.request_left(up);
+}
+
+request_lifecycle::commands& request_lifecycle::begin() {
+  out_.clear();
+  return out_;
+}
+
+// ---- events --------------------------------------------------------------------------------
+
+const request_lifecycle::commands& request_lifecycle::start(steady_time now) {
+  begin();
+  if (deadline_.budget() && deadline_.budget()->count() == 0) {
+    // A spent budget reaches no upstream.
+    answer_error(outcome::deadline_exceeded, "the caller's deadline budget is already spent");
+    maybe_finish();
+    return out_;
+  }
+  if (auto due = deadline_.due()) {
+    auto c = make(kind::arm_deadline);
+    c.at = *due;
+    out_.push_back(std::move(c));
+  }
+  start_attempt(now);
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_response(int status,
+                                                                  std::optional<millis> retry_after,
+                                                                  steady_time now) {
+  begin();
+  if (phase_ != phase::attempting) return out_;  // after a cancel: nobody waits for it
+  release_attempt();
+  const bool success = status >= 200 && status < 300;
+  const bool rejected = status >= 400 && status < 500 && status != 429;
+  if (success || rejected) {
+    const auto o = success ? outcome::ok : outcome::upstream_rejected;
+    attempt_over(o, status);
+    auto c = make(kind::send_response);
+    c.result = o;
+    c.status = status;
+    out_.push_back(std::move(c));
+    close_caller_side(o, status);
+    maybe_finish();
+    return out_;
+  }
+  attempt_over(status == 429 ? outcome::upstream_rate_limited : outcome::upstream_failed, status);
+  attempt_report report;
+  report.end = attempt_end::response;
+  report.status = status;
+  report.retry_after = retry_after;
+  after_failure(report, "status " + std::to_string(status), now);
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_stream_head(int status) {
+  begin();
+  if (phase_ != phase::attempting) return out_;
+  phase_ = phase::streaming;
+  status_ = status;
+  auto c = make(kind::start_stream);
+  c.status = status;
+  out_.push_back(std::move(c));
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_stream_end() {
+  begin();
+  if (phase_ != phase::streaming) return out_;
+  release_attempt();
+  out_.push_back(make(kind::end_stream));
+  attempt_over(outcome::ok, status_);
+  close_caller_side(outcome::ok, status_);
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_end end,
+                                                                        std::string_view message,
+                                                                        bool committed,
+                                                                        steady_time now) {
+  begin();
+  if (phase_ != phase::attempting && phase_ != phase::streaming) return out_;
+  release_attempt();
+  if (committed || phase_ == phase::streaming) {
+    attempt_over(outcome::stream_interrupted, status_);
+    if (end == attempt_end::timeout) {
+      interrupt_stream("timeout_error", "stream interrupted: " + std::string{message});
+    } else {
+      interrupt_stream("upstream_error",
+                       "stream interrupted: upstream ended (" + std::string{message} + ")");
+    }
+    maybe_finish();
+    return out_;
+  }
+  const outcome o = end == attempt_end::timeout      ? outcome::upstream_timeout
+                    : end == attempt_end::overloaded ? outcome::overloaded
+                                                     : outcome::upstream_failed;
+  attempt_over(o);
+  attempt_report report;
+  report.end = end;
+  after_failure(report, message, now);
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_attempt_exited(std::uint32_t attempt,
+                                                                        steady_time now) {
+  begin();
+  if (attempts_live_ > 0) --attempts_live_;
+  // The current attempt ended without a report: it crashed, a failed attempt. An earlier
+  // attempt's end can come after its successor started (a retry without backoff); that one
+  // is not current and changes nothing.
+  if (current_ && *current_ == attempt) {
+    release_attempt();
+    if (phase_ == phase::attempting) {
+      attempt_over(outcome::internal_error);
+      attempt_report report;
+      report.end = attempt_end::reset;
+      after_failure(report, "attempt ended unexpectedly", now);
+    }
+  }
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_backoff_due(std::uint64_t generation,
+                                                                     steady_time now) {
+  begin();
+  if (generation != backoff_generation_ || phase_ != phase::backing_off) return out_;
+  start_attempt(now);
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_deadline() {
+  begin();
+  if (phase_ == phase::answered) return out_;
+  // The caller's answer first: it is what the caller is waiting for; the tree's teardown
+  // follows at once.
+  const bool streaming = phase_ == phase::streaming;
+  attempt_over(outcome::deadline_exceeded);
+  if (streaming) {
+    interrupt_stream("timeout_error", "stream interrupted: the request deadline passed");
+  } else {
+    answer_error(outcome::deadline_exceeded, "the request deadline passed");
+  }
+  cancel_attempt(stop_reason::deadline);
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_client_gone() {
+  begin();
+  if (phase_ == phase::answered) return out_;
+  cancel_attempt(stop_reason::client_gone);
+  attempt_over(outcome::client_disconnected);
+  close_caller_side(outcome::client_disconnected, 499);  // logged, never sent
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_drain() {
+  begin();
+  if (phase_ == phase::answered) return out_;
+  const bool streaming = phase_ == phase::streaming;
+  attempt_over(outcome::shutting_down);
+  if (streaming) {
+    interrupt_stream(error_type_of(outcome::shutting_down),
+                     "stream interrupted: the gateway is shutting down");
+  } else {
+    answer_error(outcome::shutting_down, "the gateway is shutting down");
+  }
+  cancel_attempt(stop_reason::drain);
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_connection_ended() {
+  begin();
+  ++connections_ended_;
+  maybe_finish();
+  return out_;
+}
+
+// ---- steps ---------------------------------------------------------------------------------
+
+void request_lifecycle::start_attempt(steady_time now) {
+  if (deadline_.expired(now)) {
+    answer_error(outcome::deadline_exceeded, "the request deadline passed before an attempt");
+    return;
+  }
+  if (chain_pos_ >= chain_->size()) {  // the gateway only starts requests for known models
+    answer_error(outcome::internal_error, "no deployment for a configured model");
+    return;
+  }
+  const auto& model = (*chain_)[chain_pos_];
+  auto dep = routes_.choose(model, {tried_.data(), tried_.size()});
+  if (!dep) {
+    answer_error(outcome::internal_error, "no deployment for a configured model");
+    return;
+  }
+  const auto upstream = routes_.at(*dep).upstream;
+  tried_.push_back(*dep);
+  routes_.attempt_started(*dep);
+  if (std::find(joined_.begin(), joined_.end(), upstream) == joined_.end()) {
+    retries_.request_joined(upstream);
+    joined_.push_back(upstream);
+  }
+  current_ = attempts_started_++;
+  current_deployment_ = *dep;
+  current_upstream_ = upstream;
+  ++attempts_live_;
+  ++connections_started_;
+  phase_ = phase::attempting;
+  auto c = make(kind::start_attempt);
+  c.attempt = *current_;
+  c.deployment = *dep;
+  c.upstream = upstream;
+  c.delay = deadline_.attempt_timer(settings_.attempt_timeout, now);
+  c.deadline_left = deadline_.remaining(now);
+  out_.push_back(std::move(c));
+}
+
+// After an attempt failed before committing: the policy decides, the upstream's retry budget
+// may overrule a retry.
+void request_lifecycle::after_failure(const attempt_report& report, std::string_view message,
+                                      steady_time now) {
+  history_.record(report);
+  retry_policy policy{settings_.max_retries, settings_.retry_backoff, jitter_};
+  const bool has_fallback = chain_pos_ + 1 < chain_->size();
+  const auto remaining = deadline_.remaining(now);
+  auto d = policy.decide(report, model_attempts_, remaining, has_fallback);
+  ++model_attempts_;
+  using act = retry_decision::action;
+  if (d.what == act::retry && attempts_started_ > 0) {
+    // The upstream that failed is the one a retry would add load to: its budget decides. Over
+    // it, this model's attempts are spent (the fallback chain still applies).
+    const bool granted = retries_.try_start_retry(current_upstream_);
+    auto c = make(kind::retry_asked);
+    c.upstream = current_upstream_;
+    c.granted = granted;
+    out_.push_back(std::move(c));
+    if (granted) {
+      retry_token_ = current_upstream_;
+    } else {
+      d = policy.decide(report, settings_.max_retries, remaining, has_fallback);
+    }
+  }
+  switch (d.what) {
+    case act::retry:
+      phase_ = phase::backing_off;
+      if (d.delay.count() <= 0) {
+        start_attempt(now);
+      } else {
+        auto c = make(kind::arm_backoff);
+        c.delay = d.delay;
+        c.generation = ++backoff_generation_;
+        out_.push_back(std::move(c));
+      }
+      return;
+    case act::fallback:
+      ++chain_pos_;
+      settings_ = cfg_.effective_request((*chain_)[chain_pos_]);
+      model_attempts_ = 0;
+      tried_.clear();
+      start_attempt(now);
+      return;
+    case act::fail:
+    case act::pass_through: {
+      auto o = d.result;
+      if (o == outcome::upstream_failed) o = history_.exhausted_outcome();
+      std::string why = o == outcome::upstream_timeout ? "every upstream attempt timed out"
+                        : o == outcome::upstream_rate_limited
+                            ? "the upstream is rate limiting (429)"
+                        : o == outcome::overloaded ? "gateway overloaded: " + std::string{message}
+                                                   : "upstream failed: " + std::string{message};
+      answer_error(o, std::move(why), d.retry_after);
+      return;
+    }
+  }
+}
+
+// The current attempt has said its last word: its deployment is free for the router's count,
+// and a next attempt may start while this one's actor is still on its way out. A retry it was
+// ends with it.
+void request_lifecycle::release_attempt() {
+  return_retry_token();
+  if (!current_) return;
+  routes_.attempt_ended(current_deployment_);
+  current_.reset();
+}
+
+void request_lifecycle::cancel_attempt(stop_reason reason) {
+  ++backoff_generation_;  // a pending backoff is void
+  if (!current_) return;
+  auto c = make(kind::cancel_attempt);
+  c.attempt = *current_;
+  c.reason = reason;
+  out_.push_back(std::move(c));
+  release_attempt();
+}
+
+void request_lifecycle::answer_error(outcome o, std::string message,
+                                     std::optional<millis> retry_after) {
+  auto c = make(kind::send_error);
+  c.result = o;
+  c.status = status_of(o);
+  c.message = std::move(message);
+  c.retry_after = retry_after;
+  out_.push_back(std::move(c));
+  close_caller_side(o, status_of(o));
+}
+
+// Mid-stream: cut between whole events, then one error event and the end of the stream.
+void request_lifecycle::interrupt_stream(std::string_view type, std::string message) {
+  auto c = make(kind::interrupt_stream);
+  c.result = outcome::stream_interrupted;
+  c.type = type;
+  c.message = std::move(message);
+  out_.push_back(std::move(c));
+  close_caller_side(outcome::stream_interrupted, 200);
+}
+
+void request_lifecycle::attempt_over(outcome o, int status) {
+  auto c = make(kind::attempt_over);
+  c.result = o;
+  c.status = status;
+  out_.push_back(std::move(c));
+}
+
+// The one way into `answered`: from here on, upstream work is late work.
+void request_lifecycle::close_caller_side(outcome o, int status) {
+  return_retry_token();
+  for (auto up : joined_) retries_.request_left(up);
+  joined_.clear();
+  result_ = o;
+  status_ = status;
+  phase_ = phase::answered;
+  out_.push_back(make(kind::caller_side_over));
+}
+
+void request_lifecycle::return_retry_token() {
+  if (!retry_token_) return;
+  retries_.retry_ended(*retry_token_);
+  retry_token_.reset();
+}
+
+void request_lifecycle::maybe_finish() {
+  if (finished_ || phase_ != phase::answered || attempts_live_ > 0 ||
+      connections_started_ != connections_ended_)
+    return;
+  finished_ = true;
+  out_.push_back(make(kind::finish));
+}
+
+}  // namespace tether

@@ -1,0 +1,163 @@
+// The decisions of one request's life, from arrival to the end of its last upstream connection:
+// events in, commands out. The request actor feeds it what happened (an attempt's answer or
+// failure, a timer, the caller leaving, the drain, a connection's end) and carries out what it
+// returns (answer, relay, start or cancel an attempt, arm a timer, write the access line and
+// quit). It composes retry_policy, request_deadline and outcome, and counts the request into the
+// router and the retry budget; it holds no actor, socket or clock, so tests drive every race
+// through it directly.
+//
+//   start ──▶ attempting ◀──────────── backing_off
+//     │         │   │  └─ retryable failure ──▶ ┘   (retry_policy, retry_budget)
+//     │         │   └─ committed stream ──▶ streaming ──▶ answered
+//     │         └─ response / final failure ───────────▶ answered
+//     └─ budget already spent (0) ─────────────────────▶ answered
+//   any state: deadline | client gone | drain ──▶ cancel the attempt ──▶ answered
+//   answered ──(every attempt and connection ended)──▶ finish
+//
+// The caller is answered exactly once: every path to `answered` goes through one function
+// (close_caller_side), and every event after it only counts ends.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/container/small_vector.hpp>
+
+#include "actors/policy/deadline.hpp"
+#include "actors/policy/outcome.hpp"
+#include "actors/policy/retry_policy.hpp"
+#include "actors/policy/stop_reason.hpp"
+#include "config/config.hpp"
+
+namespace tether {
+
+class router;
+class retry_budget;
+
+struct lifecycle_command {
+  enum class kind : std::uint8_t {
+    arm_deadline,      // at `at`: on_deadline
+    start_attempt,     // `attempt` on `deployment` (of `upstream`), per-try timeout `delay`
+                       // (0 = none), `deadline_left` to pass on (nullopt = unbounded)
+    cancel_attempt,    // stop attempt `attempt` with `reason`
+    arm_backoff,       // after `delay`: on_backoff_due(`generation`)
+    send_response,     // the attempt's complete response goes to the caller as it is
+    start_stream,      // the attempt's stream is committed: its head goes to the caller
+    end_stream,        // the stream ended cleanly
+    send_error,        // a gateway-made error: `result`, `status`, `message`, `retry_after`
+    interrupt_stream,  // mid-stream: one error event (`type`, `message`), then the end
+    attempt_over,      // the current attempt's record ends with `result` (and `status` if > 0)
+    retry_asked,       // the retry budget of `upstream` was asked: `granted`
+    caller_side_over,  // the caller's side is over: result() and status() are final
+    finish,            // every piece of work has ended: log and quit
+  } what = kind::finish;
+  outcome result = outcome::ok;
+  int status = 0;
+  std::uint32_t attempt = 0;
+  std::size_t deployment = 0;
+  std::size_t upstream = 0;
+  bool granted = false;
+  stop_reason reason = stop_reason::deadline;
+  std::uint64_t generation = 0;
+  millis delay{0};
+  steady_time at{};
+  std::optional<millis> retry_after;
+  std::optional<millis> deadline_left;
+  std::string_view type;
+  std::string message;
+};
+
+class request_lifecycle {
+ public:
+  using commands = boost::container::small_vector<lifecycle_command, 6>;
+
+  // `chain`: the model asked for, then its fallbacks (router::chain_of). The router, the retry
+  // budget and the configuration outlive the lifecycle.
+  request_lifecycle(const config::gateway_config& cfg, router& routes, retry_budget& retries,
+                    const std::vector<std::string>& chain, request_deadline deadline,
+                    retry_policy::jitter_source jitter = {});
+  ~request_lifecycle();
+  request_lifecycle(const request_lifecycle&) = delete;
+  request_lifecycle& operator=(const request_lifecycle&) = delete;
+
+  // Each event returns what to do, in order; the list is valid until the next event.
+  const commands& start(steady_time now);
+  const commands& on_response(int status, std::optional<millis> retry_after, steady_time now);
+  const commands& on_stream_head(int status);
+  const commands& on_stream_end();
+  const commands& on_attempt_failed(attempt_end kind, std::string_view message, bool committed,
+                                    steady_time now);
+  // The attempt's actor has ended (after its report, or without one: then it failed).
+  const commands& on_attempt_exited(std::uint32_t attempt, steady_time now);
+  const commands& on_backoff_due(std::uint64_t generation, steady_time now);
+  const commands& on_deadline();
+  const commands& on_client_gone();
+  const commands& on_drain();
+  // An attempt's connection has ended (its socket closed, or it never opened one). Every
+  // attempt has exactly one connection, counted when the attempt starts.
+  const commands& on_connection_ended();
+
+  // Whether a stream event from the attempt goes to the caller now.
+  bool relays_events() const { return phase_ == phase::streaming; }
+  bool answered() const { return phase_ == phase::answered; }
+  outcome result() const { return result_; }
+  int status() const { return status_; }
+  // The current model's settings (its [request] overrides applied).
+  const config::request_config& settings() const { return settings_; }
+  const std::string& model() const { return (*chain_)[chain_pos_]; }
+  std::uint32_t attempts_started() const { return attempts_started_; }
+
+ private:
+  enum class phase { attempting, backing_off, streaming, answered };
+
+  commands& begin();
+  void start_attempt(steady_time now);
+  void after_failure(const attempt_report& report, std::string_view message, steady_time now);
+  void release_attempt();
+  void cancel_attempt(stop_reason reason);
+  void answer_error(outcome o, std::string message, std::optional<millis> retry_after = {});
+  void interrupt_stream(std::string_view type, std::string message);
+  void attempt_over(outcome o, int status = 0);
+  void close_caller_side(outcome o, int status);
+  void return_retry_token();
+  void maybe_finish();
+
+  const config::gateway_config& cfg_;
+  router& routes_;
+  retry_budget& retries_;
+  const std::vector<std::string>* chain_;
+  request_deadline deadline_;
+  retry_policy::jitter_source jitter_;
+  config::request_config settings_;
+
+  phase phase_ = phase::attempting;
+  bool finished_ = false;
+  std::size_t chain_pos_ = 0;
+  std::uint32_t model_attempts_ = 0;
+  retry_policy::history history_;
+  // The deployments this model's attempts tried, so a retry prefers another.
+  boost::container::small_vector<std::size_t, 4> tried_;
+  // The attempt that may still report, and the deployment it counts against in the router.
+  std::optional<std::uint32_t> current_;
+  std::size_t current_deployment_ = 0;
+  std::size_t current_upstream_ = 0;
+  std::uint32_t attempts_started_ = 0;
+  std::uint32_t attempts_live_ = 0;
+  std::uint64_t backoff_generation_ = 0;
+  // The retry token held from the retry decision through the backoff and the retry attempt.
+  std::optional<std::size_t> retry_token_;
+  // The upstreams this request counts among their requests in the retry budget.
+  boost::container::small_vector<std::size_t, 2> joined_;
+  std::uint32_t connections_started_ = 0;
+  std::uint32_t connections_ended_ = 0;
+
+  outcome result_ = outcome::internal_error;
+  int status_ = 0;
+  commands out_;
+};
+
+}  // namespace tether

@@ -1,0 +1,490 @@
+#include "actors/policy/request_lifecycle.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <random>
+#include <vector>
+
+#include "actors/policy/retry_budget.hpp"
+#include "actors/policy/router.hpp"
+
+namespace tether {
+namespace {
+
+using namespace std::chrono_literals;
+using kind = lifecycle_command::kind;
+
+// "llama" on upstream a, falling back to "small" on upstream b.
+config::gateway_config two_models() {
+  config::gateway_config cfg;
+  for (const char* name : {"a", "b"}) {
+    config::upstream_config u;
+    u.name = name;
+    cfg.upstreams.push_back(u);
+  }
+  config::model_config llama;
+  llama.name = "llama";
+  llama.upstream = "a";
+  llama.upstream_model = "llama";
+  llama.fallbacks = {"small"};
+  config::model_config small;
+  small.name = "small";
+  small.upstream = "b";
+  small.upstream_model = "small";
+  cfg.models = {llama, small};
+  cfg.request.max_retries = 1;
+  cfg.request.retry_backoff = 100ms;
+  cfg.request.attempt_timeout = 1000ms;
+  return cfg;
+}
+
+std::vector<kind> kinds(const request_lifecycle::commands& cs) {
+  std::vector<kind> out;
+  for (const auto& c : cs) out.push_back(c.what);
+  return out;
+}
+
+const lifecycle_command* find(const request_lifecycle::commands& cs, kind k) {
+  for (const auto& c : cs)
+    if (c.what == k) return &c;
+  return nullptr;
+}
+
+class RequestLifecycleTest : public ::testing::Test {
+ protected:
+  explicit RequestLifecycleTest(std::uint32_t retry_min = 3, std::uint32_t retry_percent = 20)
+      : cfg_(two_models()),
+        routes_(cfg_),
+        retries_(cfg_.upstreams.size(), retry_min, retry_percent) {}
+
+  // A request for llama arriving at t0 with `budget` (nullopt: unbounded); the backoff's jitter
+  // is pinned to its maximum.
+  request_lifecycle make(std::optional<millis> budget = 10s) {
+    return request_lifecycle{cfg_,
+                             routes_,
+                             retries_,
+                             routes_.chain_of("llama"),
+                             request_deadline{t0_, budget},
+                             [](std::int64_t n) { return n; }};
+  }
+
+  // Every shared count the request took is back.
+  void expect_nothing_held() {
+    for (std::size_t d = 0; d < routes_.size(); ++d) EXPECT_EQ(routes_.in_flight(d), 0) << d;
+    for (std::size_t u = 0; u < cfg_.upstreams.size(); ++u) {
+      EXPECT_EQ(retries_.retries_in_flight(u), 0U) << u;
+      EXPECT_EQ(retries_.requests_in_flight(u), 0U) << u;
+    }
+  }
+
+  config::gateway_config cfg_;
+  router routes_;
+  retry_budget retries_;
+  steady_time t0_ = steady_time{} + 1000s;
+};
+
+TEST_F(RequestLifecycleTest, StartArmsTheDeadlineAndStartsTheFirstAttemptWithItsPerTryTimer) {
+  auto lc = make(10s);
+  const auto& cs = lc.start(t0_);
+  ASSERT_EQ(kinds(cs), (std::vector{kind::arm_deadline, kind::start_attempt}));
+  EXPECT_EQ(cs[0].at, t0_ + 10s);
+  EXPECT_EQ(cs[1].attempt, 0U);
+  EXPECT_EQ(routes_.at(cs[1].deployment).model, "llama");
+  EXPECT_EQ(cs[1].delay, 1000ms);
+  EXPECT_EQ(routes_.in_flight(cs[1].deployment), 1);
+}
+
+TEST_F(RequestLifecycleTest, PerTryTimerIsNotArmedWhenTheDeadlineComesFirst) {
+  auto lc = make(500ms);
+  const auto& cs = lc.start(t0_);
+  ASSERT_NE(find(cs, kind::start_attempt), nullptr);
+  EXPECT_EQ(find(cs, kind::start_attempt)->delay, 0ms);
+}
+
+TEST_F(RequestLifecycleTest, SpentBudgetIsAnswered504WithoutAnAttemptAndFinishesAtOnce) {
+  auto lc = make(0ms);
+  const auto& cs = lc.start(t0_);
+  ASSERT_EQ(kinds(cs), (std::vector{kind::send_error, kind::caller_side_over, kind::finish}));
+  EXPECT_EQ(cs[0].result, outcome::deadline_exceeded);
+  EXPECT_EQ(cs[0].status, 504);
+  expect_nothing_held();
+}
+
+TEST_F(RequestLifecycleTest, ResponseIsSentOnceAndTheRequestFinishesOnlyAfterItsConnectionEnded) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& cs = lc.on_response(200, std::nullopt, t0_ + 5ms);
+  ASSERT_EQ(kinds(cs),
+            (std::vector{kind::attempt_over, kind::send_response, kind::caller_side_over}));
+  EXPECT_EQ(cs[1].result, outcome::ok);
+  EXPECT_TRUE(lc.answered());
+  EXPECT_TRUE(lc.on_attempt_exited(0, t0_ + 6ms).empty());  // its socket is still open
+  EXPECT_EQ(kinds(lc.on_connection_ended()), (std::vector{kind::finish}));
+  expect_nothing_held();
+}
+
+TEST_F(RequestLifecycleTest, UpstreamFourHundredPassesThroughAsRejectedWithoutRetry) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& cs = lc.on_response(404, std::nullopt, t0_ + 5ms);
+  ASSERT_NE(find(cs, kind::send_response), nullptr);
+  EXPECT_EQ(find(cs, kind::send_response)->result, outcome::upstream_rejected);
+  EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
+}
+
+TEST_F(RequestLifecycleTest,
+       DeadlineBeforeTheResponseAnswers504ThenCancelsAndIgnoresTheLateResponse) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& cs = lc.on_deadline();
+  ASSERT_EQ(kinds(cs), (std::vector{kind::attempt_over, kind::send_error, kind::caller_side_over,
+                                    kind::cancel_attempt}));
+  EXPECT_EQ(cs[1].result, outcome::deadline_exceeded);
+  EXPECT_EQ(cs[3].reason, stop_reason::deadline);
+  EXPECT_EQ(cs[3].attempt, 0U);
+  // The cancelled attempt's answer was already on its way.
+  EXPECT_TRUE(lc.on_response(200, std::nullopt, t0_ + 10s).empty());
+  EXPECT_EQ(lc.result(), outcome::deadline_exceeded);
+  EXPECT_TRUE(lc.on_connection_ended().empty());  // its attempt actor has not ended yet
+  EXPECT_EQ(kinds(lc.on_attempt_exited(0, t0_ + 10s)), (std::vector{kind::finish}));
+  expect_nothing_held();
+}
+
+TEST_F(RequestLifecycleTest, ResponseBeforeTheDeadlineWinsAndTheDeadlineThenDoesNothing) {
+  auto lc = make();
+  lc.start(t0_);
+  lc.on_response(200, std::nullopt, t0_ + 5ms);
+  EXPECT_TRUE(lc.on_deadline().empty());
+  EXPECT_EQ(lc.result(), outcome::ok);
+}
+
+TEST_F(RequestLifecycleTest, ClientGoneCancelsTheAttemptAndIsLoggedAs499WithoutAnAnswer) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& cs = lc.on_client_gone();
+  ASSERT_EQ(kinds(cs),
+            (std::vector{kind::cancel_attempt, kind::attempt_over, kind::caller_side_over}));
+  EXPECT_EQ(cs[0].reason, stop_reason::client_gone);
+  EXPECT_EQ(lc.result(), outcome::client_disconnected);
+  EXPECT_EQ(lc.status(), 499);
+}
+
+TEST_F(RequestLifecycleTest, ClientGoneDuringBackoffStartsNoRetryAndReturnsTheRetryToken) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& failed = lc.on_response(503, std::nullopt, t0_ + 5ms);
+  ASSERT_NE(find(failed, kind::arm_backoff), nullptr);
+  const auto generation = find(failed, kind::arm_backoff)->generation;
+  EXPECT_EQ(find(failed, kind::arm_backoff)->delay, 100ms);  // jitter pinned to its maximum
+  EXPECT_EQ(retries_.retries_in_flight(0), 1U);
+  lc.on_attempt_exited(0, t0_ + 6ms);
+  const auto& gone = lc.on_client_gone();
+  EXPECT_EQ(find(gone, kind::cancel_attempt), nullptr);  // no attempt is in flight
+  EXPECT_NE(find(gone, kind::caller_side_over), nullptr);
+  EXPECT_TRUE(lc.on_backoff_due(generation, t0_ + 105ms).empty());
+  EXPECT_EQ(kinds(lc.on_connection_ended()), (std::vector{kind::finish}));
+  expect_nothing_held();
+}
+
+TEST_F(RequestLifecycleTest, BackoffDueStartsTheRetryOnTheSameModel) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto generation =
+      find(lc.on_response(503, std::nullopt, t0_), kind::arm_backoff)->generation;
+  const auto& cs = lc.on_backoff_due(generation, t0_ + 100ms);
+  ASSERT_EQ(kinds(cs), (std::vector{kind::start_attempt}));
+  EXPECT_EQ(cs[0].attempt, 1U);
+  EXPECT_EQ(routes_.at(cs[0].deployment).model, "llama");
+  EXPECT_TRUE(lc.on_backoff_due(generation, t0_ + 100ms).empty());  // a stale timer
+}
+
+TEST_F(RequestLifecycleTest, SpentRetriesFallBackToTheNextModelAtOnce) {
+  auto lc = make();
+  lc.start(t0_);
+  auto generation = find(lc.on_response(503, std::nullopt, t0_), kind::arm_backoff)->generation;
+  lc.on_backoff_due(generation, t0_ + 100ms);
+  const auto& cs = lc.on_response(503, std::nullopt, t0_ + 110ms);
+  ASSERT_NE(find(cs, kind::start_attempt), nullptr);
+  EXPECT_EQ(routes_.at(find(cs, kind::start_attempt)->deployment).model, "small");
+  EXPECT_EQ(lc.model(), "small");
+}
+
+TEST_F(RequestLifecycleTest, EveryModelSpentAnswersTheExhaustedOutcome) {
+  auto lc = make();
+  lc.start(t0_);
+  std::uint64_t generation = 0;
+  generation = find(lc.on_attempt_failed(attempt_end::timeout, "attempt timed out", false, t0_),
+                    kind::arm_backoff)
+                   ->generation;
+  lc.on_backoff_due(generation, t0_);
+  lc.on_attempt_failed(attempt_end::timeout, "attempt timed out", false, t0_);  // → small
+  generation = find(lc.on_attempt_failed(attempt_end::timeout, "attempt timed out", false, t0_),
+                    kind::arm_backoff)
+                   ->generation;
+  lc.on_backoff_due(generation, t0_);
+  const auto& cs = lc.on_attempt_failed(attempt_end::timeout, "attempt timed out", false, t0_);
+  ASSERT_NE(find(cs, kind::send_error), nullptr);
+  EXPECT_EQ(find(cs, kind::send_error)->result, outcome::upstream_timeout);
+  EXPECT_EQ(find(cs, kind::send_error)->status, 504);
+  EXPECT_EQ(lc.attempts_started(), 4U);
+}
+
+TEST_F(RequestLifecycleTest, OverloadedAttemptIsFinalWithoutRetry) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& cs = lc.on_attempt_failed(attempt_end::overloaded, "queue full", false, t0_);
+  ASSERT_NE(find(cs, kind::send_error), nullptr);
+  EXPECT_EQ(find(cs, kind::send_error)->result, outcome::overloaded);
+  EXPECT_EQ(find(cs, kind::send_error)->message, "gateway overloaded: queue full");
+  EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
+}
+
+class RequestLifecycleNoRetryBudgetTest : public RequestLifecycleTest {
+ protected:
+  RequestLifecycleNoRetryBudgetTest() : RequestLifecycleTest(0, 0) {}
+};
+
+TEST_F(RequestLifecycleNoRetryBudgetTest, RetryOverTheUpstreamsBudgetFallsBackInstead) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& cs = lc.on_response(503, std::nullopt, t0_);
+  ASSERT_NE(find(cs, kind::retry_asked), nullptr);
+  EXPECT_FALSE(find(cs, kind::retry_asked)->granted);
+  EXPECT_EQ(find(cs, kind::retry_asked)->upstream, 0U);
+  ASSERT_NE(find(cs, kind::start_attempt), nullptr);
+  EXPECT_EQ(routes_.at(find(cs, kind::start_attempt)->deployment).model, "small");
+}
+
+TEST_F(RequestLifecycleTest, StreamIsRelayedAfterItsHeadAndEndsOnce) {
+  auto lc = make();
+  lc.start(t0_);
+  EXPECT_FALSE(lc.relays_events());
+  EXPECT_EQ(kinds(lc.on_stream_head(200)), (std::vector{kind::start_stream}));
+  EXPECT_TRUE(lc.relays_events());
+  EXPECT_EQ(kinds(lc.on_stream_end()),
+            (std::vector{kind::end_stream, kind::attempt_over, kind::caller_side_over}));
+  EXPECT_FALSE(lc.relays_events());
+  EXPECT_TRUE(lc.on_stream_end().empty());
+}
+
+TEST_F(RequestLifecycleTest, DeadlineMidStreamInterruptsItWithATimeoutEvent) {
+  auto lc = make();
+  lc.start(t0_);
+  lc.on_stream_head(200);
+  const auto& cs = lc.on_deadline();
+  ASSERT_NE(find(cs, kind::interrupt_stream), nullptr);
+  EXPECT_EQ(find(cs, kind::interrupt_stream)->type, "timeout_error");
+  EXPECT_EQ(find(cs, kind::send_error), nullptr);
+  EXPECT_EQ(find(cs, kind::cancel_attempt)->reason, stop_reason::deadline);
+  EXPECT_EQ(lc.result(), outcome::stream_interrupted);
+  EXPECT_EQ(lc.status(), 200);
+}
+
+TEST_F(RequestLifecycleTest, DrainMidStreamInterruptsItAndCancelsWithTheDrainReason) {
+  auto lc = make();
+  lc.start(t0_);
+  lc.on_stream_head(200);
+  const auto& cs = lc.on_drain();
+  ASSERT_NE(find(cs, kind::interrupt_stream), nullptr);
+  EXPECT_NE(find(cs, kind::interrupt_stream)->message.find("shutting down"), std::string::npos);
+  EXPECT_EQ(find(cs, kind::cancel_attempt)->reason, stop_reason::drain);
+}
+
+TEST_F(RequestLifecycleTest, DrainBeforeAnyByteAnswers503) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& cs = lc.on_drain();
+  ASSERT_NE(find(cs, kind::send_error), nullptr);
+  EXPECT_EQ(find(cs, kind::send_error)->result, outcome::shutting_down);
+  EXPECT_EQ(find(cs, kind::send_error)->status, 503);
+}
+
+TEST_F(RequestLifecycleTest, FailureAfterTheStreamCommittedInterruptsItWithoutRetry) {
+  auto lc = make();
+  lc.start(t0_);
+  lc.on_stream_head(200);
+  const auto& cs = lc.on_attempt_failed(attempt_end::reset, "connection reset", true, t0_);
+  ASSERT_NE(find(cs, kind::interrupt_stream), nullptr);
+  EXPECT_EQ(find(cs, kind::interrupt_stream)->type, "upstream_error");
+  EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
+  EXPECT_EQ(find(cs, kind::arm_backoff), nullptr);
+}
+
+TEST_F(RequestLifecycleTest, AttemptEndingWithoutAReportIsAFailureAndIsRetried) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& cs = lc.on_attempt_exited(0, t0_ + 1ms);
+  ASSERT_NE(find(cs, kind::attempt_over), nullptr);
+  EXPECT_EQ(find(cs, kind::attempt_over)->result, outcome::internal_error);
+  EXPECT_NE(find(cs, kind::arm_backoff), nullptr);
+}
+
+TEST_F(RequestLifecycleTest, EarlierAttemptEndingAfterItsRetryStartedChangesNothing) {
+  cfg_.request.retry_backoff = 0ms;  // the retry starts at once, before the first actor ends
+  auto lc = make();
+  lc.start(t0_);
+  const auto& retry = lc.on_response(503, std::nullopt, t0_);
+  ASSERT_NE(find(retry, kind::start_attempt), nullptr);
+  EXPECT_EQ(find(retry, kind::start_attempt)->attempt, 1U);
+  EXPECT_TRUE(lc.on_attempt_exited(0, t0_).empty());
+  EXPECT_FALSE(lc.answered());
+  EXPECT_NE(find(lc.on_response(200, std::nullopt, t0_), kind::send_response), nullptr);
+}
+
+TEST_F(RequestLifecycleTest, DeadlinePassedBeforeTheRetryAnswers504NotAnotherAttempt) {
+  auto lc = make(50ms);
+  lc.start(t0_);
+  auto generation = find(lc.on_response(503, std::nullopt, t0_), kind::arm_backoff)->generation;
+  const auto& cs = lc.on_backoff_due(generation, t0_ + 60ms);
+  ASSERT_NE(find(cs, kind::send_error), nullptr);
+  EXPECT_EQ(find(cs, kind::send_error)->result, outcome::deadline_exceeded);
+  EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
+}
+
+TEST_F(RequestLifecycleTest, DestroyedMidAttemptGivesBackTheRoutersAndTheRetryBudgetsCounts) {
+  {
+    auto lc = make();
+    lc.start(t0_);
+    auto generation = find(lc.on_response(503, std::nullopt, t0_), kind::arm_backoff)->generation;
+    lc.on_backoff_due(generation, t0_ + 100ms);
+  }
+  expect_nothing_held();
+}
+
+// Every order of events an actor can see, drawn at random: the caller is answered (or left)
+// exactly once, nothing is sent after that, and the request finishes exactly once, only when
+// every attempt and connection it started has ended.
+TEST_F(RequestLifecycleTest, AnyOrderOfEventsAnswersExactlyOnceAndFinishesAfterAllWorkEnded) {
+  cfg_.request.max_retries = 2;
+  std::mt19937 rng{20261202};
+  for (int round = 0; round < 3000; ++round) {
+    cfg_.request.retry_backoff = (round % 3 == 0) ? 0ms : 100ms;
+    auto lc = make(round % 5 == 0 ? std::optional<millis>{} : std::optional<millis>{1s});
+    int answers = 0;
+    int finishes = 0;
+    std::uint32_t started = 0;
+    std::vector<std::uint32_t> live;  // attempts whose actor has not ended
+    std::vector<bool> reported;
+    std::uint32_t connections_open = 0;
+    std::uint64_t generation = 0;
+    bool backoff_pending = false;
+    auto t = t0_;
+    auto take = [&](const request_lifecycle::commands& cs) {
+      for (const auto& c : cs) {
+        switch (c.what) {
+          case kind::caller_side_over:
+            ++answers;
+            break;
+          case kind::send_response:
+          case kind::send_error:
+          case kind::start_stream:
+          case kind::interrupt_stream:
+          case kind::end_stream:
+            EXPECT_EQ(answers, 0) << "round " << round << ": sent after the caller's side ended";
+            break;
+          case kind::start_attempt:
+            EXPECT_EQ(answers, 0) << "round " << round;
+            EXPECT_EQ(c.attempt, started);
+            ++started;
+            live.push_back(c.attempt);
+            reported.push_back(false);
+            ++connections_open;
+            break;
+          case kind::arm_backoff:
+            generation = c.generation;
+            backoff_pending = true;
+            break;
+          case kind::finish:
+            ++finishes;
+            EXPECT_TRUE(live.empty()) << "round " << round;
+            EXPECT_EQ(connections_open, 0U) << "round " << round;
+            break;
+          default:
+            break;
+        }
+      }
+    };
+    take(lc.start(t));
+    for (int step = 0; step < 12 && finishes == 0; ++step) {
+      t += 7ms;
+      const std::uint32_t current = started == 0 ? 0 : started - 1;
+      const bool may_report = started > 0 && !reported[current];
+      switch (rng() % 11) {
+        case 0:
+          if (may_report) {
+            reported[current] = true;
+            take(lc.on_response(std::array{200, 400, 429, 503}[rng() % 4], std::nullopt, t));
+          }
+          break;
+        case 1:
+          if (may_report) take(lc.on_stream_head(200));
+          break;
+        case 2:
+          if (may_report) {
+            reported[current] = true;
+            take(lc.on_stream_end());
+          }
+          break;
+        case 3:
+          if (may_report) {
+            reported[current] = true;
+            take(lc.on_attempt_failed(rng() % 2 ? attempt_end::reset : attempt_end::timeout, "x",
+                                      rng() % 2 == 0, t));
+          }
+          break;
+        case 4:
+          if (!live.empty()) {
+            auto i = rng() % live.size();
+            auto a = live[i];
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+            take(lc.on_attempt_exited(a, t));
+          }
+          break;
+        case 5:
+          if (connections_open > 0) {
+            --connections_open;
+            take(lc.on_connection_ended());
+          }
+          break;
+        case 6:
+          if (backoff_pending) {
+            backoff_pending = false;
+            take(lc.on_backoff_due(generation, t));
+          }
+          break;
+        case 7:
+          take(lc.on_deadline());
+          break;
+        case 8:
+          take(lc.on_client_gone());
+          break;
+        case 9:
+          take(lc.on_drain());
+          break;
+        default:
+          if (backoff_pending) take(lc.on_backoff_due(generation + 1, t));  // a stale timer
+          break;
+      }
+    }
+    // Whatever happened, the deadline or the caller ends it, and then the work drains.
+    take(lc.on_deadline());
+    take(lc.on_client_gone());
+    while (!live.empty()) {
+      auto a = live.back();
+      live.pop_back();
+      take(lc.on_attempt_exited(a, t));
+    }
+    while (connections_open > 0) {
+      --connections_open;
+      take(lc.on_connection_ended());
+    }
+    EXPECT_EQ(answers, 1) << "round " << round;
+    EXPECT_EQ(finishes, 1) << "round " << round;
+    EXPECT_TRUE(lc.answered());
+  }
+  expect_nothing_held();
+}
+
+}  // namespace
+}  // namespace tether
