@@ -229,7 +229,7 @@ void write_access_log(const access_record& r) {
     thread_local std::string line;
     // Written to stdout as the logger's sink writes its lines (one locked write of the whole
     // line, flushed at once), not through the logger: its pattern copied the line into a buffer
-    // of 250 bytes that an access line outgrows, two allocations per request (callgrind). The
+    // of 250 bytes that an access line outgrows, so every request paid for allocations. The
     // stream's own lock keeps this line whole between the logger's.
     const std::string_view text = format_access_line_into(line, r);
     flockfile(stdout);

@@ -23,7 +23,7 @@ struct attempt_record {
 };
 
 // Written at once by write_access_log: the strings and attempts are the caller's, viewed, not
-// copied (a copy was 3–4 allocations per request).
+// copied (a copy allocated several times per request).
 struct access_record {
   std::string_view request_id;
   std::string_view model;

@@ -35,9 +35,8 @@ namespace {
 // malloc's slow path (_int_free, then _int_malloc). glibc reads its tunables only when a process
 // starts, so the gateway sets a larger count and starts itself again, once, before it does
 // anything else (same pid, arguments, CPU affinity). A GLIBC_TUNABLES set by whoever runs it is
-// left as it is, and if the restart fails tether runs as it is. Instructions per request
-// (callgrind): 92.3k → 90.8k one at a time, 93.6k → 89.2k with 16 callers at once (tcache_count
-// 16: 90.4k).
+// left as it is, and if the restart fails tether runs as it is. The larger cache cuts the
+// instructions per request, more so with many callers at once.
 void restart_with_allocator_tunables(char** argv) {
   if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
   if (setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=64", 1) != 0) return;
@@ -143,14 +142,13 @@ int serve(tether::config::gateway_config cfg) {
   // SCHED_BATCH for every thread of the process (threads inherit it): a thread woken by another
   // no longer preempts it. Without it, each io → actor → io hand-off on a busy CPU is a pair of
   // context switches; with it, the waker finishes its batch first and the woken thread then takes
-  // many messages at once (bench: context switches per request ≈10 → ≈1.4). Time slices still
+  // many messages at once, so a request costs far fewer context switches. Time slices still
   // bound how long a woken thread waits, so timers stay within a few milliseconds.
   sched_param batch{};
   if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0) log_info("SCHED_BATCH not available");
   // One CAF worker per usable CPU, one on a single CPU: a second worker there only spins in
-  // CAF's polling, steals and wakes the first (pinned to one CPU, bench scenario 1: 87–97 →
-  // 74–75 µs of CPU and 1.3–1.6 → 1.0–1.1 context switches per request, ≈+20% throughput). No
-  // actor blocks a worker (only main's scoped_actor blocks, on its own thread).
+  // CAF's polling, steals and wakes the first, which costs CPU, context switches and throughput.
+  // No actor blocks a worker (only main's scoped_actor blocks, on its own thread).
   unsigned cores = usable_cpus();
   // The io runs on the first CAF worker's thread (actors/scheduler.cpp says why), and outlives
   // the actor system: no actor may outlive the sockets it owns.

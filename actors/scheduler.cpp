@@ -33,19 +33,19 @@ net::io_runtime* lent_io(caf::scheduler::abstract_coordinator* parent);
 // sleep on a condition variable), but each worker's jobs in a std::deque under the mutex that
 // guards that sleep: CAF 0.17's double_ended_queue allocates and frees a node for every job it
 // schedules (≈12 per request), and its external enqueue took the mutex anyway to see whether to
-// wake the worker. 131.0k → 127.2k instructions per request (callgrind). CAF's "moderate" phase
-// is left out: an idle worker polling with sleep_for(50 µs) noticed the io thread's work only
-// at its next poll (≈100 µs with the kernel's timer slack), paid at every io → actor hop;
-// sleeping on the condition variable, it is woken by the enqueue at once.
+// wake the worker. CAF's "moderate" phase is left out: an idle worker polling with
+// sleep_for(50 µs) noticed the io thread's work only at its next poll (later still with the
+// kernel's timer slack), paid at every io → actor hop; sleeping on the condition variable, it
+// is woken by the enqueue at once.
 //
 // Given an io_runtime lent to it, the first worker runs that io context instead of a loop of
 // its own, and runs its jobs in a handler of the context (pump), a batch at a time behind the
 // io handlers queued meanwhile. Why: with the io on a thread of its own, every request crossed
 // threads four times (caller's bytes → request actor → upstream write; upstream's answer → actor
-// → caller's write), each crossing a futex or eventfd wake-up, and on one CPU a context switch
-// (bench: ≈1.0 per request). On one thread, an io handler's message only queues a job, and an
-// actor's post to a socket only queues a handler: 1.0 → 0.2 context switches and 11.0 → 9.7
-// system calls per request; a job and its io share one thread's allocator cache too.
+// → caller's write), each crossing a futex or eventfd wake-up, and on one CPU a context switch.
+// On one thread, an io handler's message only queues a job, and an actor's post to a socket
+// only queues a handler: most context switches and some system calls per request go; a job and
+// its io share one thread's allocator cache too.
 // Workers beyond the first (more CPUs) work as above.
 class stealing : public caf::policy::unprofiled {
  public:
@@ -121,8 +121,8 @@ class stealing : public caf::policy::unprofiled {
     bool shut_down = false;         // the worker's own
     // While pump runs a batch: the jobs this worker's own actors wake (internal_enqueue, only
     // ever called on this thread), last woken first, as CAF's push to the queue's front would
-    // run them. Kept off the queue and its mutex (a lock to push and one to pop, ≈7 jobs per
-    // request, callgrind); put back at its front when the batch ends. The worker's own.
+    // run them. Kept off the queue and its mutex (a lock to push and one to pop for each of
+    // several jobs per request); put back at its front when the batch ends. The worker's own.
     bool in_pump = false;
     std::vector<caf::resumable*> woken;
     std::minstd_rand rng{std::random_device{}()};
@@ -315,8 +315,8 @@ constexpr int worker_nice = 5;
 
 // CAF 0.17's worker loop wraps every job in CAF_PUSH_AID_FROM_PTR, which is compiled in even with
 // logging off: a dynamic_cast from resumable* to abstract_actor* (a cross-cast through virtual
-// bases, ≈1,300 instructions) and two trips through the logger's mutex-guarded map of thread ids,
-// per resume, ≈15 resumes per request — ≈9% of tether's instructions per request (callgrind).
+// bases) and two trips through the logger's mutex-guarded map of thread ids, per resume, ≈15
+// resumes per request — a large share of tether's instructions per request.
 // This is that loop without the logging context. The thread also never registers with CAF's
 // logger (CAF_SET_LOGGER_SYS), so the library's own push/pop of that context on every actor launch
 // and destruction finds no logger and returns at once; tether logs through spdlog, and CAF's
@@ -338,9 +338,9 @@ void caf::scheduler::worker<tether::stealing>::start() {
     caf::detail::set_thread_name(runs_io ? "tether.io" : "tether.worker");
     // The io thread writes what callers see (answers, a passed deadline's 504) and closes what
     // they left; the other workers keep the books. When both want one CPU, the io thread goes
-    // first: nice +5 gives it ≈3× a worker's share (CFS weights 1024:335). Bench, interleaved A/B
-    // on one CPU: deadline storm answer p99 13–14 → 10 ms, c=16 throughput not lower (13.4k/14.1k
-    // vs 7.4k/12.3k req/s). Raising one's own niceness needs no privilege.
+    // first: nice +5 gives it ≈3× a worker's share (CFS weights 1024:335), so a deadline storm's
+    // answers come sooner without costing throughput. Raising one's own niceness needs no
+    // privilege.
     if (!runs_io) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), tether::worker_nice);
     self->system().thread_started();
     self->run();

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions tether executes per non-streaming request, counted by callgrind: deterministic,
-# unlike wall-clock timing on a shared VM (no hardware counters there, ±30% run to run).
+# unlike wall-clock timing on a shared VM (no hardware counters there, and times vary widely).
 # Runs tether under callgrind twice against tether-mock — idle, then N sequential requests on one
 # keep-alive connection — and prints (total(N) − total(0)) / N.
 # Usage: bench/callgrind.sh [N=300]   Environment: BUILD_DIR (default build/), PORT (19601),
@@ -9,14 +9,13 @@
 # profiles for callgrind_annotate), ACCESS_LOG=1 (write the access line, as the bench's tether
 # does; by default the log level is warn and the count leaves the line out), CPUS (default 0:
 # tether is pinned to that CPU list, as bench/run.sh pins it, so it runs one CAF worker; "all"
-# leaves it unpinned: one worker per CPU, and the count takes in their hand-offs — 115.0k
-# against 106.7k instructions per request at 01299c8 on two CPUs; the figures in docs/performance.md's
-# history before that are unpinned ones), PARALLEL=P (the N requests over P keep-alive
-# connections at once, P curls of N/P each; the count is then (total(N) − total(N/2)) / (N/2), so
-# the P connections' setup cancels out), CACHE_SIM=1 (callgrind simulates a 32 KiB L1 and a 1 MiB
-# last level — this host's L2 per core — and the data misses per request are printed too: what
-# a request keeps that is no longer in the cache when it is touched again, which grows with
-# PARALLEL where the instruction count does not).
+# leaves it unpinned: one worker per CPU, and the count takes in their hand-offs, so it comes
+# out higher; the figures in docs/performance.md's history before 01299c8 are unpinned ones),
+# PARALLEL=P (the N requests over P keep-alive connections at once, P curls of N/P each; the count
+# is then (total(N) − total(N/2)) / (N/2), so the P connections' setup cancels out), CACHE_SIM=1
+# (callgrind simulates a 32 KiB L1 and a 1 MiB last level — this host's L2 per core — and the data
+# misses per request are printed too: what a request keeps that is no longer in the cache when it is
+# touched again, which grows with PARALLEL where the instruction count does not).
 # bench/callgrind.sh --floor [N=2000] counts the same for tether-actor-floor instead: the actor
 # tree of a request with none of tether's work in it (bench/floor/actor_floor.cpp).
 set -euo pipefail

@@ -1,6 +1,6 @@
 // Feeds what a buffer already holds to a Beast parser, synchronously: what Beast's composed
-// reads do before they read, without their completion posted through the io queue (≈5–10k
-// instructions and a queue trip per request, callgrind). net/-internal: it exposes Beast.
+// reads do before they read, without their completion posted through the io queue (a queue trip
+// and its instructions saved per request). net/-internal: it exposes Beast.
 #pragma once
 
 #include <boost/beast/core/error.hpp>

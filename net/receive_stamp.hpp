@@ -1,7 +1,7 @@
 // When a request really arrived: the kernel's receive timestamp of its first bytes
 // (SO_TIMESTAMPNS), not the moment the io thread got round to reading them. Under a burst the
-// two differ by the whole backlog ahead of the request (2–10 ms for 200 requests on one core,
-// bench scenario 4), and the caller's deadline is counted from arrival (contract).
+// two differ by the whole backlog ahead of the request, and the caller's deadline is counted
+// from arrival (docs/contract.md).
 #pragma once
 
 #include <sys/types.h>

@@ -1,13 +1,12 @@
 // The timer_service's timers of one io_context in one indexed min-heap under a mutex, woken by a
 // single Asio timer: arming or cancelling one from any thread is a lock and a heap operation. A
-// timer of its own cost ≈6k instructions to start and cancel (a strand, two posts through the io
-// queue, Asio's timer queue twice), and every attempt arms one (its timeout): 167k → 160k
-// instructions per request (callgrind).
+// timer of its own cost far more to start and cancel (a strand, two posts through the io queue,
+// Asio's timer queue twice), and every attempt arms one (its timeout).
 // The request deadline stays on the caller's connection (now that connection's own timer,
-// downstream_session::run_at): on this heap too (another 4k), the deadline storm's answers came
-// later (3 runs each: p50 1.9–2.3 → 2.4–3.6 ms, upstream closes p50 3.4–4.7 → 6.0–8.0 ms). Not
-// explained; a guess is that at the storm the io thread waits for this mutex behind CAF workers
-// (nice +5) that hold it while cancelling their timers at teardown. net/-internal: it exposes Asio.
+// downstream_session::run_at): on this heap too it saved a few more instructions per request, but
+// the deadline storm's answers and upstream closes came later. Not explained; a guess is that at
+// the storm the io thread waits for this mutex behind CAF workers (nice +5) that hold it while
+// cancelling their timers at teardown. net/-internal: it exposes Asio.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>

@@ -54,8 +54,8 @@ class upstream_connection {
 
   beast::flat_buffer& buffer() { return buffer_; }
   // Where the response body is decoded into, one read at a time. It lives with the connection,
-  // not with each exchange: an exchange on a pooled connection then allocates ≈1 KiB instead of
-  // ≈17 KiB (glibc took the large chunk through its bins and consolidated on free).
+  // not with each exchange: an exchange on a pooled connection then allocates only a little
+  // (glibc took the large chunk through its bins and consolidated on free).
   std::array<char, 16 * 1024>& body_buffer() { return body_buffer_; }
 
   // Closes the socket at once. TLS too: a close_notify exchange would be one more round trip the

@@ -1,6 +1,6 @@
 // The bytes of one upstream request, head and body in one buffer, so that an exchange writes it
-// with one send. Beast's serializer did the same work through its buffer-sequence machinery at
-// ≈19k instructions per request (callgrind), the largest single cost of starting an exchange.
+// with one send. Beast's serializer did the same work through its buffer-sequence machinery,
+// the largest single cost of starting an exchange.
 #pragma once
 
 #include <string>

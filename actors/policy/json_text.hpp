@@ -1,6 +1,6 @@
 // JSON text written directly into a string, for the lines and bodies tether writes on every
-// request (the access log, error bodies): a boost::json DOM and fmt cost ≈20k instructions per
-// access line (callgrind), this a fraction.
+// request (the access log, error bodies): a boost::json DOM and fmt cost many times what this
+// does per access line.
 #pragma once
 
 #include <string>

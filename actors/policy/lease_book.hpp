@@ -1,12 +1,12 @@
 // A cluster member's ledger of the slots it leases from the shared budget (issue #7).
 //
-// A remote acquire costs a loopback round trip through two middleman threads (≈0.4–0.5 ms p99),
-// so a member keeps the slots the host granted it as leases: a slot whose work ended stays with
-// the member for a while and the next local request takes it without asking anyone. The host
-// still counts every leased slot against the cap, so the upstream never sees more than the cap;
-// it monitors the member's link actor, so a dead member's leases are freed by its down_msg.
-// Fairness: while some other node waits at the host, the host recalls; a recalled member gives
-// back its idle slots at once and every slot whose work ends, so the host's queue decides who
+// A remote acquire costs a loopback round trip through two middleman threads, a visible share of a
+// fast request's latency, so a member keeps the slots the host granted it as leases: a slot whose
+// work ended stays with the member for a while and the next local request takes it without asking
+// anyone. The host still counts every leased slot against the cap, so the upstream never sees more
+// than the cap; it monitors the member's link actor, so a dead member's leases are freed by its
+// down_msg. Fairness: while some other node waits at the host, the host recalls; a recalled member
+// gives back its idle slots at once and every slot whose work ends, so the host's queue decides who
 // goes next.
 //
 // Pure bookkeeping: events in, actions out. Holders are opaque ids (the link maps them to its

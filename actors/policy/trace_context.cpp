@@ -28,8 +28,8 @@ int hex_value(char c) {
 }
 
 // Per-thread generator seeded once: ids must be unique across the trace's systems, not secret.
-// Written in place, 16 digits per draw (appending a digit at a time cost ≈2k instructions for a
-// request's three ids).
+// Written in place, 16 digits per draw (appending a digit at a time cost several times as much
+// for a request's three ids).
 void write_random_hex(char* id, std::size_t digits) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char hex[] = "0123456789abcdef";

@@ -51,7 +51,8 @@ boost::json::object run_budget(bench_context& ctx) {
     double s = rec.at("started_ms").to_number<double>();
     double e = rec.at("ended_ms").to_number<double>();
     busy_ms += e - s;
-    // Includes the proxy's own forwarding time (tenths of a ms, see the overhead scenario).
+    // Includes the proxy's own forwarding time (small next to the wait; see the overhead
+    // scenario).
     queue_wait.push_back(s - sent_at[id]);
     first = std::min(first, s);
     last = std::max(last, e);

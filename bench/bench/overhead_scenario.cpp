@@ -203,8 +203,8 @@ boost::json::object run_overhead(bench_context& ctx) {
         checks.push_back(
             check("tether", "added p50 latency / nginx's, c=16", ratio, "<= 1.5", ratio <= 1.5));
       } else {
-        // nginx's p50 at or below the direct path's (noise at a ≈0.1 ms difference): no ratio
-        // exists this run, so the check fails and says why rather than print a ratio of 0.
+        // nginx's p50 at or below the direct path's (noise, at a difference this small): no
+        // ratio exists this run, so the check fails and says why rather than print a ratio of 0.
         checks.push_back(check("tether",
                                "added p50 latency / nginx's, c=16: undefined (nginx added <= 0 "
                                "this run); value = tether's added p50 (ms)",
