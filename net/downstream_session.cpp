@@ -56,8 +56,8 @@ bool valid_header(const http_header& header) {
   return is_token(header.name) && !has_line_break(header.value);
 }
 
-// The Date header's text changes once a second; formatting it per response cost ≈1.2k
-// instructions (strftime). Each io thread keeps the text of the current second.
+// The Date header's text changes once a second; formatting it per response (strftime) was a
+// visible cost. Each io thread keeps the text of the current second.
 const std::string& http_date() {
   thread_local std::time_t cached_second = -1;
   thread_local std::string cached;
@@ -87,7 +87,7 @@ struct body_framing {
 // The session owns the framing (Content-Length, Transfer-Encoding, Connection): the handler's
 // copies of those are dropped. The head is sized once for the most it can take and written by
 // copies (appended piece by piece, with a Content-Length line of its own and to_string for the
-// status, it cost ≈2k instructions a response, callgrind).
+// status, it cost noticeably more).
 std::string serialize_head(int status, const header_list& headers, body_framing framing,
                            bool keep_alive) {
   using namespace std::string_view_literals;
@@ -405,7 +405,7 @@ void downstream_session::do_read_header() {
   phase_ = phase::reading;
   // A head already in the buffer (the usual case: it came in the first read) is parsed here;
   // Beast's composed read would parse the same bytes and then post its completion through the
-  // io queue (≈10k instructions and a queue trip per request, callgrind).
+  // io queue (a queue trip per request).
   if (buffer_.size() > 0) {
     beast::error_code ec;
     put_buffered(*parser_, buffer_, ec);
@@ -461,7 +461,7 @@ void downstream_session::on_read_header(beast::error_code ec, std::size_t) {
     return;
   }
   // The body has usually come with the head: parsed here, it costs no further asynchronous read
-  // (≈5k instructions per request, callgrind).
+  // of its own.
   if (buffer_.size() > 0) {
     parser_->eager(true);
     beast::error_code pec;

@@ -2,11 +2,10 @@
 // single Asio timer: arming or cancelling one from any thread is a lock and a heap operation. A
 // timer of its own cost far more to start and cancel (a strand, two posts through the io queue,
 // Asio's timer queue twice), and every attempt arms one (its timeout).
-// The request deadline stays on the caller's connection (now that connection's own timer,
-// downstream_session::run_at): on this heap too it saved a few more instructions per request, but
-// the deadline storm's answers and upstream closes came later. Not explained; a guess is that at
-// the storm the io thread waits for this mutex behind CAF workers (nice +5) that hold it while
-// cancelling their timers at teardown. net/-internal: it exposes Asio.
+// Every actor timer is here (the request's deadline and backoff, the attempt's per-try and idle
+// timers). With more than one CAF worker, the io thread may wait for this mutex behind workers
+// cancelling their timers at teardown: watch the deadline storm when that changes.
+// net/-internal: it exposes Asio.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
