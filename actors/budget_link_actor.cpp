@@ -3,6 +3,8 @@
 #include <caf/io/all.hpp>
 
 #include <algorithm>
+#include <memory>
+#include <set>
 #include <unordered_map>
 
 #include "actors/access_log.hpp"
@@ -26,25 +28,238 @@ struct remote_claim {
   std::int64_t priority = 0;
 };
 
-struct link_state {
-  explicit link_state(std::chrono::milliseconds idle) : book(idle.count() > 0), lease_idle(idle) {}
-  caf::actor remote;
+class budget_link : public std::enable_shared_from_this<budget_link> {
+ public:
+  budget_link(caf::event_based_actor* self, caf::actor local_budget, std::string host,
+              std::uint16_t port, std::chrono::milliseconds lease_idle, metrics* stats)
+      : self_(self),
+        local_budget_(std::move(local_budget)),
+        host_(std::move(host)),
+        port_(port),
+        where_(host_ + ":" + std::to_string(port_)),
+        stats_(stats),
+        book_(lease_idle.count() > 0),
+        lease_idle_(lease_idle) {
+    stats_->cluster_connected_set(0);
+  }
+
+  // Non-blocking connect through the middleman actor (never a blocking remote_actor here).
+  void connect() {
+    if (connecting_ || remote_) return;
+    connecting_ = true;
+    auto mm = self_->system().middleman().actor_handle();
+    self_->request(mm, std::chrono::seconds(2), caf::connect_atom::value, host_, port_)
+        .then([me = shared_from_this()](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                                        const std::set<std::string>&) { me->connected(ptr); },
+              [me = shared_from_this()](caf::error&) { me->unreachable(); });
+  }
+
+  void acquire(acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t priority) {
+    if (!remote_) {
+      // delegate keeps the connection actor as the sender: the budget monitors it directly.
+      self_->delegate(local_budget_, a, upstream, key, priority);
+      return;
+    }
+    auto holder = caf::actor_cast<caf::actor>(self_->current_sender());
+    if (!holder) return;
+    auto id = holder.id();
+    if (!book_.knows(id)) {
+      holders_[id] = holder;
+      self_->monitor(holder);
+    }
+    apply(book_.acquire(id, {upstream, key}, priority, now_ns()));
+  }
+
+  void lease_answered(std::uint64_t lease, bool granted, const std::string& reason) {
+    if (!remote_ || self_->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(remote_)) {
+      return;  // from a host this node has lost: those leases are gone with it
+    }
+    apply(book_.answered(lease, granted, reason, now_ns()));
+  }
+
+  void recalled(bool on) {
+    if (remote_) apply(book_.recall(on));
+  }
+
+  void lease_tick() {
+    tick_pending_ = false;
+    apply(book_.expire_idle(
+        now_ns(), std::chrono::duration_cast<std::chrono::nanoseconds>(lease_idle_).count()));
+  }
+
+  // What this node holds: leased slots at work here, and its own budget's (outage) slots.
+  caf::result<std::uint64_t> slots(slots_atom a) {
+    auto rp = self_->make_response_promise<std::uint64_t>();
+    self_->request(local_budget_, std::chrono::seconds(2), a)
+        .then([me = shared_from_this(),
+               rp](std::uint64_t n) mutable { rp.deliver(n + me->book_.busy()); },
+              [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+    return rp;
+  }
+
+  void down(const caf::down_msg& msg) {
+    if (remote_claims_.erase(msg.source) > 0) return;  // that connection actor is done
+    if (remote_ && msg.source == remote_.address()) {
+      host_lost();
+    } else {
+      holder_gone(msg.source.id());
+    }
+  }
+
+ private:
+  void connected(const caf::strong_actor_ptr& ptr) {
+    connecting_ = false;
+    if (!ptr) {
+      retry_later();
+      return;
+    }
+    remote_ = caf::actor_cast<caf::actor>(ptr);
+    self_->monitor(remote_);
+    if (ever_joined_) register_local_work();
+    backoff_ = first_backoff;
+    reported_down_ = false;
+    stats_->cluster_connected_set(1);
+    log_info(std::string{ever_joined_ ? "rejoined" : "joined"} + " the shared budget at " + where_);
+    ever_joined_ = true;
+  }
+
+  void unreachable() {
+    connecting_ = false;
+    if (!reported_down_) {
+      // Said once per outage, not once per retry.
+      log_warn("shared budget at " + where_ +
+               " unreachable; applying this node's own caps until it is back");
+      reported_down_ = true;
+    }
+    retry_later();
+  }
+
+  void retry_later() {
+    self_->delayed_send(self_, backoff_, reconnect_atom::value);
+    backoff_ = std::min(backoff_ * 2, max_backoff);
+  }
+
+  // After a rejoin: the work this node started alone during the outage is registered with the
+  // host as a claim of its own connection actor (priority 0: it runs already, so it goes before
+  // any waiter), so the shared cap counts it until it ends. The holder ignores the grant.
+  void register_local_work() {
+    self_->request(local_budget_, std::chrono::seconds(2), holders_atom::value)
+        .then([me = shared_from_this()](std::vector<caf::actor>& who,
+                                        std::vector<std::uint64_t>& upstreams,
+                                        std::vector<std::int64_t>& keys) {
+          me->register_with_host(who, upstreams, keys);
+        });
+  }
+
+  void register_with_host(const std::vector<caf::actor>& who,
+                          const std::vector<std::uint64_t>& upstreams,
+                          const std::vector<std::int64_t>& keys) {
+    if (!remote_) return;
+    for (std::size_t i = 0; i < who.size(); ++i) {
+      caf::send_as(who[i], remote_, acquire_atom::value, upstreams[i], keys[i], std::int64_t{0});
+      remote_claims_.emplace(who[i].address(), remote_claim{upstreams[i], keys[i], 0});
+      self_->monitor(who[i]);
+    }
+  }
+
+  // A local connection actor exited: its leased slot is freed, or its wait ends.
+  void holder_gone(lease_book::holder id) {
+    if (book_.knows(id)) apply(book_.holder_gone(id, now_ns()));
+    if (!book_.knows(id)) holders_.erase(id);
+  }
+
+  // The host is gone, and with it its record of what this node runs. Every claim still alive is
+  // asked again of the local budget, as its own connection actor: work already granted by the
+  // host is then counted here until it ends (the connection actor ignores the second grant), and
+  // work still queued at the host queues here. So the local caps hold from the first moment of
+  // the outage, not only for requests that arrive after it.
+  void host_lost() {
+    remote_ = nullptr;
+    auto lost = book_.drop_all();
+    for (const auto& c : lost.busy) {
+      stats_->upstream_work_add(c.pool.first, -1);  // the local budget counts it from now on
+      ask_locally(holders_[c.who], c.pool.first, c.pool.second, c.priority);
+    }
+    for (const auto& c : lost.waiting) {
+      ask_locally(holders_[c.who], c.pool.first, c.pool.second, c.priority);
+    }
+    holders_.clear();
+    for (const auto& [addr, claim] : remote_claims_) {
+      ask_locally(caf::actor_cast<caf::actor>(addr), claim.upstream, claim.key, claim.priority);
+    }
+    remote_claims_.clear();
+    stats_->queue_depth_set(0);
+    stats_->cluster_connected_set(0);
+    if (!reported_down_) {
+      log_warn("lost the shared budget at " + where_ +
+               "; applying this node's own caps until it is back");
+      reported_down_ = true;
+    }
+    connect();
+  }
+
+  void ask_locally(const caf::actor& holder, std::uint64_t upstream, std::int64_t key,
+                   std::int64_t priority) {
+    if (holder) caf::send_as(holder, local_budget_, acquire_atom::value, upstream, key, priority);
+  }
+
+  // Carries out what the lease book decided.
+  void apply(const lease_book::actions& act) {
+    for (const auto& g : act.grants) {
+      stats_->upstream_work_add(g.pool.first, 1);
+      stats_->queue_wait(static_cast<double>(g.waited_ns) / 1e9);
+      if (const auto& who = holders_[g.who])
+        self_->send(who, grant_atom::value, true, std::string{});
+    }
+    for (const auto& r : act.refusals) {
+      if (const auto& who = holders_[r.who]) self_->send(who, grant_atom::value, false, r.reason);
+      holders_.erase(r.who);
+    }
+    for (const auto& e : act.work_ended) stats_->upstream_work_add(e.first, -1);
+    if (remote_) {
+      for (const auto& a : act.asks) {
+        self_->send(remote_, lease_atom::value, a.pool.first, a.pool.second, a.priority, a.id);
+      }
+      for (auto id : act.returns) self_->send(remote_, lease_return_atom::value, id);
+    }
+    stats_->queue_depth_set(static_cast<std::int64_t>(book_.waiting()));
+    schedule_idle_tick();
+  }
+
+  // One tick at a time, due when the oldest idle slot has been idle for lease_idle.
+  void schedule_idle_tick() {
+    std::int64_t since = 0;
+    if (tick_pending_ || !book_.oldest_idle(since)) return;
+    tick_pending_ = true;
+    auto due = std::chrono::nanoseconds{since - now_ns()} + lease_idle_;
+    self_->delayed_send(self_,
+                        std::max<std::chrono::nanoseconds>(due, std::chrono::milliseconds{1}),
+                        lease_tick_atom::value);
+  }
+
+  caf::event_based_actor* self_;
+  caf::actor local_budget_;
+  std::string host_;
+  std::uint16_t port_;
+  std::string where_;
+  metrics* stats_;
+  caf::actor remote_;
   // Slots leased from the host and the local connection actors using or awaiting them.
-  lease_book book;
+  lease_book book_;
   // Strong handles: a connection actor waiting for its grant is referenced by nothing else, and
   // an actor nobody references is gone (exit_reason::unreachable).
-  std::unordered_map<lease_book::holder, caf::actor> holders;
+  std::unordered_map<lease_book::holder, caf::actor> holders_;
   // How long a leased slot nobody uses stays with this node ([cluster] lease_idle_ms). Long is
   // cheap: while another node waits, the host recalls idle slots at once.
-  std::chrono::milliseconds lease_idle;
-  bool tick_pending = false;
+  std::chrono::milliseconds lease_idle_;
+  bool tick_pending_ = false;
   // Work started during an outage and registered with the host on rejoin, as claims of its own
   // connection actors (alive: granted, or still queued there).
-  std::unordered_map<caf::actor_addr, remote_claim> remote_claims;
-  bool connecting = false;
-  bool ever_joined = false;
-  bool reported_down = false;
-  std::chrono::milliseconds backoff = first_backoff;
+  std::unordered_map<caf::actor_addr, remote_claim> remote_claims_;
+  bool connecting_ = false;
+  bool ever_joined_ = false;
+  bool reported_down_ = false;
+  std::chrono::milliseconds backoff_ = first_backoff;
 };
 
 }  // namespace
@@ -52,184 +267,21 @@ struct link_state {
 caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_budget,
                                 std::string host, std::uint16_t port,
                                 std::chrono::milliseconds lease_idle, metrics* stats) {
-  auto st = std::make_shared<link_state>(lease_idle);
-  auto where = host + ":" + std::to_string(port);
-  stats->cluster_connected_set(0);
-
-  auto retry_later = [self, st] {
-    self->delayed_send(self, st->backoff, reconnect_atom::value);
-    st->backoff = std::min(st->backoff * 2, max_backoff);
-  };
-
-  // Carries out what the lease book decided.
-  auto apply = [self, st, stats](const lease_book::actions& act) {
-    for (const auto& g : act.grants) {
-      stats->upstream_work_add(g.pool.first, 1);
-      stats->queue_wait(static_cast<double>(g.waited_ns) / 1e9);
-      if (const auto& who = st->holders[g.who])
-        self->send(who, grant_atom::value, true, std::string{});
-    }
-    for (const auto& r : act.refusals) {
-      if (const auto& who = st->holders[r.who]) self->send(who, grant_atom::value, false, r.reason);
-      st->holders.erase(r.who);
-    }
-    for (const auto& e : act.work_ended) stats->upstream_work_add(e.first, -1);
-    if (st->remote) {
-      for (const auto& a : act.asks) {
-        self->send(st->remote, lease_atom::value, a.pool.first, a.pool.second, a.priority, a.id);
-      }
-      for (auto id : act.returns) self->send(st->remote, lease_return_atom::value, id);
-    }
-    stats->queue_depth_set(static_cast<std::int64_t>(st->book.waiting()));
-    std::int64_t since = 0;
-    if (!st->tick_pending && st->book.oldest_idle(since)) {
-      st->tick_pending = true;
-      auto due = std::chrono::nanoseconds{since - now_ns()} + st->lease_idle;
-      self->delayed_send(self,
-                         std::max<std::chrono::nanoseconds>(due, std::chrono::milliseconds{1}),
-                         lease_tick_atom::value);
-    }
-  };
-
-  // After a rejoin: the work this node started alone during the outage is registered with the
-  // host as a claim of its own connection actor (priority 0: it runs already, so it goes before
-  // any waiter), so the shared cap counts it until it ends. The holder ignores the grant.
-  auto register_local_work = [self, st, local_budget] {
-    self->request(local_budget, std::chrono::seconds(2), holders_atom::value)
-        .then([self, st](std::vector<caf::actor>& who, std::vector<std::uint64_t>& upstreams,
-                         std::vector<std::int64_t>& keys) {
-          if (!st->remote) return;
-          for (std::size_t i = 0; i < who.size(); ++i) {
-            caf::send_as(who[i], st->remote, acquire_atom::value, upstreams[i], keys[i],
-                         std::int64_t{0});
-            st->remote_claims.emplace(who[i].address(), remote_claim{upstreams[i], keys[i], 0});
-            self->monitor(who[i]);
-          }
-        });
-  };
-
-  // Non-blocking connect through the middleman actor (never a blocking remote_actor here).
-  auto connect = [self, st, host, port, where, stats, retry_later, register_local_work] {
-    if (st->connecting || st->remote) return;
-    st->connecting = true;
-    auto mm = self->system().middleman().actor_handle();
-    self->request(mm, std::chrono::seconds(2), caf::connect_atom::value, host, port)
-        .then(
-            [self, st, where, stats, retry_later, register_local_work](
-                const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-              st->connecting = false;
-              if (!ptr) {
-                retry_later();
-                return;
-              }
-              st->remote = caf::actor_cast<caf::actor>(ptr);
-              self->monitor(st->remote);
-              if (st->ever_joined) register_local_work();
-              st->backoff = first_backoff;
-              st->reported_down = false;
-              stats->cluster_connected_set(1);
-              log_info(std::string{st->ever_joined ? "rejoined" : "joined"} +
-                       " the shared budget at " + where);
-              st->ever_joined = true;
-            },
-            [st, where, retry_later](caf::error&) {
-              st->connecting = false;
-              if (!st->reported_down) {
-                // Said once per outage, not once per retry.
-                log_warn("shared budget at " + where +
-                         " unreachable; applying this node's own caps until it is back");
-                st->reported_down = true;
-              }
-              retry_later();
-            });
-  };
-
-  self->set_down_handler([st, where, stats, connect, local_budget, apply](caf::down_msg& msg) {
-    if (st->remote_claims.erase(msg.source) > 0) return;  // that connection actor is done
-    if (!st->remote || msg.source != st->remote.address()) {
-      auto id = msg.source.id();
-      if (st->book.knows(id)) apply(st->book.holder_gone(id, now_ns()));
-      if (!st->book.knows(id)) st->holders.erase(id);
-      return;
-    }
-    st->remote = nullptr;
-    // The host is gone, and with it its record of what this node runs. Every claim still alive
-    // is asked again of the local budget, as its own connection actor: work already granted by
-    // the host is then counted here until it ends (the connection actor ignores the second
-    // grant), and work still queued at the host queues here. So the local caps hold from the
-    // first moment of the outage, not only for requests that arrive after it.
-    auto ask_locally = [&](const caf::actor& holder, std::uint64_t upstream, std::int64_t key,
-                           std::int64_t priority) {
-      if (holder) caf::send_as(holder, local_budget, acquire_atom::value, upstream, key, priority);
-    };
-    auto lost = st->book.drop_all();
-    for (const auto& c : lost.busy) {
-      stats->upstream_work_add(c.pool.first, -1);  // the local budget counts it from now on
-      ask_locally(st->holders[c.who], c.pool.first, c.pool.second, c.priority);
-    }
-    for (const auto& c : lost.waiting) {
-      ask_locally(st->holders[c.who], c.pool.first, c.pool.second, c.priority);
-    }
-    st->holders.clear();
-    for (const auto& [addr, claim] : st->remote_claims) {
-      ask_locally(caf::actor_cast<caf::actor>(addr), claim.upstream, claim.key, claim.priority);
-    }
-    st->remote_claims.clear();
-    stats->queue_depth_set(0);
-    stats->cluster_connected_set(0);
-    if (!st->reported_down) {
-      log_warn("lost the shared budget at " + where +
-               "; applying this node's own caps until it is back");
-      st->reported_down = true;
-    }
-    connect();
-  });
-
-  connect();
-
+  auto st = std::make_shared<budget_link>(self, std::move(local_budget), std::move(host), port,
+                                          lease_idle, stats);
+  self->set_down_handler([st](caf::down_msg& msg) { st->down(msg); });
+  st->connect();
   return {
-      [self, st, local_budget, apply](acquire_atom a, std::uint64_t upstream, std::int64_t key,
-                                      std::int64_t priority) {
-        if (!st->remote) {
-          // delegate keeps the connection actor as the sender: the budget monitors it directly.
-          self->delegate(local_budget, a, upstream, key, priority);
-          return;
-        }
-        auto holder = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!holder) return;
-        auto id = holder.id();
-        if (!st->book.knows(id)) {
-          st->holders[id] = holder;
-          self->monitor(holder);
-        }
-        apply(st->book.acquire(id, {upstream, key}, priority, now_ns()));
+      [st](acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t priority) {
+        st->acquire(a, upstream, key, priority);
       },
-      [self, st, apply](lease_grant_atom, std::uint64_t lease, bool granted,
-                        const std::string& reason) {
-        if (!st->remote ||
-            self->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(st->remote)) {
-          return;  // from a host this node has lost: those leases are gone with it
-        }
-        apply(st->book.answered(lease, granted, reason, now_ns()));
+      [st](lease_grant_atom, std::uint64_t lease, bool granted, const std::string& reason) {
+        st->lease_answered(lease, granted, reason);
       },
-      [st, apply](recall_atom, bool on) {
-        if (st->remote) apply(st->book.recall(on));
-      },
-      [st, apply](lease_tick_atom) {
-        st->tick_pending = false;
-        apply(st->book.expire_idle(
-            now_ns(),
-            std::chrono::duration_cast<std::chrono::nanoseconds>(st->lease_idle).count()));
-      },
-      [self, st, local_budget](slots_atom a) -> caf::result<std::uint64_t> {
-        // What this node holds: leased slots at work here, and its own budget's (outage) slots.
-        auto rp = self->make_response_promise<std::uint64_t>();
-        self->request(local_budget, std::chrono::seconds(2), a)
-            .then([st, rp](std::uint64_t n) mutable { rp.deliver(n + st->book.busy()); },
-                  [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-        return rp;
-      },
-      [connect](reconnect_atom) { connect(); },
+      [st](recall_atom, bool on) { st->recalled(on); },
+      [st](lease_tick_atom) { st->lease_tick(); },
+      [st](slots_atom a) { return st->slots(a); },
+      [st](reconnect_atom) { st->connect(); },
   };
 }
 

@@ -1,0 +1,190 @@
+#include "actors/policy/slot_book.hpp"
+
+#include <algorithm>
+#include <iterator>
+
+namespace tether {
+
+slot_book::slot_book(caps limits) : caps_(std::move(limits)) {
+  // Upstream 0 is counted even without caps: the claims beyond the list count there.
+  held_upstream_.assign(std::max<std::size_t>(caps_.per_upstream.size(), 1), 0);
+  held_key_.assign(caps_.per_key.size(), 0);
+}
+
+slot_book::claim slot_book::claim_for(std::uint64_t upstream, std::int64_t key) const {
+  claim c{static_cast<std::size_t>(upstream), key};
+  if (c.upstream >= caps_.per_upstream.size()) c.upstream = 0;
+  return c;
+}
+
+bool slot_book::fits(const claim& c) const {
+  if (held_ >= caps_.global) return false;
+  if (c.upstream < caps_.per_upstream.size() &&
+      held_upstream_[c.upstream] >= caps_.per_upstream[c.upstream])
+    return false;
+  if (c.key >= 0 && static_cast<std::size_t>(c.key) < caps_.per_key.size()) {
+    auto cap = caps_.per_key[c.key];
+    if (cap > 0 && held_key_[c.key] >= cap) return false;
+  }
+  return true;
+}
+
+std::optional<slot_book::claim> slot_book::held_by(holder h) const {
+  if (auto it = holders_.find(h); it != holders_.end()) return it->second.what;
+  return std::nullopt;
+}
+
+std::uint32_t slot_book::held_on_upstream(std::size_t upstream) const {
+  return upstream < held_upstream_.size() ? held_upstream_[upstream] : 0;
+}
+
+std::uint32_t slot_book::held_on_key(std::int64_t key) const {
+  if (key < 0 || static_cast<std::size_t>(key) >= held_key_.size()) return 0;
+  return held_key_[key];
+}
+
+slot_book::lessee* slot_book::lessee_of(const holder& h) {
+  if (h.id == 0) return nullptr;
+  auto l = lessees_.find(h.who);
+  return l == lessees_.end() ? nullptr : &l->second;
+}
+
+void slot_book::take(holder h, const claim& c, bool local) {
+  ++held_;
+  ++held_upstream_[c.upstream];
+  // Only a key with a cap entry is counted: nothing else reads the count.
+  if (c.key >= 0 && static_cast<std::size_t>(c.key) < held_key_.size()) ++held_key_[c.key];
+  holders_.emplace(h, held_slot{c, local});
+  if (auto* l = lessee_of(h)) ++l->slots;
+}
+
+void slot_book::release(std::map<holder, held_slot>::iterator it, actions& out) {
+  const auto& [h, slot] = *it;
+  --held_;
+  --held_upstream_[slot.what.upstream];
+  if (slot.what.key >= 0 && static_cast<std::size_t>(slot.what.key) < held_key_.size())
+    --held_key_[slot.what.key];
+  if (auto* l = lessee_of(h)) --l->slots;
+  out.released.push_back({slot.what, slot.local});
+  holders_.erase(it);
+}
+
+slot_book::waiter slot_book::dequeue(std::map<ticket, waiter>::iterator it) {
+  auto w = it->second;
+  queued_by_.erase(w.who);
+  queue_.erase(it);
+  if (auto* l = lessee_of(w.who)) --l->queued;
+  if (w.local) --waiting_local_;
+  return w;
+}
+
+slot_book::actions slot_book::acquire(owner who, std::uint64_t upstream, std::int64_t key,
+                                      std::int64_t priority, bool local, std::int64_t now_ns) {
+  holder h{who, 0};
+  if (knows(h)) return {};
+  return admit(h, claim_for(upstream, key), priority, local, now_ns);
+}
+
+slot_book::actions slot_book::lease(owner link, lease_id id, std::uint64_t upstream,
+                                    std::int64_t key, std::int64_t priority, std::int64_t now_ns) {
+  holder h{link, id};
+  if (id == 0 || knows(h)) return {};
+  lessees_.try_emplace(link);
+  return admit(h, claim_for(upstream, key), priority, false, now_ns);
+}
+
+slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bool local,
+                                    std::int64_t now_ns) {
+  actions out;
+  // Fitting now means no older waiter for the same resources is still queued: every release
+  // hands capacity to the oldest waiters first (drain).
+  if (fits(c)) {
+    take(h, c, local);
+    out.grants.push_back({h, c, local, 0});
+  } else if (queue_.size() >= caps_.queue_max) {
+    out.refusals.push_back({h, "admission queue is full"});
+  } else {
+    ticket t{priority, next_seq_++};
+    queue_.emplace(t, waiter{h, c, local, now_ns});
+    queued_by_.emplace(h, t);
+    if (auto* l = lessee_of(h)) ++l->queued;
+    if (local) ++waiting_local_;
+    out.queued = t;
+    out.queue_changed = true;
+  }
+  update_recalls(out);
+  return out;
+}
+
+void slot_book::drain(std::int64_t now_ns, actions& out) {
+  // Freed capacity goes to the oldest waiters that fit; one that does not fit (its upstream or
+  // key is still full) does not hold back a younger one that does.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (held_ >= caps_.global) break;
+    if (!fits(it->second.what)) {
+      ++it;
+      continue;
+    }
+    auto next = std::next(it);
+    auto w = dequeue(it);
+    it = next;
+    take(w.who, w.what, w.local);
+    out.grants.push_back({w.who, w.what, w.local, now_ns - w.since_ns});
+  }
+  out.queue_changed = true;
+}
+
+slot_book::actions slot_book::give_back(holder h, std::int64_t now_ns) {
+  actions out;
+  if (auto it = holders_.find(h); it != holders_.end()) {
+    release(it, out);
+    drain(now_ns, out);
+  } else if (auto q = queued_by_.find(h); q != queued_by_.end()) {
+    dequeue(queue_.find(q->second));
+    out.queue_changed = true;
+  }
+  update_recalls(out);
+  return out;
+}
+
+slot_book::actions slot_book::timed_out(ticket t) {
+  actions out;
+  auto it = queue_.find(t);
+  if (it == queue_.end()) return out;
+  auto w = dequeue(it);
+  out.queue_changed = true;
+  out.refusals.push_back({w.who, "waited longer than budget.queue_timeout_ms for a slot"});
+  update_recalls(out);
+  return out;
+}
+
+slot_book::actions slot_book::owner_gone(owner who, std::int64_t now_ns) {
+  actions out;
+  bool freed = false;
+  for (auto h = holders_.lower_bound({who, 0}); h != holders_.end() && h->first.who == who;) {
+    release(h++, out);
+    freed = true;
+  }
+  for (auto q = queued_by_.lower_bound({who, 0}); q != queued_by_.end() && q->first.who == who;) {
+    auto it = queue_.find(q->second);
+    ++q;
+    dequeue(it);
+  }
+  lessees_.erase(who);
+  if (freed) drain(now_ns, out);
+  out.queue_changed = true;
+  update_recalls(out);
+  return out;
+}
+
+void slot_book::update_recalls(actions& out) {
+  // A link that holds no slot has nothing to give back, so it is not told it is recalled.
+  for (auto& [link, l] : lessees_) {
+    bool want = queue_.size() > l.queued;
+    if (want == l.recalled || (want && l.slots == 0)) continue;
+    l.recalled = want;
+    out.recalls.push_back({link, want});
+  }
+}
+
+}  // namespace tether

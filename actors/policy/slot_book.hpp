@@ -1,0 +1,149 @@
+// The budget's count of slots (issue #26): who holds one, who waits for one in the admission
+// queue, and whether a claim fits under the global, per-upstream and per-key caps. The budget
+// actor feeds it what its actors ask and carries out what it answers.
+//
+// Pure bookkeeping: events in, actions out. Owners are opaque ids the actor maps to its actors:
+// a connection actor holds or awaits one slot as itself (lease 0); a cluster member's link actor
+// holds and awaits any number, one per lease id it chose. Time comes in as `now_ns`; the wait
+// limit of the queue is the actor's timer, which names its waiter by the ticket it was given.
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tether {
+
+class slot_book {
+ public:
+  using owner = std::uint64_t;
+  using lease_id = std::uint64_t;  // 0: the owner's own slot; otherwise one of a link's leases
+  // A waiter's place in the queue: (priority = its request's arrival, then the order of asking).
+  // FIFO per arrival, so a retry of an older request is not sent behind newer ones.
+  using ticket = std::pair<std::int64_t, std::uint64_t>;
+
+  struct caps {
+    std::uint32_t global = 0;
+    std::vector<std::uint32_t> per_upstream;  // an upstream beyond the list counts as upstream 0
+    std::vector<std::uint32_t> per_key;       // 0 = no cap; a key beyond the list has none
+    std::uint32_t queue_max = 0;
+  };
+  struct claim {
+    std::size_t upstream = 0;
+    std::int64_t key = -1;  // -1 = none
+    bool operator==(const claim&) const = default;
+  };
+  struct holder {
+    owner who = 0;
+    lease_id id = 0;
+    auto operator<=>(const holder&) const = default;
+  };
+  // `local`: a connection actor of this node, which this node's work and queue gauges count
+  // (leases and other nodes' actors are counted by the nodes that run that work).
+  struct grant {
+    holder who;
+    claim what;
+    bool local = false;
+    std::int64_t waited_ns = 0;
+  };
+  struct refusal {
+    holder who;
+    std::string reason;
+  };
+  struct freed_slot {
+    claim what;
+    bool local = false;
+  };
+  struct recall {
+    owner link;
+    bool on;
+  };
+  // What the caller must do: update the gauges for the slots released and granted, answer the
+  // grants and refusals, then tell each link whether it is recalled. `queued`: the asker waits
+  // under that ticket (the caller starts its wait limit). `queue_changed`: the queue may have
+  // changed, so its depth is published again — before any grant goes out, so a reader never sees
+  // a granted waiter still queued.
+  struct actions {
+    std::vector<freed_slot> released;
+    std::vector<grant> grants;
+    std::vector<refusal> refusals;
+    std::vector<recall> recalls;
+    std::optional<ticket> queued;
+    bool queue_changed = false;
+  };
+
+  explicit slot_book(caps limits);
+
+  // A connection actor asks for its slot: granted at once when it fits, else queued, else (queue
+  // full) refused. A second ask from a holder already known changes nothing: a cluster member
+  // may ask again for a connection actor that holds or awaits a slot here (after an outage).
+  actions acquire(owner who, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
+                  bool local, std::int64_t now_ns);
+  // A member's link asks for one slot under lease `id` (not 0), answered the same way.
+  actions lease(owner link, lease_id id, std::uint64_t upstream, std::int64_t key,
+                std::int64_t priority, std::int64_t now_ns);
+  // The holder gives its slot back (the oldest waiters that fit take it), or withdraws its ask
+  // (nobody there waits any more); unknown: nothing.
+  actions give_back(holder h, std::int64_t now_ns);
+  // The waiter with that ticket waited too long and is refused; one no longer queued: nothing.
+  actions timed_out(ticket t);
+  // The owner ended (a connection actor exited, a member died or its connection broke): all it
+  // held is freed and all it awaited leaves the queue unanswered.
+  actions owner_gone(owner who, std::int64_t now_ns);
+
+  bool fits(const claim& c) const;
+  bool knows(holder h) const { return holders_.count(h) > 0 || queued_by_.count(h) > 0; }
+  bool is_lessee(owner who) const { return lessees_.count(who) > 0; }
+  std::optional<claim> held_by(holder h) const;
+  std::uint32_t held() const { return held_; }
+  std::uint32_t held_on_upstream(std::size_t upstream) const;
+  std::uint32_t held_on_key(std::int64_t key) const;
+  std::size_t waiting() const { return queue_.size(); }
+  std::size_t waiting_local() const { return waiting_local_; }
+
+ private:
+  struct waiter {
+    holder who;
+    claim what;
+    bool local;
+    std::int64_t since_ns;
+  };
+  struct held_slot {
+    claim what;
+    bool local;
+  };
+  // A member's link holding leases: recalled (asked for its idle slots back) while anyone else
+  // waits here.
+  struct lessee {
+    std::uint32_t slots = 0;
+    std::uint32_t queued = 0;
+    bool recalled = false;
+  };
+
+  claim claim_for(std::uint64_t upstream, std::int64_t key) const;
+  actions admit(holder h, claim c, std::int64_t priority, bool local, std::int64_t now_ns);
+  void take(holder h, const claim& c, bool local);
+  void release(std::map<holder, held_slot>::iterator it, actions& out);
+  waiter dequeue(std::map<ticket, waiter>::iterator it);
+  void drain(std::int64_t now_ns, actions& out);
+  void update_recalls(actions& out);
+  lessee* lessee_of(const holder& h);
+
+  caps caps_;
+  std::uint32_t held_ = 0;
+  std::vector<std::uint32_t> held_upstream_;
+  std::vector<std::uint32_t> held_key_;
+  std::map<holder, held_slot> holders_;
+  std::map<ticket, waiter> queue_;
+  std::map<holder, ticket> queued_by_;
+  std::map<owner, lessee> lessees_;
+  std::uint64_t next_seq_ = 0;
+  std::size_t waiting_local_ = 0;
+};
+
+}  // namespace tether

@@ -1,0 +1,434 @@
+// Unit tests for slot_book: the budget's count of held slots and its admission queue.
+#include "actors/policy/slot_book.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tether {
+namespace {
+
+using holder = slot_book::holder;
+using holders = std::vector<holder>;
+
+slot_book book(std::uint32_t global, std::vector<std::uint32_t> per_upstream,
+               std::vector<std::uint32_t> per_key = {}, std::uint32_t queue_max = 16) {
+  return slot_book({global, std::move(per_upstream), std::move(per_key), queue_max});
+}
+
+holders granted(const slot_book::actions& a) {
+  holders out;
+  for (const auto& g : a.grants) out.push_back(g.who);
+  return out;
+}
+
+holders refused(const slot_book::actions& a) {
+  holders out;
+  for (const auto& r : a.refusals) out.push_back(r.who);
+  return out;
+}
+
+// Connection actor `who` asks for a slot on `upstream` (key -1, priority 0 unless given).
+slot_book::actions ask(slot_book& b, slot_book::owner who, std::uint64_t upstream,
+                       std::int64_t key = -1, std::int64_t priority = 0, std::int64_t now = 0) {
+  return b.acquire(who, upstream, key, priority, true, now);
+}
+
+TEST(SlotBookTest, AnAskWithinEveryCapIsGrantedAtOnceWithoutWaiting) {
+  auto b = book(8, {2, 2});
+  auto a = ask(b, 1, 0, -1, 0, 1000);
+  ASSERT_EQ(a.grants.size(), 1u);
+  EXPECT_EQ(a.grants[0].who, (holder{1, 0}));
+  EXPECT_EQ(a.grants[0].what, (slot_book::claim{0, -1}));
+  EXPECT_TRUE(a.grants[0].local);
+  EXPECT_EQ(a.grants[0].waited_ns, 0);
+  EXPECT_FALSE(a.queued);
+  EXPECT_FALSE(a.queue_changed);  // the queue was not touched: its depth is not republished
+  EXPECT_EQ(b.held(), 1u);
+  EXPECT_EQ(b.held_on_upstream(0), 1u);
+  EXPECT_EQ(b.held_on_upstream(1), 0u);
+  EXPECT_TRUE(b.knows({1, 0}));
+}
+
+TEST(SlotBookTest, AnUpstreamAtItsCapQueuesTheNextAskWhileAnotherUpstreamStillGrants) {
+  auto b = book(8, {1, 1});
+  ask(b, 1, 0);
+  auto queued = ask(b, 2, 0);
+  EXPECT_TRUE(queued.grants.empty());
+  EXPECT_TRUE(queued.refusals.empty());
+  ASSERT_TRUE(queued.queued);
+  EXPECT_TRUE(queued.queue_changed);
+  EXPECT_EQ(b.waiting(), 1u);
+  EXPECT_EQ(b.waiting_local(), 1u);
+  EXPECT_EQ(granted(ask(b, 3, 1)), (holders{{3, 0}}));
+}
+
+TEST(SlotBookTest, TheGlobalCapSpansUpstreams) {
+  auto b = book(2, {5, 5});
+  EXPECT_EQ(granted(ask(b, 1, 0)), (holders{{1, 0}}));
+  EXPECT_EQ(granted(ask(b, 2, 1)), (holders{{2, 0}}));
+  auto third = ask(b, 3, 1);
+  EXPECT_TRUE(third.grants.empty());
+  EXPECT_TRUE(third.queued);
+  EXPECT_EQ(b.held(), 2u);
+}
+
+TEST(SlotBookTest, AKeyAtItsCapQueuesWhileAnUncappedKeyOrNoKeyIsGranted) {
+  auto b = book(8, {5, 5}, {1, 0});
+  EXPECT_EQ(granted(ask(b, 1, 0, 0)), (holders{{1, 0}}));
+  EXPECT_TRUE(ask(b, 2, 0, 0).queued);                     // key 0 capped at 1
+  EXPECT_EQ(granted(ask(b, 3, 0, 1)), (holders{{3, 0}}));  // key 1: cap 0 = none
+  EXPECT_EQ(granted(ask(b, 4, 0, 1)), (holders{{4, 0}}));
+  EXPECT_EQ(granted(ask(b, 5, 0, -1)), (holders{{5, 0}}));  // no key
+  EXPECT_EQ(granted(ask(b, 6, 0, 9)), (holders{{6, 0}}));   // a key beyond the caps: none
+  EXPECT_EQ(b.held_on_key(0), 1u);
+  EXPECT_EQ(b.held_on_key(1), 2u);
+}
+
+// The cap is reached when the count equals it: one below still fits.
+TEST(SlotBookTest, AClaimFitsUpToTheLastSlotOfEachCapAndNotBeyond) {
+  auto b = book(3, {2, 3}, {2});
+  EXPECT_TRUE(b.fits({0, 0}));
+  ask(b, 1, 0, 0);
+  EXPECT_TRUE(b.fits({0, 0}));
+  ask(b, 2, 0, 0);
+  EXPECT_FALSE(b.fits({0, -1}));  // upstream 0 full
+  EXPECT_FALSE(b.fits({1, 0}));   // key 0 full
+  EXPECT_TRUE(b.fits({1, -1}));
+  ask(b, 3, 1);
+  EXPECT_FALSE(b.fits({1, -1}));  // global full
+  EXPECT_EQ(b.held(), 3u);
+}
+
+TEST(SlotBookTest, AnUpstreamBeyondTheCapsCountsAsUpstreamZero) {
+  auto b = book(8, {1, 1});
+  auto a = ask(b, 1, 7);
+  ASSERT_EQ(a.grants.size(), 1u);
+  EXPECT_EQ(a.grants[0].what.upstream, 0u);
+  EXPECT_EQ(b.held_on_upstream(0), 1u);
+  EXPECT_TRUE(ask(b, 2, 0).queued);  // upstream 0 is full now
+  EXPECT_EQ(b.held_by({1, 0}), (slot_book::claim{0, -1}));
+}
+
+TEST(SlotBookTest, WithoutPerUpstreamCapsEveryClaimCountsOnUpstreamZero) {
+  auto b = book(2, {});
+  EXPECT_EQ(granted(ask(b, 1, 3)), (holders{{1, 0}}));
+  EXPECT_EQ(b.held_on_upstream(0), 1u);
+}
+
+TEST(SlotBookTest, AskingAgainForAHeldOrQueuedSlotChangesNothing) {
+  auto b = book(1, {1, 1});
+  ask(b, 1, 0);
+  ask(b, 2, 0);
+  auto again_held = ask(b, 1, 0);
+  auto again_queued = ask(b, 2, 0);
+  EXPECT_TRUE(again_held.grants.empty() && again_held.refusals.empty() && !again_held.queued);
+  EXPECT_TRUE(again_queued.grants.empty() && again_queued.refusals.empty() && !again_queued.queued);
+  EXPECT_EQ(b.held(), 1u);
+  EXPECT_EQ(b.waiting(), 1u);
+}
+
+TEST(SlotBookTest, AFullQueueRefusesTheNextAskAtOnceWithoutQueueingIt) {
+  auto b = book(1, {1, 1}, {}, 1);
+  ask(b, 1, 0);
+  EXPECT_TRUE(ask(b, 2, 0).queued);
+  auto a = ask(b, 3, 0);
+  ASSERT_EQ(a.refusals.size(), 1u);
+  EXPECT_EQ(a.refusals[0].who, (holder{3, 0}));
+  EXPECT_EQ(a.refusals[0].reason, "admission queue is full");
+  EXPECT_FALSE(a.queued);
+  EXPECT_FALSE(b.knows({3, 0}));
+  EXPECT_EQ(b.waiting(), 1u);
+}
+
+TEST(SlotBookTest, AFullQueueStillGrantsAnAskThatFits) {
+  auto b = book(8, {1, 1}, {}, 0);
+  ask(b, 1, 0);
+  EXPECT_EQ(refused(ask(b, 2, 0)), (holders{{2, 0}}));
+  EXPECT_EQ(granted(ask(b, 3, 1)), (holders{{3, 0}}));
+}
+
+TEST(SlotBookTest, AGivenBackSlotGoesToTheOldestWaiterWithTheTimeItWaited) {
+  auto b = book(8, {1, 1});
+  ask(b, 1, 0, -1, 0, 0);
+  ask(b, 2, 0, -1, 0, 1000);
+  ask(b, 3, 0, -1, 0, 1100);
+  auto a = b.give_back({1, 0}, 1750);
+  ASSERT_EQ(a.released.size(), 1u);
+  EXPECT_TRUE(a.released[0].local);
+  ASSERT_EQ(a.grants.size(), 1u);
+  EXPECT_EQ(a.grants[0].who, (holder{2, 0}));
+  EXPECT_EQ(a.grants[0].waited_ns, 750);
+  EXPECT_TRUE(a.queue_changed);
+  EXPECT_EQ(b.waiting(), 1u);
+  EXPECT_EQ(b.held(), 1u);
+}
+
+TEST(SlotBookTest, WaitersOfOnePriorityAreServedInTheOrderTheyAsked) {
+  auto b = book(1, {1, 1});
+  ask(b, 1, 0);
+  for (slot_book::owner w = 2; w <= 4; ++w) ask(b, w, 0, -1, 5);
+  holders order;
+  for (slot_book::owner gone = 1; gone <= 3; ++gone) {
+    for (const auto& g : b.owner_gone(gone, 0).grants) order.push_back(g.who);
+  }
+  EXPECT_EQ(order, (holders{{2, 0}, {3, 0}, {4, 0}}));
+}
+
+// A retry carries its request's early arrival as its priority.
+TEST(SlotBookTest, ARetryOfAnOlderRequestGoesBeforeNewerRequestsQueuedEarlier) {
+  auto b = book(1, {1, 1});
+  ask(b, 1, 0, -1, 0);
+  ask(b, 2, 0, -1, 200);  // a newer request
+  ask(b, 3, 0, -1, 100);  // the retry of an older one, asked later
+  EXPECT_EQ(granted(b.owner_gone(1, 0)), (holders{{3, 0}}));
+  EXPECT_EQ(granted(b.owner_gone(3, 0)), (holders{{2, 0}}));
+}
+
+TEST(SlotBookTest, AFreedSlotSkipsAnOlderWaiterThatDoesNotFitForAYoungerOneThatDoes) {
+  auto b = book(2, {1, 2});
+  ask(b, 1, 0);  // upstream 0 full
+  ask(b, 2, 1);  // global full
+  ask(b, 3, 0);  // older, but upstream 0 stays full
+  ask(b, 4, 1);
+  auto a = b.owner_gone(2, 0);
+  EXPECT_EQ(granted(a), (holders{{4, 0}}));
+  EXPECT_TRUE(b.knows({3, 0}));
+  EXPECT_EQ(b.waiting(), 1u);
+}
+
+TEST(SlotBookTest, AFreedSlotGrantsNoMoreWaitersThanTheGlobalCapAllows) {
+  auto b = book(2, {2, 2});
+  ask(b, 1, 0);
+  ask(b, 2, 1);
+  ask(b, 3, 0);
+  ask(b, 4, 1);
+  EXPECT_EQ(granted(b.owner_gone(1, 0)), (holders{{3, 0}}));
+  EXPECT_EQ(b.held(), 2u);
+  EXPECT_EQ(b.waiting(), 1u);
+}
+
+TEST(SlotBookTest, AWaiterThatTimesOutIsRefusedAndLeavesTheQueue) {
+  auto b = book(1, {1, 1});
+  ask(b, 1, 0);
+  auto t = ask(b, 2, 0).queued;
+  ASSERT_TRUE(t);
+  auto a = b.timed_out(*t);
+  ASSERT_EQ(a.refusals.size(), 1u);
+  EXPECT_EQ(a.refusals[0].who, (holder{2, 0}));
+  EXPECT_EQ(a.refusals[0].reason, "waited longer than budget.queue_timeout_ms for a slot");
+  EXPECT_TRUE(a.queue_changed);
+  EXPECT_FALSE(b.knows({2, 0}));
+  EXPECT_EQ(b.waiting_local(), 0u);
+  EXPECT_TRUE(b.owner_gone(1, 0).grants.empty());
+}
+
+TEST(SlotBookTest, ATimeoutForAWaiterAlreadyServedDoesNothing) {
+  auto b = book(1, {1, 1});
+  ask(b, 1, 0);
+  auto t = ask(b, 2, 0).queued;
+  ASSERT_TRUE(t);
+  b.owner_gone(1, 0);
+  auto a = b.timed_out(*t);
+  EXPECT_TRUE(a.refusals.empty());
+  EXPECT_FALSE(a.queue_changed);
+  EXPECT_EQ(b.held_by({2, 0}), (slot_book::claim{0, -1}));
+}
+
+TEST(SlotBookTest, AQueuedWaiterThatGoesAwayNeverTakesTheSlot) {
+  auto b = book(1, {1, 1});
+  ask(b, 1, 0);
+  ask(b, 2, 0);
+  ask(b, 3, 0);
+  auto away = b.owner_gone(2, 0);
+  EXPECT_TRUE(away.grants.empty() && away.refusals.empty() && away.released.empty());
+  EXPECT_TRUE(away.queue_changed);
+  EXPECT_EQ(granted(b.owner_gone(1, 0)), (holders{{3, 0}}));
+  EXPECT_EQ(b.held(), 1u);
+}
+
+TEST(SlotBookTest, AWithdrawnAskLeavesTheQueueUnansweredAndNeverTakesASlot) {
+  auto b = book(8, {1, 1});
+  ask(b, 1, 0);
+  b.lease(9, 7, 0, -1, 0, 0);
+  auto w = b.give_back({9, 7}, 0);
+  EXPECT_TRUE(w.grants.empty() && w.refusals.empty() && w.released.empty());
+  EXPECT_TRUE(w.queue_changed);
+  EXPECT_EQ(b.waiting(), 0u);
+  EXPECT_TRUE(b.owner_gone(1, 0).grants.empty());
+  EXPECT_EQ(b.held(), 0u);
+}
+
+TEST(SlotBookTest, GivingBackWhatNobodyHoldsOrAwaitsChangesNothing) {
+  auto b = book(8, {1, 1});
+  ask(b, 1, 0);
+  auto a = b.give_back({2, 0}, 0);
+  EXPECT_TRUE(a.released.empty() && a.grants.empty() && a.recalls.empty());
+  EXPECT_FALSE(a.queue_changed);
+  EXPECT_EQ(b.held(), 1u);
+}
+
+TEST(SlotBookTest, LeasesCountAgainstTheCapsButNotAsThisNodesWork) {
+  auto b = book(8, {2, 2});
+  auto l1 = b.lease(9, 1, 0, -1, 0, 0);
+  auto l2 = b.lease(9, 2, 0, -1, 0, 0);
+  ASSERT_EQ(l1.grants.size(), 1u);
+  EXPECT_EQ(l1.grants[0].who, (holder{9, 1}));
+  EXPECT_FALSE(l1.grants[0].local);
+  EXPECT_EQ(granted(l2), (holders{{9, 2}}));
+  EXPECT_EQ(b.held_on_upstream(0), 2u);
+  EXPECT_TRUE(b.is_lessee(9));
+  EXPECT_TRUE(ask(b, 3, 0).queued);
+  EXPECT_EQ(b.waiting_local(), 1u);
+}
+
+TEST(SlotBookTest, ALeaseUnderIdZeroIsIgnored) {
+  auto b = book(8, {2, 2});
+  auto a = b.lease(9, 0, 0, -1, 0, 0);
+  EXPECT_TRUE(a.grants.empty() && !a.queued);
+  EXPECT_FALSE(b.is_lessee(9));
+}
+
+TEST(SlotBookTest, ALinksAskQueuedIsNotCountedAsThisNodesQueue) {
+  auto b = book(1, {1, 1});
+  ask(b, 1, 0);
+  EXPECT_TRUE(b.lease(9, 7, 0, -1, 0, 0).queued);
+  EXPECT_EQ(b.waiting(), 1u);
+  EXPECT_EQ(b.waiting_local(), 0u);
+  EXPECT_TRUE(b.acquire(2, 0, -1, 0, false, 0).queued);  // another node's connection actor
+  EXPECT_EQ(b.waiting_local(), 0u);
+}
+
+TEST(SlotBookTest, ALinksEndFreesAllItsLeasesAndWithdrawsItsAsks) {
+  auto b = book(3, {3, 3});
+  b.lease(9, 1, 0, -1, 0, 0);
+  b.lease(9, 2, 0, -1, 0, 0);
+  ask(b, 1, 0);
+  b.lease(9, 3, 0, -1, 0, 0);  // queued
+  ask(b, 2, 0, -1, 0, 10);     // queued
+  auto a = b.owner_gone(9, 50);
+  EXPECT_EQ(a.released.size(), 2u);
+  EXPECT_EQ(granted(a), (holders{{2, 0}}));
+  EXPECT_EQ(a.grants[0].waited_ns, 40);
+  EXPECT_TRUE(a.recalls.empty());
+  EXPECT_FALSE(b.is_lessee(9));
+  EXPECT_FALSE(b.knows({9, 3}));
+  EXPECT_EQ(b.held(), 2u);
+  EXPECT_EQ(b.waiting(), 0u);
+}
+
+TEST(SlotBookTest, ALinkHoldingSlotsIsRecalledWhileSomeoneElseWaitsAndReleasedAfter) {
+  auto b = book(8, {1, 1});
+  b.lease(9, 1, 0, -1, 0, 0);
+  auto a = ask(b, 2, 0);
+  ASSERT_EQ(a.recalls.size(), 1u);
+  EXPECT_EQ(a.recalls[0].link, 9u);
+  EXPECT_TRUE(a.recalls[0].on);
+  auto back = b.give_back({9, 1}, 0);
+  EXPECT_EQ(granted(back), (holders{{2, 0}}));
+  ASSERT_EQ(back.recalls.size(), 1u);
+  EXPECT_FALSE(back.recalls[0].on);
+}
+
+TEST(SlotBookTest, ALinkIsNotRecalledWhileOnlyItsOwnAsksWait) {
+  auto b = book(8, {1, 1});
+  b.lease(9, 1, 0, -1, 0, 0);
+  auto own = b.lease(9, 2, 0, -1, 0, 0);
+  EXPECT_TRUE(own.queued);
+  EXPECT_TRUE(own.recalls.empty());
+  auto back = b.give_back({9, 1}, 0);
+  EXPECT_EQ(granted(back), (holders{{9, 2}}));
+  EXPECT_TRUE(back.recalls.empty());
+}
+
+// Nothing to give back: the link is told once it holds a slot.
+TEST(SlotBookTest, ALinkHoldingNoSlotIsNotRecalledUntilItHoldsOne) {
+  auto b = book(8, {1, 1});
+  ask(b, 1, 0);
+  EXPECT_TRUE(b.lease(9, 1, 0, -1, 0, 0).recalls.empty());
+  auto other = ask(b, 2, 0);
+  EXPECT_TRUE(other.recalls.empty());
+  auto a = b.owner_gone(1, 0);  // the link's ask is older: it takes the slot, 2 still waits
+  EXPECT_EQ(granted(a), (holders{{9, 1}}));
+  ASSERT_EQ(a.recalls.size(), 1u);
+  EXPECT_TRUE(a.recalls[0].on);
+}
+
+TEST(SlotBookTest, ALeaseAskQueuesInPriorityOrderWithConnectionActors) {
+  auto b = book(8, {1, 1});
+  ask(b, 1, 0);
+  ask(b, 2, 0, -1, 20);
+  b.lease(9, 3, 0, -1, 10, 0);  // an older request: ahead of 2
+  EXPECT_EQ(granted(b.owner_gone(1, 0)), (holders{{9, 3}}));
+  EXPECT_TRUE(b.knows({2, 0}));
+}
+
+// The invariant admission relies on: after every event no waiter fits (a freed slot went to the
+// oldest waiters that fit), and no count exceeds its cap.
+TEST(SlotBookTest, NoWaiterFitsAndNoCapIsExceededUnderRandomTraffic) {
+  const std::vector<std::uint32_t> per_upstream{2, 3};
+  const std::vector<std::uint32_t> per_key{1, 0, 2};
+  slot_book b({4, per_upstream, per_key, 6});
+  std::mt19937_64 rng(26);
+  std::map<holder, slot_book::claim> asked;  // everything asked and not yet answered no or gone
+  std::map<holder, slot_book::ticket> tickets;
+  std::int64_t now = 0;
+  slot_book::owner next_owner = 1;
+  auto note = [&](const slot_book::actions& a) {
+    for (const auto& r : a.refusals) {
+      asked.erase(r.who);
+      tickets.erase(r.who);
+    }
+    for (const auto& g : a.grants) tickets.erase(g.who);
+  };
+  for (int step = 0; step < 20000; ++step) {
+    now += 1;
+    auto pick = std::uniform_int_distribution<int>(0, 9)(rng);
+    std::uint64_t upstream = std::uniform_int_distribution<int>(0, 2)(rng);
+    std::int64_t key = std::uniform_int_distribution<int>(-1, 3)(rng);
+    std::int64_t priority = std::uniform_int_distribution<int>(0, 5)(rng);
+    if (pick < 4) {
+      holder h{next_owner++, 0};
+      asked[h] = {upstream, key};
+      auto a = b.acquire(h.who, upstream, key, priority, true, now);
+      if (a.queued) tickets[h] = *a.queued;
+      note(a);
+    } else if (pick < 6) {
+      holder h{1000000, std::uniform_int_distribution<slot_book::lease_id>(1, 8)(rng)};
+      if (!b.knows(h)) asked[h] = {upstream, key};
+      auto a = b.lease(h.who, h.id, upstream, key, priority, now);
+      if (a.queued) tickets[h] = *a.queued;
+      note(a);
+    } else if (!asked.empty()) {
+      auto it = asked.begin();
+      std::advance(it, std::uniform_int_distribution<std::size_t>(0, asked.size() - 1)(rng));
+      auto h = it->first;
+      if (pick < 8) {
+        asked.erase(it);
+        tickets.erase(h);
+        note(h.id == 0 ? b.owner_gone(h.who, now) : b.give_back(h, now));
+      } else if (auto t = tickets.find(h); t != tickets.end()) {
+        note(b.timed_out(t->second));
+      }
+    }
+    ASSERT_LE(b.held(), 4u);
+    for (std::size_t u = 0; u < per_upstream.size(); ++u) {
+      ASSERT_LE(b.held_on_upstream(u), per_upstream[u]);
+    }
+    ASSERT_LE(b.held_on_key(0), 1u);
+    ASSERT_LE(b.held_on_key(2), 2u);
+    ASSERT_LE(b.waiting(), 6u);
+    for (const auto& [h, t] : tickets) {
+      auto c = asked.at(h);
+      slot_book::claim normal{c.upstream < per_upstream.size() ? c.upstream : 0, c.key};
+      ASSERT_FALSE(b.fits(normal)) << "step " << step << ": a waiter fits but was not served";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tether
