@@ -133,77 +133,19 @@ void gateway::answer_model_refusal(const net::incoming_request& req, const std::
   rt_->stats->request_done(model, o, elapsed / 1000.0);
 }
 
+// Which kind of request it is decides who answers: net/'s refusals, the small endpoints, or a
+// model request (refused here, or given a request actor).
 std::shared_ptr<net::exchange_observer> gateway::handle(
     net::incoming_request req, std::shared_ptr<net::response_channel> channel) {
   auto request_id = accept_or_generate_request_id(net::find_header(req.headers, "x-request-id"));
   auto path = path_of(req.target);
-
   if (req.error != net::protocol_error::none) {
-    // Counted as a model request only when it was one; others are just answered.
-    outcome o = req.error == net::protocol_error::body_too_large      ? outcome::payload_too_large
-                : req.error == net::protocol_error::headers_too_large ? outcome::headers_too_large
-                                                                      : outcome::bad_request;
-    std::string message =
-        o == outcome::payload_too_large   ? "request body is larger than server.max_request_bytes"
-        : o == outcome::headers_too_large ? "request headers exceed the gateway's limits"
-                                          : "malformed HTTP request: " + req.error_detail;
-    if (req.method == "POST" && is_model_path(path)) {
-      answer_model_refusal(req, request_id, "", o, message, *channel);
-    } else {
-      channel->send_full(status_of(o), error_headers(request_id, status_of(o), o),
-                         error_body(o, message, request_id));
-    }
+    answer_protocol_error(req, request_id, path, *channel);
     return nullptr;
   }
-
-  if (req.method == "GET" || req.method == "HEAD") {
-    if (path == "/healthz") {
-      channel->send_full(200, {{"content-type", "text/plain"}}, "ok\n");
-      return nullptr;
-    }
-    if (path == "/readyz") {
-      bool ready = !draining();
-      channel->send_full(ready ? 200 : 503, {{"content-type", "text/plain"}},
-                         ready ? "ready\n" : "draining\n");
-      return nullptr;
-    }
-    if (path == "/metrics") {
-      auto text = rt_->stats->render();
-      if (rt_->tracer) {
-        // The exporter drops rather than blocks or grows: what it dropped must be visible.
-        auto t = rt_->tracer->stats();
-        text +=
-            "# HELP tether_trace_spans_exported_total Spans the collector accepted.\n"
-            "# TYPE tether_trace_spans_exported_total counter\n"
-            "tether_trace_spans_exported_total " +
-            std::to_string(t.exported) +
-            "\n# HELP tether_trace_spans_dropped_total Spans dropped: queue full, collector "
-            "failing or slow.\n# TYPE tether_trace_spans_dropped_total counter\n"
-            "tether_trace_spans_dropped_total " +
-            std::to_string(t.dropped) + "\n";
-      }
-      channel->send_full(200, {{"content-type", "text/plain; version=0.0.4; charset=utf-8"}},
-                         std::move(text));
-      return nullptr;
-    }
-    if (path == "/v1/models") {
-      if (!rt_->cfg.keys.empty() && match_key(req) < 0) {
-        channel->send_full(
-            401, error_headers(request_id, 401, outcome::unauthorized),
-            error_body(outcome::unauthorized, "missing or invalid gateway key", request_id));
-        return nullptr;
-      }
-      boost::json::array data;
-      for (const auto& name : rt_->routes->public_models()) {
-        data.push_back(boost::json::object{
-            {"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "tether"}});
-      }
-      boost::json::object body{{"object", "list"}, {"data", std::move(data)}};
-      channel->send_full(200, json_headers(request_id), boost::json::serialize(body));
-      return nullptr;
-    }
-  }
-
+  if ((req.method == "GET" || req.method == "HEAD") &&
+      answer_small_endpoint(req, request_id, path, *channel))
+    return nullptr;
   if (!is_model_path(path)) {
     channel->send_full(404, error_headers(request_id, 404, outcome::bad_request),
                        error_body(outcome::bad_request, "no such endpoint: " + path, request_id));
@@ -216,8 +158,85 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
                        error_body(outcome::bad_request, path + " accepts POST only", request_id));
     return nullptr;
   }
+  return start_model_request(std::move(req), std::move(request_id), std::move(path),
+                             std::move(channel));
+}
 
-  // ---- a model request --------------------------------------------------------------------
+// net/ refused the request before any handler saw its body.
+void gateway::answer_protocol_error(const net::incoming_request& req, const std::string& request_id,
+                                    const std::string& path, net::response_channel& channel) {
+  // Counted as a model request only when it was one; others are just answered.
+  outcome o = req.error == net::protocol_error::body_too_large      ? outcome::payload_too_large
+              : req.error == net::protocol_error::headers_too_large ? outcome::headers_too_large
+                                                                    : outcome::bad_request;
+  std::string message =
+      o == outcome::payload_too_large   ? "request body is larger than server.max_request_bytes"
+      : o == outcome::headers_too_large ? "request headers exceed the gateway's limits"
+                                        : "malformed HTTP request: " + req.error_detail;
+  if (req.method == "POST" && is_model_path(path)) {
+    answer_model_refusal(req, request_id, "", o, message, channel);
+  } else {
+    channel.send_full(status_of(o), error_headers(request_id, status_of(o), o),
+                      error_body(o, message, request_id));
+  }
+}
+
+// /healthz, /readyz, /metrics, /v1/models; false: not one of them.
+bool gateway::answer_small_endpoint(const net::incoming_request& req, const std::string& request_id,
+                                    const std::string& path, net::response_channel& channel) {
+  if (path == "/healthz") {
+    channel.send_full(200, {{"content-type", "text/plain"}}, "ok\n");
+    return true;
+  }
+  if (path == "/readyz") {
+    bool ready = !draining();
+    channel.send_full(ready ? 200 : 503, {{"content-type", "text/plain"}},
+                      ready ? "ready\n" : "draining\n");
+    return true;
+  }
+  if (path == "/metrics") {
+    auto text = rt_->stats->render();
+    if (rt_->tracer) {
+      // The exporter drops rather than blocks or grows: what it dropped must be visible.
+      auto t = rt_->tracer->stats();
+      text +=
+          "# HELP tether_trace_spans_exported_total Spans the collector accepted.\n"
+          "# TYPE tether_trace_spans_exported_total counter\n"
+          "tether_trace_spans_exported_total " +
+          std::to_string(t.exported) +
+          "\n# HELP tether_trace_spans_dropped_total Spans dropped: queue full, collector "
+          "failing or slow.\n# TYPE tether_trace_spans_dropped_total counter\n"
+          "tether_trace_spans_dropped_total " +
+          std::to_string(t.dropped) + "\n";
+    }
+    channel.send_full(200, {{"content-type", "text/plain; version=0.0.4; charset=utf-8"}},
+                      std::move(text));
+    return true;
+  }
+  if (path == "/v1/models") {
+    if (!rt_->cfg.keys.empty() && match_key(req) < 0) {
+      channel.send_full(
+          401, error_headers(request_id, 401, outcome::unauthorized),
+          error_body(outcome::unauthorized, "missing or invalid gateway key", request_id));
+      return true;
+    }
+    boost::json::array data;
+    for (const auto& name : rt_->routes->public_models()) {
+      data.push_back(boost::json::object{
+          {"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "tether"}});
+    }
+    boost::json::object body{{"object", "list"}, {"data", std::move(data)}};
+    channel.send_full(200, json_headers(request_id), boost::json::serialize(body));
+    return true;
+  }
+  return false;
+}
+
+// A model request: refused by the checks in order (draining, key, body, model, key's models,
+// deadline header), or handed to a new request actor.
+std::shared_ptr<net::exchange_observer> gateway::start_model_request(
+    net::incoming_request req, std::string request_id, std::string path,
+    std::shared_ptr<net::response_channel> channel) {
   if (draining()) {
     answer_model_refusal(req, request_id, "", outcome::shutting_down,
                          "the gateway is shutting down", *channel);

@@ -24,6 +24,13 @@ class gateway {
   bool draining() const { return draining_.load(); }
 
  private:
+  void answer_protocol_error(const net::incoming_request& req, const std::string& request_id,
+                             const std::string& path, net::response_channel& channel);
+  bool answer_small_endpoint(const net::incoming_request& req, const std::string& request_id,
+                             const std::string& path, net::response_channel& channel);
+  std::shared_ptr<net::exchange_observer> start_model_request(
+      net::incoming_request req, std::string request_id, std::string path,
+      std::shared_ptr<net::response_channel> channel);
   void answer_model_refusal(const net::incoming_request& req, const std::string& request_id,
                             const std::string& model, outcome o, const std::string& message,
                             net::response_channel& channel);

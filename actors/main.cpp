@@ -126,34 +126,23 @@ void watch_the_shutdown(sigset_t signals, caf::actor supervisor,
   }).detach();
 }
 
-int serve(tether::config::gateway_config cfg) {
-  using namespace tether;
-  setup_logging(cfg.telemetry.log_format, cfg.telemetry.log_level);
-
-  // Signals are taken synchronously by this thread alone (sigwait below); every thread started
-  // from here on inherits the blocked mask.
+// Signals are taken synchronously by the main thread alone (sigwait in serve); every thread
+// started after this inherits the blocked mask.
+sigset_t block_stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  return signals;
+}
 
-  // SCHED_BATCH for every thread of the process (threads inherit it): a thread woken by another
-  // no longer preempts it. Without it, each io → actor → io hand-off on a busy CPU is a pair of
-  // context switches; with it, the waker finishes its batch first and the woken thread then takes
-  // many messages at once, so a request costs far fewer context switches. Time slices still
-  // bound how long a woken thread waits, so timers stay within a few milliseconds.
-  sched_param batch{};
-  if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0) log_info("SCHED_BATCH not available");
-  // One CAF worker per usable CPU, one on a single CPU: a second worker there only spins in
-  // CAF's polling, steals and wakes the first, which costs CPU, context switches and throughput.
-  // No actor blocks a worker (only main's scoped_actor blocks, on its own thread).
-  unsigned cores = usable_cpus();
-  // The io runs on the first CAF worker's thread (actors/scheduler.cpp says why), and outlives
-  // the actor system: no actor may outlive the sockets it owns.
-  net::io_runtime io{net::io_runtime::lent_thread};
-
+// What every actor shares: the config, the router, the upstream clients on `io`, the metrics,
+// the retry budget, the timers and the tracer. The budget and supervisor are added by serve.
+std::shared_ptr<tether::gateway_runtime> build_runtime(tether::config::gateway_config cfg,
+                                                       tether::net::io_runtime& io) {
+  using namespace tether;
   auto rt = std::make_shared<gateway_runtime>();
   rt->cfg = std::move(cfg);
   rt->routes = std::make_unique<router>(rt->cfg);
@@ -180,6 +169,62 @@ int serve(tether::config::gateway_config cfg) {
     trace_opts.service_name = rt->cfg.telemetry.service_name;
     rt->tracer = std::make_unique<net::otlp_exporter>(io, trace_opts);
   }
+
+  return rt;
+}
+
+tether::net::server_limits limits_of(const tether::config::server_config& server) {
+  tether::net::server_limits limits;
+  limits.max_request_bytes = server.max_request_bytes;
+  limits.max_header_bytes = server.max_header_bytes;
+  limits.max_header_fields = server.max_header_fields;
+  limits.max_connections = server.max_connections;
+  limits.header_timeout = server.header_timeout;
+  limits.keepalive_timeout = server.keepalive_timeout;
+  return limits;
+}
+
+// Runs the drain (the supervisor answers once every request tree has ended) and logs what it
+// cut short and whether any budget slot was left.
+void drain_and_report(caf::actor_system& system, tether::gateway_runtime& rt) {
+  using namespace tether;
+  std::uint64_t cancelled = 0;
+  {
+    caf::scoped_actor self{system};
+    self->request(rt.supervisor, caf::infinite, drain_atom::value)
+        .receive([&](drained_atom, std::uint64_t n) { cancelled = n; },
+                 [&](caf::error& err) { log_error("drain failed: " + system.render(err)); });
+    std::uint64_t leftover = 0;
+    self->request(rt.budget, std::chrono::seconds(5), slots_atom::value)
+        .receive([&](std::uint64_t n) { leftover = n; }, [&](caf::error&) {});
+    log_info("drained: " + std::to_string(cancelled) +
+             " request(s) cancelled at the drain timeout, " + std::to_string(leftover) +
+             " budget slot(s) left");
+  }
+}
+
+int serve(tether::config::gateway_config cfg) {
+  using namespace tether;
+  setup_logging(cfg.telemetry.log_format, cfg.telemetry.log_level);
+
+  const sigset_t signals = block_stop_signals();
+
+  // SCHED_BATCH for every thread of the process (threads inherit it): a thread woken by another
+  // no longer preempts it. Without it, each io → actor → io hand-off on a busy CPU is a pair of
+  // context switches; with it, the waker finishes its batch first and the woken thread then takes
+  // many messages at once, so a request costs far fewer context switches. Time slices still
+  // bound how long a woken thread waits, so timers stay within a few milliseconds.
+  sched_param batch{};
+  if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0) log_info("SCHED_BATCH not available");
+  // One CAF worker per usable CPU, one on a single CPU: a second worker there only spins in
+  // CAF's polling, steals and wakes the first, which costs CPU, context switches and throughput.
+  // No actor blocks a worker (only main's scoped_actor blocks, on its own thread).
+  unsigned cores = usable_cpus();
+  // The io runs on the first CAF worker's thread (actors/scheduler.cpp says why), and outlives
+  // the actor system: no actor may outlive the sockets it owns.
+  net::io_runtime io{net::io_runtime::lent_thread};
+
+  auto rt = build_runtime(std::move(cfg), io);
 
   caf::actor_system_config sys_cfg;
   use_tether_scheduler(sys_cfg, &io);
@@ -224,13 +269,7 @@ int serve(tether::config::gateway_config cfg) {
   rt->supervisor = system->spawn(supervisor_actor, rt->cfg.server.drain_timeout);
 
   gateway gw{*system, rt};
-  net::server_limits limits;
-  limits.max_request_bytes = rt->cfg.server.max_request_bytes;
-  limits.max_header_bytes = rt->cfg.server.max_header_bytes;
-  limits.max_header_fields = rt->cfg.server.max_header_fields;
-  limits.max_connections = rt->cfg.server.max_connections;
-  limits.header_timeout = rt->cfg.server.header_timeout;
-  limits.keepalive_timeout = rt->cfg.server.keepalive_timeout;
+  const auto limits = limits_of(rt->cfg.server);
   net::http_server server{io, limits, [&gw](net::incoming_request req, auto channel) {
                             return gw.handle(std::move(req), std::move(channel));
                           }};
@@ -256,19 +295,7 @@ int serve(tether::config::gateway_config cfg) {
   log_info(std::string{"received "} + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", draining");
 
   // The listener stays open while draining: /readyz says 503, new model requests get 503.
-  std::uint64_t cancelled = 0;
-  {
-    caf::scoped_actor self{*system};
-    self->request(rt->supervisor, caf::infinite, drain_atom::value)
-        .receive([&](drained_atom, std::uint64_t n) { cancelled = n; },
-                 [&](caf::error& err) { log_error("drain failed: " + system->render(err)); });
-    std::uint64_t leftover = 0;
-    self->request(rt->budget, std::chrono::seconds(5), slots_atom::value)
-        .receive([&](std::uint64_t n) { leftover = n; }, [&](caf::error&) {});
-    log_info("drained: " + std::to_string(cancelled) +
-             " request(s) cancelled at the drain timeout, " + std::to_string(leftover) +
-             " budget slot(s) left");
-  }
+  drain_and_report(*system, *rt);
   if (watch->cutting) {
     log_warn("second signal: the requests in flight were cut; exiting");
     std::fflush(nullptr);

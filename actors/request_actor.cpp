@@ -206,7 +206,17 @@ void request_state::cancel_attempt(const command& c) {
                          [&](const live_attempt& a) { return a.index == c.attempt; });
   if (it == live.end()) return;
   trace->event("cancel_sent", at);
-  self->send_exit(it->actor, stop_error(c.reason));
+  if (!c.behind_answers) {
+    self->send_exit(it->actor, stop_error(c.reason));
+    return;
+  }
+  // Enqueued as from outside the scheduler: the attempt's job goes to the back of the queue,
+  // behind the other requests whose deadline passed in the same moment, instead of to its front
+  // (where a message between actors goes), which would run this tree's whole teardown before the
+  // next caller's 504.
+  it->actor->enqueue(self->ctrl(), caf::make_message_id(),
+                     caf::make_message(caf::exit_msg{self->address(), stop_error(c.reason)}),
+                     nullptr);
 }
 
 void request_state::send_response(const command& c, const held_response& held) {

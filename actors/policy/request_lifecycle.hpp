@@ -43,7 +43,8 @@ struct lifecycle_command {
     arm_deadline,      // at `at`: on_deadline
     start_attempt,     // `attempt` on `deployment` (of `upstream`), per-try timeout `delay`
                        // (0 = none), `deadline_left` to pass on (nullopt = unbounded)
-    cancel_attempt,    // stop attempt `attempt` with `reason`
+    cancel_attempt,    // stop attempt `attempt` with `reason`; `behind_answers`: the caller
+                       // was just answered, so the stop may queue behind others' answers
     arm_backoff,       // after `delay`: on_backoff_due(`generation`)
     send_response,     // the attempt's complete response goes to the caller as it is
     start_stream,      // the attempt's stream is committed: its head goes to the caller
@@ -61,6 +62,7 @@ struct lifecycle_command {
   std::size_t deployment = 0;
   std::size_t upstream = 0;
   bool granted = false;
+  bool behind_answers = false;
   stop_reason reason = stop_reason::deadline;
   std::uint64_t generation = 0;
   millis delay{0};

@@ -143,6 +143,7 @@ TEST_F(RequestLifecycleTest,
   EXPECT_EQ(cs[1].result, outcome::deadline_exceeded);
   EXPECT_EQ(cs[3].reason, stop_reason::deadline);
   EXPECT_EQ(cs[3].attempt, 0U);
+  EXPECT_TRUE(cs[3].behind_answers);
   // The cancelled attempt's answer was already on its way.
   EXPECT_TRUE(lc.on_response(200, std::nullopt, t0_ + 10s).empty());
   EXPECT_EQ(lc.result(), outcome::deadline_exceeded);
@@ -166,6 +167,7 @@ TEST_F(RequestLifecycleTest, ClientGoneCancelsTheAttemptAndIsLoggedAs499WithoutA
   ASSERT_EQ(kinds(cs),
             (std::vector{kind::cancel_attempt, kind::attempt_over, kind::caller_side_over}));
   EXPECT_EQ(cs[0].reason, stop_reason::client_gone);
+  EXPECT_FALSE(cs[0].behind_answers);  // its close is all that is waited for
   EXPECT_EQ(lc.result(), outcome::client_disconnected);
   EXPECT_EQ(lc.status(), 499);
 }
