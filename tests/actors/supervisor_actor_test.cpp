@@ -59,12 +59,16 @@ class SupervisorActorTest : public ::testing::Test {
 
   // Asks for the drain from a probe actor, which keeps the answer when it comes.
   void ask_drain() {
-    auto answer = answer_;
-    system_.spawn([answer, sup = supervisor_](caf::event_based_actor* self) {
-      self->request(sup, caf::infinite, drain_atom::value)
-          .then([answer](drained_atom, std::uint64_t cancelled) { *answer = cancelled; },
-                [](caf::error&) {});
-    });
+    // Its state comes as arguments, not captures: CAF 0.17 dereferences a null pointer to the
+    // empty argument tuple of a spawn without arguments, which UBSan reports.
+    system_.spawn(
+        [](caf::event_based_actor* self, std::shared_ptr<std::optional<std::uint64_t>> answer,
+           caf::actor sup) {
+          self->request(sup, caf::infinite, drain_atom::value)
+              .then([answer](drained_atom, std::uint64_t cancelled) { *answer = cancelled; },
+                    [](caf::error&) {});
+        },
+        answer_, supervisor_);
     sched_.run();
   }
   std::optional<std::uint64_t> drained() const { return *answer_; }
@@ -143,11 +147,13 @@ TEST_F(SupervisorActorTest, TheShutdownsExitEndsTheSupervisorAndReachesItsReques
   auto log = std::make_shared<seen>();
   adopt(log);
   auto down = std::make_shared<bool>(false);
-  auto probe = system_.spawn([down, sup = supervisor_](caf::event_based_actor* self) {
-    self->monitor(sup);
-    self->set_down_handler([down](caf::down_msg&) { *down = true; });
-    return caf::behavior{[self](stop_atom) { self->quit(); }};
-  });
+  auto probe = system_.spawn(
+      [](caf::event_based_actor* self, std::shared_ptr<bool> down, caf::actor sup) {
+        self->monitor(sup);
+        self->set_down_handler([down](caf::down_msg&) { *down = true; });
+        return caf::behavior{[self](stop_atom) { self->quit(); }};
+      },
+      down, supervisor_);
   requests_.push_back(probe);
   sched_.run();
   caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
