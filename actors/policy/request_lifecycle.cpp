@@ -346,10 +346,11 @@ void request_lifecycle::cancel_attempt(stop_reason reason) {
   auto c = make(kind::cancel_attempt);
   c.attempt = *current_;
   c.reason = reason;
-  // At the deadline or the drain the answer has just been written: many requests expire
-  // together, and each one's teardown may wait behind the others' answers. A caller who left
-  // is waiting for nothing but the upstream's close.
-  c.behind_answers = reason != stop_reason::client_gone;
+  // At the deadline the answer has just been written: many requests expire together, and each
+  // one's teardown may wait behind the others' answers. A caller who left waits for nothing but
+  // the upstream's close; the drain stops every tree at once, and a stream's teardown queued
+  // behind the others could free its slot to a queued caller whose stop is still on its way.
+  c.behind_answers = reason == stop_reason::deadline;
   out_.push_back(std::move(c));
   release_attempt();
 }

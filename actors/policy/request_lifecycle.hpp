@@ -43,8 +43,8 @@ struct lifecycle_command {
     arm_deadline,      // at `at`: on_deadline
     start_attempt,     // `attempt` on `deployment` (of `upstream`), per-try timeout `delay`
                        // (0 = none), `deadline_left` to pass on (nullopt = unbounded)
-    cancel_attempt,    // stop attempt `attempt` with `reason`; `behind_answers`: the caller
-                       // was just answered, so the stop may queue behind others' answers
+    cancel_attempt,    // stop attempt `attempt` with `reason`; `behind_answers`: the deadline's
+                       // answer was just written, so the stop may queue behind others' answers
     arm_backoff,       // after `delay`: on_backoff_due(`generation`)
     send_response,     // the attempt's complete response goes to the caller as it is
     start_stream,      // the attempt's stream is committed: its head goes to the caller

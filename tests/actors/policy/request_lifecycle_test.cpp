@@ -291,6 +291,7 @@ TEST_F(RequestLifecycleTest, DrainMidStreamInterruptsItAndCancelsWithTheDrainRea
   ASSERT_NE(find(cs, kind::interrupt_stream), nullptr);
   EXPECT_NE(find(cs, kind::interrupt_stream)->message.find("shutting down"), std::string::npos);
   EXPECT_EQ(find(cs, kind::cancel_attempt)->reason, stop_reason::drain);
+  EXPECT_FALSE(find(cs, kind::cancel_attempt)->behind_answers);
 }
 
 TEST_F(RequestLifecycleTest, DrainBeforeAnyByteAnswers503) {
