@@ -83,15 +83,16 @@ class loader {
   loader(std::string file, const env_lookup& env) : file_(std::move(file)), env_(env) {}
 
   load_result run(std::string_view text) {
-    // Before toml++ sees the text: what it would mishandle (undefined behaviour) is refused here.
-    if (auto hazard = find_toml_hazard(text)) {
-      errors_.push_back(fmt::format("{}: line {}, column {}: {}", file_, hazard->line,
-                                    hazard->column, hazard->problem));
+    // toml++ reads the text only once what it would mishandle (undefined behaviour) is gone.
+    const auto input = prepare_toml_input(text);
+    if (input.refused) {
+      errors_.push_back(fmt::format("{}: line {}, column {}: {}", file_, input.refused->line,
+                                    input.refused->column, input.refused->problem));
       return finish();
     }
     toml::table root;
     try {
-      root = toml::parse(text, file_);
+      root = toml::parse(input.text, file_);
     } catch (const toml::parse_error& e) {
       const auto& pos = e.source().begin;
       errors_.push_back(fmt::format("{}: line {}, column {}: TOML syntax error: {}", file_,

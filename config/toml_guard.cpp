@@ -13,19 +13,13 @@ bool unclassifiable(char32_t c) {
          (c >= 0xFB26 && c <= 0xFEFE);
 }
 
-// toml++'s horizontal whitespace, ASCII and not: what a line-ending backslash skips on a line.
-bool horizontal_whitespace(char32_t c) {
-  return c == ' ' || c == '\t' || c == 0xA0 || c == 0x1680 || c == 0x180E ||
-         (c >= 0x2000 && c <= 0x200B) || c == 0x202F || c == 0x205F || c == 0x2060 || c == 0x3000 ||
-         c == 0xFEFF;
-}
-
 struct code_point {
   char32_t value = 0;
   std::size_t size = 0;  // bytes; 0 for a malformed sequence
 };
 
-// Well-formed UTF-8 only (no overlong forms, surrogates or values past U+10FFFF).
+// Well-formed UTF-8 only (no overlong forms, surrogates or values past U+10FFFF), as toml++'s
+// decoder: a malformed byte is passed on untouched and toml++ refuses the file there.
 code_point decode(std::string_view text, std::size_t at) {
   const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[at + i]); };
   const auto follows = [&](std::size_t i) {
@@ -50,38 +44,63 @@ code_point decode(std::string_view text, std::size_t at) {
   return {};
 }
 
+// Where the first of those code points in `text` is, if any.
+std::optional<toml_hazard> first_unclassifiable(std::string_view text) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t at = 0; at < text.size(); ++column) {
+    const auto cp = decode(text, at);
+    at += cp.size == 0 ? 1 : cp.size;
+    if (cp.size != 0 && unclassifiable(cp.value)) {
+      toml_hazard h;
+      h.line = line;
+      h.column = column;
+      h.code_point = cp.value;
+      return h;
+    }
+    if (cp.size != 0 && cp.value == '\n') {
+      ++line;
+      column = 0;
+    }
+  }
+  return std::nullopt;
+}
+
 enum class context { outside, comment, basic, literal, multi_basic, multi_literal };
 
-class scanner {
+// Copies the text through, rewriting each of those code points as the header says. Its model
+// of TOML (where strings and comments are) only has to be right for valid TOML: on any other
+// input a wrong guess yields toml++'s syntax error or a refusal, never one of them unrewritten.
+class rewriter {
  public:
-  explicit scanner(std::string_view text) : text_(text) {}
+  explicit rewriter(std::string_view text) : text_(text) { out_.reserve(text.size() + 64); }
 
-  std::optional<toml_hazard> run() {
+  toml_input run() {
     while (at_ < text_.size()) {
       const auto cp = next();
-      if (!cp) continue;  // malformed UTF-8: toml++ refuses the file there
-      if (auto hazard = step(*cp)) return hazard;
+      if (!cp) {
+        out_ += raw_;  // malformed UTF-8: toml++ refuses the file there
+        continue;
+      }
+      if (auto refused = step(*cp)) return {{}, std::move(refused)};
     }
-    return std::nullopt;
+    return {std::move(out_), std::nullopt};
   }
 
  private:
-  // The code point at the cursor, advancing past it (and the line/column with it).
+  // The code point at the cursor, advancing past it (and the line/column with it); raw_ holds
+  // its bytes.
   std::optional<char32_t> next() {
     const auto cp = decode(text_, at_);
     line_ = next_line_;
     column_ = next_column_;
-    if (cp.size == 0) {
-      ++at_;
-      ++next_column_;
-      return std::nullopt;
-    }
-    at_ += cp.size;
+    ++next_column_;
+    const auto size = cp.size == 0 ? 1 : cp.size;
+    raw_ = text_.substr(at_, size);
+    at_ += size;
+    if (cp.size == 0) return std::nullopt;
     if (cp.value == '\n') {
       ++next_line_;
       next_column_ = 1;
-    } else {
-      ++next_column_;
     }
     return cp.value;
   }
@@ -91,10 +110,10 @@ class scanner {
     while (n < most && at_ + n < text_.size() && text_[at_ + n] == quote) ++n;
     return n;
   }
-  void skip_quotes(std::size_t n) {
+  void skip(std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) next();
   }
-  std::optional<toml_hazard> hazard(char32_t c, const char* where) const {
+  std::optional<toml_hazard> refuse(char32_t c, const char* where) const {
     toml_hazard h;
     h.line = line_;
     h.column = column_;
@@ -104,115 +123,147 @@ class scanner {
         static_cast<std::uint32_t>(c), where);
     return h;
   }
+  void escape(char32_t c) { out_ += fmt::format("\\u{:04X}", static_cast<std::uint32_t>(c)); }
+  // A code point of a basic string's content.
+  void basic_content(char32_t c) {
+    if (unclassifiable(c)) {
+      escape(c);
+    } else {
+      out_ += raw_;
+    }
+  }
+  // A code point of a literal string's content, written into the basic string it becomes.
+  void literal_content(char32_t c) {
+    if (c == '\\' || c == '"') {
+      out_ += '\\';
+      out_ += static_cast<char>(c);
+    } else {
+      basic_content(c);
+    }
+  }
+  // A backslash in a basic string was just copied: the code point it escapes follows (toml++
+  // tests it for whitespace, a line-ending backslash; the code points after such a backslash
+  // are content and rewritten as any other).
+  std::optional<toml_hazard> escaped() {
+    if (at_ >= text_.size()) return std::nullopt;
+    const auto c = next();
+    out_ += raw_;
+    if (c && unclassifiable(*c)) return refuse(*c, "after a backslash");
+    return std::nullopt;
+  }
 
   std::optional<toml_hazard> step(char32_t c) {
-    if (skipping_) {
-      // After a line-ending backslash: toml++ tests each code point for whitespace until the
-      // first that is not; line breaks are taken before that test.
-      if (c == '\n' || c == '\r' || horizontal_whitespace(c)) return std::nullopt;
-      skipping_ = false;
-      if (unclassifiable(c)) {
-        return hazard(c, "right after a line-ending backslash (write it as a \\u escape)");
-      }
-    }
     switch (in_) {
-      case context::outside: {
-        const auto before = last_outside_;
-        last_outside_ = c;
-        if (c == '#') {
-          in_ = context::comment;
-        } else if ((c == '"' || c == '\'') && opens_string_after(before)) {
-          const auto more = run_of(static_cast<char>(c), 2);
-          if (more == 2) {
-            skip_quotes(2);
-            in_ = c == '"' ? context::multi_basic : context::multi_literal;
-          } else if (more == 0) {
-            in_ = c == '"' ? context::basic : context::literal;
-          } else {
-            skip_quotes(1);  // an empty string
-          }
-        } else if (unclassifiable(c)) {
-          return hazard(c, "outside a string or comment");
-        }
-        return std::nullopt;
-      }
+      case context::outside:
+        return outside(c);
       case context::comment:
-        if (c == '\n') {
-          in_ = context::outside;
-          last_outside_ = c;
+        if (c == '\n') in_ = context::outside;
+        if (unclassifiable(c)) {
+          out_ += '?';
+        } else {
+          out_ += raw_;
         }
         return std::nullopt;
       case context::basic:
         if (c == '\\') {
-          escaped_next();
-        } else if (c == '"' || c == '\n') {
-          in_ = context::outside;
-          last_outside_ = c;
+          out_ += raw_;
+          return escaped();
         }
+        if (c == '"' || c == '\n') in_ = context::outside;
+        basic_content(c);
         return std::nullopt;
       case context::literal:
         if (c == '\'' || c == '\n') {
           in_ = context::outside;
-          last_outside_ = c;
+          out_ += c == '\'' ? "\"" : "\n";
+        } else {
+          literal_content(c);
         }
         return std::nullopt;
       case context::multi_basic:
         if (c == '\\') {
-          if (at_ >= text_.size()) return std::nullopt;
-          const auto escaped = next();
-          if (!escaped) return std::nullopt;
-          // toml++ asks whether the escaped code point is whitespace (a line-ending backslash).
-          if (unclassifiable(*escaped)) return hazard(*escaped, "after a backslash");
-          if (*escaped == ' ' || *escaped == '\t' || *escaped == '\n' || *escaped == '\r') {
-            skipping_ = true;
-          }
-          return std::nullopt;
+          out_ += raw_;
+          return escaped();
         }
-        if (c == '"') close_multi('"');
+        if (c == '"') {
+          close_multi('"');
+        } else {
+          basic_content(c);
+        }
         return std::nullopt;
       case context::multi_literal:
-        if (c == '\'') close_multi('\'');
+        if (c == '\'') {
+          close_multi('\'');
+        } else {
+          literal_content(c);
+        }
         return std::nullopt;
     }
     return std::nullopt;
   }
-  // In a single-line basic string, the escaped code point is never tested for whitespace.
-  void escaped_next() {
-    if (at_ < text_.size()) next();
+  std::optional<toml_hazard> outside(char32_t c) {
+    if (c == '#') {
+      in_ = context::comment;
+    } else if (c == '"' || c == '\'') {
+      const bool literal = c == '\'';
+      const auto more = run_of(static_cast<char>(c), 2);
+      skip(more == 2 ? 2 : more);
+      if (more == 2) {
+        in_ = literal ? context::multi_literal : context::multi_basic;
+        out_ += "\"\"\"";
+      } else if (more == 0) {
+        in_ = literal ? context::literal : context::basic;
+        out_ += '"';
+      } else {
+        out_ += "\"\"";  // an empty string
+      }
+      return std::nullopt;
+    } else if (unclassifiable(c)) {
+      return refuse(c, "outside a string or comment");
+    }
+    out_ += raw_;
+    return std::nullopt;
   }
   // `quote` was just read inside a multi-line string: three in a row end it, and up to two
-  // more right after belong to its content (""""" is two quotes, then the end).
+  // more before them belong to its content (""""" is two quotes, then the end).
   void close_multi(char quote) {
     const auto more = run_of(quote, 4);
-    if (more < 2) {
-      skip_quotes(more);
-      return;
+    skip(more);
+    const auto quotes = 1 + more;
+    const auto content = more < 2 ? quotes : quotes - 3;
+    for (std::size_t i = 0; i < content; ++i) {
+      out_ += quote == '"' ? "\\\"" : "'";
     }
-    skip_quotes(more);
-    in_ = context::outside;
-    last_outside_ = static_cast<char32_t>(quote);
+    if (more >= 2) {
+      out_ += "\"\"\"";
+      in_ = context::outside;
+    }
   }
 
   std::string_view text_;
+  std::string out_;
+  std::string_view raw_;  // the bytes of the code point last read
   std::size_t at_ = 0;
   std::size_t line_ = 1, column_ = 1;            // of the code point last read
   std::size_t next_line_ = 1, next_column_ = 1;  // of the one at the cursor
-  // A quote starts a string for toml++ only where a key or a value may begin; elsewhere (as in
-  // `x = 2"…`) toml++ goes on reading a bare token and tests what follows for whitespace.
-  static bool opens_string_after(char32_t before) {
-    return before == ' ' || before == '\t' || before == '\n' || before == '\r' || before == '=' ||
-           before == '[' || before == '{' || before == ',' || before == '.';
-  }
-
   context in_ = context::outside;
-  char32_t last_outside_ = '\n';  // the code point before the current one, outside strings
-  bool skipping_ = false;
 };
 
 }  // namespace
 
-std::optional<toml_hazard> find_toml_hazard(std::string_view text) {
-  return scanner(text).run();
+toml_input prepare_toml_input(std::string_view text) {
+  // Most files hold none of those code points: toml++ reads them exactly as written.
+  if (!first_unclassifiable(text)) return {std::string(text), std::nullopt};
+  auto input = rewriter(text).run();
+  if (input.refused) return input;
+  if (auto left = first_unclassifiable(input.text)) {
+    left->problem = fmt::format(
+        "character U+{:04X}: not accepted (the TOML parser in use "
+        "mishandles it)",
+        static_cast<std::uint32_t>(left->code_point));
+    return {{}, std::move(left)};
+  }
+  return input;
 }
 
 }  // namespace tether::config

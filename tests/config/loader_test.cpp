@@ -150,19 +150,23 @@ TEST(LoaderTest, SyntaxErrorNamesFileLineAndColumn) {
 }
 
 // toml++ 3.3.0 meets undefined behaviour (a crash or a misreading) when it asks whether one of
-// U+00A1..U+0499, U+2C5E..U+3057 (not U+3000) or U+FB26..U+FEFE is whitespace, which it does
-// outside strings and comments and around a multi-line basic string's backslashes: such a file
-// is refused with its place named, before toml++ reads it.
+// U+00A1..U+0499, U+2C5E..U+3057 (not U+3000) or U+FB26..U+FEFE is whitespace. Where no rewrite
+// keeps the file's meaning (outside strings and comments, escaped by a backslash: invalid TOML
+// anyway) the file is refused with the place named, before toml++ reads it.
 TEST(LoaderTest, CodePointsTheTomlParserMishandlesAreRefusedWithTheirPlace) {
   const std::vector<std::pair<std::string, std::string>> cases{
-      {"[server]\nlisten = \"127.0.0.1:8080\"\xC3\xA9\n", "line 2, column 26: character U+00E9"},
+      {"[server]\nlisten = \"127.0.0.1:8080\"\xC3\xA9\n",
+       "line 2, column 26: character U+00E9 outside a string or comment"},
       {"[server\xD0\x96]\n", "line 1, column 8: character U+0416"},
-      // A quote right after a bare value opens no string for toml++ (found by the fuzzer).
-      {"[server]\nmax_json_depth =2\"caf\xC3\xA9\"\n", "line 2, column 22: character U+00E9"},
       {"a\xE3\x80\x81 = 1\n", "line 1, column 2: character U+3001"},
       {"x = \"\"\"\\\xEF\xB9\x90\"\"\"\n", "line 1, column 9: character U+FE50 after a backslash"},
-      {"x = \"\"\"a \\\n   \xC2\xA9\"\"\"\n",
-       "line 2, column 4: character U+00A9 right after a line-ending backslash"},
+      {"x = \"\\\xC3\xA9\"\n", "line 1, column 7: character U+00E9 after a backslash"},
+      // toml++ reads `2""="\` as one bare token and tests what follows (found by the fuzzer).
+      {"x =2\"\"=\"\\\xEF\xB9\x90\"\"\"\n",
+       "line 1, column 10: character U+FE50 after a backslash"},
+      // A quote right after a bare value opens no string for toml++ (found by the fuzzer): the
+      // rewritten string leaves toml++ a plain syntax error to report.
+      {"[server]\nmax_json_depth =2\"caf\xC3\xA9\"\n", "line 2, column"},
   };
   for (const auto& [text, where] : cases) {
     const auto r = load(text);
@@ -172,13 +176,30 @@ TEST(LoaderTest, CodePointsTheTomlParserMishandlesAreRefusedWithTheirPlace) {
   }
 }
 
-// The same code points where toml++ never asks about them load as they are.
+// In strings and comments those code points keep their meaning: toml++ reads them rewritten
+// (a \u escape, a literal string as the basic string of the same value) and never meets them.
 TEST(LoaderTest, ThoseCodePointsInStringsAndCommentsAreAccepted) {
   const auto cfg = expect_ok(minimal + "# caf\xC3\xA9 \xD0\x96 \xE3\x80\x81 \xEF\xB9\x90\n" +
                              "[telemetry]\nservice_name = \"caf\xC3\xA9-\xD0\x96\" # \xC2\xA9\n");
   EXPECT_EQ(cfg.telemetry.service_name, "caf\xC3\xA9-\xD0\x96");
   expect_ok(minimal + "[server]\nlisten = '''127.0.0.1:8080'''\n# ''' \xC3\xA9\n" +
             "[request]\n# \"\"\" \xC3\xA9\n");
+  const std::vector<std::pair<std::string, std::string>> values{
+      {"'caf\xC3\xA9 \"q\" \\n'", "caf\xC3\xA9 \"q\" \\n"},
+      {"'''a''b'\xC3\xA9''''", "a''b'\xC3\xA9'"},
+      {"'''\n\"\xC3\xA9\"\\'''", "\"\xC3\xA9\"\\"},
+      {"\"\"\"\xC3\xA9\"\"\\\"\"\"\"\"", "\xC3\xA9\"\"\"\""},
+      {"\"\"\"a \\\n   \xC2\xA9\"\"\"", "a \xC2\xA9"},
+      {"\"\\u00e9\xEF\xB9\x90\\t\"", "\xC3\xA9\xEF\xB9\x90\t"},
+  };
+  for (const auto& [toml_value, value] : values) {
+    const auto c = expect_ok(minimal + "[telemetry]\nservice_name = " + toml_value + "\n");
+    EXPECT_EQ(c.telemetry.service_name, value) << toml_value;
+  }
+  // A file without them reaches toml++ as written: its columns are the file's own.
+  const auto r = load("x = '\\' = 3\n");
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_THAT(r.errors[0], HasSubstr("line 1, column 9"));
 }
 
 TEST(LoaderTest, MissingFileIsNamed) {

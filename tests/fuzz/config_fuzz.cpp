@@ -2,7 +2,8 @@
 // every error names the file; and an accepted config survives `tether check`: its rendering
 // loads again (with the masked key digests put back) to a config that renders identically. Every
 // input goes in, those with the code points toml++ 3.3.0 mishandles too: config/toml_guard.hpp
-// must refuse each one that would reach its undefined behaviour (UBSan reports any it misses).
+// must rewrite or refuse each one that would reach its undefined behaviour (UBSan reports any
+// it misses).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
