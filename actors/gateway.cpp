@@ -42,15 +42,6 @@ net::header_list json_headers(const std::string& request_id) {
   return {{"content-type", "application/json"}, {"x-request-id", request_id}};
 }
 
-// A gateway-made error: the headers of any error, with what the caller's SDK should do.
-net::header_list error_headers(const std::string& request_id, int status, outcome o) {
-  auto headers = json_headers(request_id);
-  if (o == outcome::overloaded || o == outcome::shutting_down)
-    headers.push_back({"retry-after", "1"});
-  add_outcome_headers(headers, status, o);
-  return headers;
-}
-
 // x-stainless-retry-count, the retry counter the openai and Anthropic SDKs send: a small
 // non-negative integer, or nothing (a value that is not one is not logged).
 std::optional<std::int64_t> client_retry_of(const net::incoming_request& req) {

@@ -235,15 +235,9 @@ void request_state::start_stream(const command& c, net::header_list& headers) {
 }
 
 void request_state::send_error(const command& c) {
-  net::header_list headers{{"content-type", "application/json"}, {"x-request-id", spec.request_id}};
-  if (c.retry_after) {
-    headers.push_back({"retry-after", std::to_string((c.retry_after->count() + 999) / 1000)});
-  } else if (c.result == outcome::overloaded || c.result == outcome::shutting_down) {
-    headers.push_back({"retry-after", "1"});
-  }
-  add_outcome_headers(headers, c.status, c.result, c.retry_after, caller_left());
-  channel->send_full(c.status, std::move(headers),
-                     error_body(c.result, c.message, spec.request_id));
+  channel->send_full(
+      c.status, error_headers(spec.request_id, c.status, c.result, c.retry_after, caller_left()),
+      error_body(c.result, c.message, spec.request_id));
   if (!first_byte_ns) first_byte_ns = now_ns();
 }
 

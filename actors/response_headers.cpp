@@ -19,4 +19,17 @@ void add_outcome_headers(net::header_list& headers, int status, outcome o,
     headers.push_back({"retry-after-ms", std::to_string(retry_after->count())});
 }
 
+net::header_list error_headers(const std::string& request_id, int status, outcome o,
+                               std::optional<std::chrono::milliseconds> retry_after,
+                               std::optional<std::chrono::milliseconds> caller_left) {
+  net::header_list headers{{"content-type", "application/json"}, {"x-request-id", request_id}};
+  if (retry_after) {
+    headers.push_back({"retry-after", std::to_string((retry_after->count() + 999) / 1000)});
+  } else if (o == outcome::overloaded || o == outcome::shutting_down) {
+    headers.push_back({"retry-after", "1"});
+  }
+  add_outcome_headers(headers, status, o, retry_after, caller_left);
+  return headers;
+}
+
 }  // namespace tether

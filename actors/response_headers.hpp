@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <optional>
+#include <string>
 
 #include "actors/policy/outcome.hpp"
 #include "net/http_types.hpp"
@@ -16,5 +17,12 @@ namespace tether {
 void add_outcome_headers(net::header_list& headers, int status, outcome o,
                          std::optional<std::chrono::milliseconds> retry_after = std::nullopt,
                          std::optional<std::chrono::milliseconds> caller_left = std::nullopt);
+
+// The headers of an error tether makes itself (a JSON body): its request id, a Retry-After
+// (`retry_after` rounded up to seconds; one second when overloaded or shutting down) and the
+// outcome headers above.
+net::header_list error_headers(const std::string& request_id, int status, outcome o,
+                               std::optional<std::chrono::milliseconds> retry_after = std::nullopt,
+                               std::optional<std::chrono::milliseconds> caller_left = std::nullopt);
 
 }  // namespace tether

@@ -183,20 +183,8 @@ const request_lifecycle::commands& request_lifecycle::on_backoff_due(std::uint64
 }
 
 const request_lifecycle::commands& request_lifecycle::on_deadline() {
-  begin();
-  if (phase_ == phase::answered) return out_;
-  // The caller's answer first: it is what the caller is waiting for; the tree's teardown
-  // follows at once.
-  const bool streaming = phase_ == phase::streaming;
-  attempt_over(outcome::deadline_exceeded);
-  if (streaming) {
-    interrupt_stream("timeout_error", "stream interrupted: the request deadline passed");
-  } else {
-    answer_error(outcome::deadline_exceeded, "the request deadline passed");
-  }
-  cancel_attempt(stop_reason::deadline);
-  maybe_finish();
-  return out_;
+  return stop_from_above(outcome::deadline_exceeded, stop_reason::deadline,
+                         "the request deadline passed");
 }
 
 const request_lifecycle::commands& request_lifecycle::on_client_gone() {
@@ -210,17 +198,25 @@ const request_lifecycle::commands& request_lifecycle::on_client_gone() {
 }
 
 const request_lifecycle::commands& request_lifecycle::on_drain() {
+  return stop_from_above(outcome::shutting_down, stop_reason::drain,
+                         "the gateway is shutting down");
+}
+
+// The deadline and the drain stop a request alike. The caller's answer comes first (an error
+// event mid-stream): it is what the caller is waiting for; the tree's teardown follows at once.
+const request_lifecycle::commands& request_lifecycle::stop_from_above(outcome why,
+                                                                      stop_reason reason,
+                                                                      std::string_view what) {
   begin();
   if (phase_ == phase::answered) return out_;
   const bool streaming = phase_ == phase::streaming;
-  attempt_over(outcome::shutting_down);
+  attempt_over(why);
   if (streaming) {
-    interrupt_stream(error_type_of(outcome::shutting_down),
-                     "stream interrupted: the gateway is shutting down");
+    interrupt_stream(error_type_of(why), "stream interrupted: " + std::string(what));
   } else {
-    answer_error(outcome::shutting_down, "the gateway is shutting down");
+    answer_error(why, std::string(what));
   }
-  cancel_attempt(stop_reason::drain);
+  cancel_attempt(reason);
   maybe_finish();
   return out_;
 }

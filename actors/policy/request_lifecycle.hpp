@@ -121,6 +121,7 @@ class request_lifecycle {
   void after_failure(const attempt_report& report, std::string_view message, steady_time now);
   void release_attempt();
   void cancel_attempt(stop_reason reason);
+  const commands& stop_from_above(outcome why, stop_reason reason, std::string_view what);
   void answer_error(outcome o, std::string message, std::optional<millis> retry_after = {});
   void interrupt_stream(std::string_view type, std::string message);
   void attempt_over(outcome o, int status = 0);
