@@ -6,11 +6,13 @@ set -euo pipefail
 want_e2e=0
 want_fuzz=0
 want_package=0
+want_tidy=0
 for arg in "$@"; do
   case "$arg" in
     --e2e) want_e2e=1 ;;
     --fuzz) want_fuzz=1 ;;
     --package) want_package=1 ;;
+    --tidy) want_tidy=1 ;;
   esac
 done
 
@@ -24,6 +26,9 @@ packages=(
 # libFuzzer comes with clang's runtime libraries.
 if [ "$want_fuzz" = 1 ]; then
   packages+=(clang libclang-rt-14-dev)
+fi
+if [ "$want_tidy" = 1 ]; then
+  packages+=(clang-tidy)
 fi
 # The Debian package's and the monitoring files' checks (scripts/check-package.sh,
 # scripts/check-monitoring.sh: promtool).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what is missing, checks formatting, then
 #  1. builds (ccache) and runs every test — unit, integration, the openai-SDK end-to-end suite;
-#  2. packages the binaries of step 1 as a .deb and checks it (scripts/check-package.sh), and
-#     checks the alerting rules and the dashboard in docs/ (scripts/check-monitoring.sh);
+#  2. packages the binaries of step 1 as a .deb and checks it (scripts/check-package.sh),
+#     checks the alerting rules and the dashboard in docs/ (scripts/check-monitoring.sh), and
+#     runs clang-tidy's small set over the project's sources (scripts/tidy.sh);
 #  3. builds again with AddressSanitizer + UBSan (build-asan/) and runs the same suite there;
 #  4. runs each libFuzzer target for TETHER_FUZZ_SECONDS (default 60) from its seed corpus.
 # Every test has a timeout, so a hang fails fast. Set TETHER_QUICK=1 to run step 1 only.
@@ -12,7 +13,7 @@ quick="${TETHER_QUICK:-0}"
 if [ "$quick" = 1 ]; then
   bash "$here/scripts/install-deps.sh" --e2e
 else
-  bash "$here/scripts/install-deps.sh" --e2e --fuzz --package
+  bash "$here/scripts/install-deps.sh" --e2e --fuzz --package --tidy
 fi
 bash "$here/scripts/format-check.sh"
 
@@ -40,7 +41,8 @@ rm -f "$here"/build/tether_*_amd64.deb
 (cd "$here/build" && cpack -G DEB >/dev/null)
 bash "$here/scripts/check-package.sh" "$here"/build/tether_*_amd64.deb
 bash "$here/scripts/check-monitoring.sh"
-echo "test.sh: package and monitoring files checked ($((SECONDS - started)) s)"
+bash "$here/scripts/tidy.sh" "$here/build"
+echo "test.sh: package, monitoring files and clang-tidy checked ($((SECONDS - started)) s)"
 
 started=$SECONDS
 # The bench harness is not part of the suite; the mock it shares with the tests is built.
