@@ -54,6 +54,7 @@ class budget {
   }
 
   void timed_out(slot_book::ticket t) { carry_out(book_.timed_out(t)); }
+  void refuse_local() { carry_out(book_.refuse_local("the gateway is shutting down")); }
 
   void gone(const caf::actor_addr& source) {
     auto o = owners_.find(source);
@@ -158,6 +159,7 @@ caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, m
       [st](queue_timeout_atom, std::int64_t priority, std::uint64_t seq) {
         st->timed_out({priority, seq});
       },
+      [st](drain_now_atom) { st->refuse_local(); },
       [st](slots_atom) { return st->slots(); },
       [st](holders_atom) { return st->holders(); },
   };

@@ -34,6 +34,8 @@ using recall_atom = caf::atom_constant<caf::atom("recall")>;
 // Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), priority: int64) from the
 // connection actor; answered later with (grant_atom, granted: bool, reason: string) sent to it.
 // (slots_atom) → the number of slots held (for drain's leak report).
+// (drain_now_atom), from the supervisor at the drain's end: this node's waiters are refused and
+// its later asks too ("the gateway is shutting down"); members' leases are served as before.
 // (holders_atom) → (vector<actor> holders, vector<uint64> upstreams, vector<int64> keys): who holds
 // a slot now (a cluster member that rejoins its budget host registers them there).
 // Leases, from a cluster member's link actor, which may hold many slots:

@@ -266,7 +266,7 @@ int serve(tether::config::gateway_config cfg) {
     rt->budget = system->spawn(budget_link_actor, local_budget, host, port, cluster.lease_idle,
                                rt->stats.get());
   }
-  rt->supervisor = system->spawn(supervisor_actor, rt->cfg.server.drain_timeout);
+  rt->supervisor = system->spawn(supervisor_actor, rt->cfg.server.drain_timeout, local_budget);
 
   gateway gw{*system, rt};
   const auto limits = limits_of(rt->cfg.server);

@@ -10,6 +10,7 @@ namespace {
 struct supervisor_state {
   caf::event_based_actor* self = nullptr;
   std::chrono::milliseconds drain_timeout{0};
+  caf::actor budget;  // told to refuse this node's work before the trees are stopped
   // Strong handles: CAF 0.17 collects an actor nobody holds a strong reference to at once.
   std::map<caf::actor_addr, caf::actor> live;
   bool draining = false;
@@ -49,6 +50,10 @@ void supervisor_state::start_drain() {
 void supervisor_state::cancel_all() {
   if (cancelling) return;
   cancelling = true;
+  // A stopping request frees its slot when its socket closes; without this, the budget could
+  // give that slot to a queued request whose own stop is still on its way, and its upstream
+  // would see a request the drain had already stopped.
+  if (budget) self->send(budget, drain_now_atom::value);
   for (auto& [addr, req] : live) {
     ++cancelled;
     self->monitor(req);
@@ -65,10 +70,11 @@ void supervisor_state::settle() {
 }  // namespace
 
 caf::behavior supervisor_actor(caf::event_based_actor* self,
-                               std::chrono::milliseconds drain_timeout) {
+                               std::chrono::milliseconds drain_timeout, caf::actor budget) {
   auto st = std::make_shared<supervisor_state>();
   st->self = self;
   st->drain_timeout = drain_timeout;
+  st->budget = std::move(budget);
 
   // A request's end arrives through its link (any reason: this actor outlives its requests),
   // or, once it has been cancelled, through the monitor. The shutdown's anon_send_exit names

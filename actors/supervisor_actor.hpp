@@ -12,8 +12,9 @@ namespace tether {
 
 // (adopt_atom, actor)  a new request actor to link to and hold
 // (drain_atom) → (drained_atom, uint64 cancelled)  once no request actor is left
-// (drain_now_atom)     stop every request now (the drain timeout, or a second signal)
+// (drain_now_atom)     stop every request now (the drain timeout, or a second signal); `budget`
+//                      (this node's budget actor) is told first, and refuses this node's work
 caf::behavior supervisor_actor(caf::event_based_actor* self,
-                               std::chrono::milliseconds drain_timeout);
+                               std::chrono::milliseconds drain_timeout, caf::actor budget);
 
 }  // namespace tether

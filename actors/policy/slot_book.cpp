@@ -96,6 +96,10 @@ slot_book::actions slot_book::lease(owner link, lease_id id, std::uint64_t upstr
 slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bool local,
                                     std::int64_t now_ns) {
   actions out;
+  if (local && refusing_local_) {
+    out.refusals.push_back({h, *refusing_local_});
+    return out;
+  }
   // Fitting now means no older waiter for the same resources is still queued: every release
   // hands capacity to the oldest waiters first (drain).
   if (fits(c)) {
@@ -154,6 +158,22 @@ slot_book::actions slot_book::timed_out(ticket t) {
   auto w = dequeue(it);
   out.queue_changed = true;
   out.refusals.push_back({w.who, "waited longer than budget.queue_timeout_ms for a slot"});
+  update_recalls(out);
+  return out;
+}
+
+slot_book::actions slot_book::refuse_local(std::string reason) {
+  actions out;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!it->second.local) {
+      ++it;
+      continue;
+    }
+    auto w = dequeue(it++);
+    out.refusals.push_back({w.who, reason});
+  }
+  refusing_local_ = std::move(reason);
+  out.queue_changed = true;
   update_recalls(out);
   return out;
 }

@@ -96,6 +96,11 @@ class slot_book {
   // held is freed and all it awaited leaves the queue unanswered.
   actions owner_gone(owner who, std::int64_t now_ns);
 
+  // This node stops (the drain's end): its waiters are refused now and its later asks at once,
+  // so that a slot a stopping request frees cannot start upstream work for another whose stop
+  // is still on its way. Leases (other members' work) are served as before.
+  actions refuse_local(std::string reason);
+
   bool fits(const claim& c) const;
   bool knows(holder h) const { return holders_.count(h) > 0 || queued_by_.count(h) > 0; }
   bool is_lessee(owner who) const { return lessees_.count(who) > 0; }
@@ -144,6 +149,7 @@ class slot_book {
   std::map<owner, lessee> lessees_;
   std::uint64_t next_seq_ = 0;
   std::size_t waiting_local_ = 0;
+  std::optional<std::string> refusing_local_;  // set by refuse_local: why
 };
 
 }  // namespace tether

@@ -34,18 +34,37 @@ caf::behavior fake_request(caf::event_based_actor* self, std::shared_ptr<seen> l
   return {[self](stop_atom) { self->quit(); }};
 }
 
+// The budget's stand-in: it notes when it is told to refuse this node's work.
+caf::behavior fake_budget(caf::event_based_actor* self,
+                          std::shared_ptr<std::vector<std::string>> log) {
+  return {[self, log](drain_now_atom) { log->push_back("budget refuses local work"); },
+          [self](stop_atom) { self->quit(); }};
+}
+
+// A request's stand-in that notes the drain's exit in the same log as the budget's.
+caf::behavior logging_request(caf::event_based_actor* self,
+                              std::shared_ptr<std::vector<std::string>> log) {
+  self->set_exit_handler([self, log](caf::exit_msg&) {
+    log->push_back("request stopped");
+    self->quit();
+  });
+  return {[self](stop_atom) { self->quit(); }};
+}
+
 class SupervisorActorTest : public ::testing::Test {
  protected:
   SupervisorActorTest()
       : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
         sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {
-    supervisor_ = system_.spawn(supervisor_actor, drain_timeout);
+    budget_ = system_.spawn(fake_budget, order_);
+    supervisor_ = system_.spawn(supervisor_actor, drain_timeout, budget_);
     sched_.run();
   }
   // The actor system waits for every actor at its end: the stand-ins and the supervisor go first.
   ~SupervisorActorTest() override {
     for (auto& r : requests_) caf::anon_send(r, stop_atom::value);
     caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
+    caf::anon_send(budget_, stop_atom::value);
     sched_.run();
   }
 
@@ -77,6 +96,8 @@ class SupervisorActorTest : public ::testing::Test {
   caf::actor_system_config cfg_;
   caf::actor_system system_;
   caf::scheduler::test_coordinator& sched_;
+  std::shared_ptr<std::vector<std::string>> order_ = std::make_shared<std::vector<std::string>>();
+  caf::actor budget_;
   caf::actor supervisor_;
   std::vector<caf::actor> requests_;
   std::shared_ptr<std::optional<std::uint64_t>> answer_ =
@@ -161,6 +182,20 @@ TEST_F(SupervisorActorTest, TheShutdownsExitEndsTheSupervisorAndReachesItsReques
   EXPECT_TRUE(*down) << "the supervisor trapped the shutdown's exit";
   ASSERT_TRUE(log->exit_reason) << "the link did not carry the supervisor's end";
   EXPECT_EQ(*log->exit_reason, caf::make_error(caf::exit_reason::user_shutdown));
+}
+
+// A slot freed by a stopping request must not start upstream work for a queued request whose
+// own stop is still on its way: the budget hears of the drain's end before any tree is stopped.
+TEST_F(SupervisorActorTest, TheBudgetRefusesLocalWorkBeforeTheTreesAreStopped) {
+  auto req = system_.spawn(logging_request, order_);
+  caf::anon_send(supervisor_, adopt_atom::value, req);
+  sched_.run();
+  ask_drain();
+  EXPECT_TRUE(order_->empty()) << "the budget was told before the drain timeout";
+  sched_.advance_time(drain_timeout);
+  sched_.run();
+  EXPECT_EQ(*order_, (std::vector<std::string>{"budget refuses local work", "request stopped"}));
+  EXPECT_EQ(drained(), std::optional<std::uint64_t>{1});
 }
 
 }  // namespace

@@ -369,6 +369,30 @@ TEST(SlotBookTest, ALeaseAskQueuesInPriorityOrderWithConnectionActors) {
 
 // The invariant admission relies on: after every event no waiter fits (a freed slot went to the
 // oldest waiters that fit), and no count exceeds its cap.
+// The drain's end: a slot freed by a stopping request must not start upstream work for a
+// waiter whose own stop is still on its way (the drain test saw three upstream requests for two).
+TEST(SlotBookTest, RefusingLocalWorkRefusesItsWaitersAndLaterAsksButNotLeases) {
+  auto b = book(1, {1});
+  ask(b, 1, 0);
+  ask(b, 2, 0);
+  b.lease(9, 5, 0, -1, 0, 0);
+  ask(b, 3, 0);
+  ASSERT_EQ(b.waiting(), 3u);
+  auto stop = b.refuse_local("the gateway is shutting down");
+  EXPECT_EQ(refused(stop), (holders{{2, 0}, {3, 0}}));
+  EXPECT_EQ(stop.refusals[0].reason, "the gateway is shutting down");
+  EXPECT_TRUE(stop.queue_changed);
+  EXPECT_EQ(b.waiting_local(), 0u);
+  EXPECT_EQ(b.waiting(), 1u);  // the member's lease still waits
+  // The holder's end frees the slot: the member's lease takes it, no local waiter does.
+  auto freed = b.owner_gone(1, 10);
+  EXPECT_EQ(granted(freed), (holders{{9, 5}}));
+  auto late = ask(b, 4, 0);
+  EXPECT_EQ(refused(late), (holders{{4, 0}}));
+  EXPECT_FALSE(late.queued);
+  EXPECT_FALSE(b.knows({4, 0}));
+}
+
 TEST(SlotBookTest, NoWaiterFitsAndNoCapIsExceededUnderRandomTraffic) {
   const std::vector<std::uint32_t> per_upstream{2, 3};
   const std::vector<std::uint32_t> per_key{1, 0, 2};
