@@ -169,6 +169,7 @@ void request_state::start_attempt(const command& c) {
   // The caller's bytes as they are when the deployment serves the model under the same name.
   req.body =
       dep.upstream_model == spec.model ? spec.body : rewrite_model(spec.body, dep.upstream_model);
+  req.close_at = c.close_at;
   req.headers.reserve(6);  // the most pushed below: one allocation instead of four
   req.headers.push_back({"content-type", "application/json"});
   if (spec.stream) req.headers.push_back({"accept", "text/event-stream"});
