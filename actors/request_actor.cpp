@@ -71,7 +71,7 @@ struct request_state {
     bool held_slot = false;
   };
   boost::container::small_vector<attempt_slot, 2> attempt_work;
-  std::unique_ptr<request_trace> trace;
+  std::optional<request_trace> trace;  // inline: one allocation fewer per request
   // Pending timers are cancelled when the state goes with the actor's behavior.
   std::optional<actor_timers> timers;
 
@@ -334,9 +334,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
                             .count() -
                         (now_ns() - st->arrival_ns);
   st->timers.emplace(rt->timers.get(), self->address());
-  st->trace = std::make_unique<request_trace>(
-      rt->tracer.get(), st->spec.traceparent.empty() ? nullptr : &st->spec.traceparent,
-      st->arrival_ns);
+  st->trace.emplace(rt->tracer.get(),
+                    st->spec.traceparent.empty() ? nullptr : &st->spec.traceparent, st->arrival_ns);
   st->life.emplace(rt->cfg, *rt->routes, *rt->retries, rt->routes->chain_of(st->spec.model),
                    request_deadline{st->spec.arrival, st->spec.deadline});
   rt->stats->requests_in_flight_add(1);
