@@ -17,7 +17,8 @@ class timer_callback {
   timer_callback(std::nullptr_t) {}  // NOLINT(google-explicit-constructor): as std::function
   template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, timer_callback> &&
                                               !std::is_same_v<std::decay_t<F>, std::nullptr_t>>>
-  timer_callback(F&& f) {  // NOLINT(google-explicit-constructor): a lambda converts, as to std::function
+  // A lambda converts, as to std::function.
+  timer_callback(F&& f) {  // NOLINT(google-explicit-constructor)
     using fn = std::decay_t<F>;
     if constexpr (sizeof(fn) <= inline_size && alignof(fn) <= alignof(std::max_align_t) &&
                   std::is_nothrow_move_constructible_v<fn>) {
