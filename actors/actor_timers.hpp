@@ -5,12 +5,11 @@
 
 #include <caf/all.hpp>
 
-#include <algorithm>
-#include <boost/container/small_vector.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "net/timer_service.hpp"
 
@@ -54,16 +53,12 @@ class actor_timers {
   // not accumulate handles.
   void prune() {
     if (pending_.size() < 16) return;
-    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                  [](const auto& t) { return t.use_count() == 1; }),
-                   pending_.end());
+    std::erase_if(pending_, [](const auto& t) { return t.use_count() == 1; });
   }
 
   net::timer_service* service_;
   caf::actor_addr owner_;
-  // Inline room for the few an actor has at once (a request's deadline and backoff, an attempt's
-  // per-try and idle timers): no allocation for the list itself.
-  boost::container::small_vector<std::shared_ptr<net::timer>, 3> pending_;
+  std::vector<std::shared_ptr<net::timer>> pending_;
 };
 
 }  // namespace tether
