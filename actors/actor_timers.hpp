@@ -5,11 +5,12 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <boost/container/small_vector.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <tuple>
-#include <vector>
 
 #include "net/timer_service.hpp"
 
@@ -53,12 +54,16 @@ class actor_timers {
   // not accumulate handles.
   void prune() {
     if (pending_.size() < 16) return;
-    std::erase_if(pending_, [](const auto& t) { return t.use_count() == 1; });
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [](const auto& t) { return t.use_count() == 1; }),
+                   pending_.end());
   }
 
   net::timer_service* service_;
   caf::actor_addr owner_;
-  std::vector<std::shared_ptr<net::timer>> pending_;
+  // Inline room for the few an actor has at once (a request's deadline and backoff, an attempt's
+  // per-try and idle timers): no allocation for the list itself.
+  boost::container::small_vector<std::shared_ptr<net::timer>, 3> pending_;
 };
 
 }  // namespace tether

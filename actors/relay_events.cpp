@@ -46,7 +46,12 @@ void relay_events::on_body(std::string bytes) {
   received_ += bytes.size();
   if (!relayed_as_stream_ && max_body_ > 0 && received_ > max_body_) return refuse();
   if (holding_ && body_.size() + bytes.size() <= hold_limit) {
-    body_ += bytes;
+    // Most bodies come in one piece: taken as it is, not copied.
+    if (body_.empty()) {
+      body_ = std::move(bytes);
+    } else {
+      body_ += bytes;
+    }
     return;
   }
   if (holding_) {

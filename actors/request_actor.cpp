@@ -71,7 +71,7 @@ struct request_state {
     bool held_slot = false;
   };
   boost::container::small_vector<attempt_slot, 2> attempt_work;
-  std::unique_ptr<request_trace> trace;
+  std::optional<request_trace> trace;  // inline: one allocation fewer per request
   // Pending timers are cancelled when the state goes with the actor's behavior.
   std::optional<actor_timers> timers;
 
@@ -169,6 +169,7 @@ void request_state::start_attempt(const command& c) {
   // The caller's bytes as they are when the deployment serves the model under the same name.
   req.body =
       dep.upstream_model == spec.model ? spec.body : rewrite_model(spec.body, dep.upstream_model);
+  req.close_at = c.close_at;
   req.headers.reserve(6);  // the most pushed below: one allocation instead of four
   req.headers.push_back({"content-type", "application/json"});
   if (spec.stream) req.headers.push_back({"accept", "text/event-stream"});
@@ -333,9 +334,8 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
                             .count() -
                         (now_ns() - st->arrival_ns);
   st->timers.emplace(rt->timers.get(), self->address());
-  st->trace = std::make_unique<request_trace>(
-      rt->tracer.get(), st->spec.traceparent.empty() ? nullptr : &st->spec.traceparent,
-      st->arrival_ns);
+  st->trace.emplace(rt->tracer.get(),
+                    st->spec.traceparent.empty() ? nullptr : &st->spec.traceparent, st->arrival_ns);
   st->life.emplace(rt->cfg, *rt->routes, *rt->retries, rt->routes->chain_of(st->spec.model),
                    request_deadline{st->spec.arrival, st->spec.deadline});
   rt->stats->requests_in_flight_add(1);

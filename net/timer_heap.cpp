@@ -18,10 +18,14 @@ namespace {
 
 constexpr std::size_t not_queued = std::numeric_limits<std::size_t>::max();
 
-struct node {
+// The heap's entry is also the handle its owner holds: one allocation per timer.
+struct node final : timer {
+  void cancel() override;
+
+  std::weak_ptr<timer_heap::core> core;
   steady::time_point when;
   std::uint64_t seq = 0;  // equal times fire in the order they were armed
-  std::function<void()> fire;
+  timer_callback fire;
   std::optional<asio::any_io_executor> target;
   std::size_t index = not_queued;    // position in the heap, guarded by the core's mutex
   std::atomic<bool> claimed{false};  // by the wake that fires it or the cancel, whichever first
@@ -103,7 +107,7 @@ struct timer_heap::core : std::enable_shared_from_this<timer_heap::core> {
   }
 
   void on_wake() {
-    std::vector<std::pair<std::function<void()>, std::optional<asio::any_io_executor>>> due;
+    std::vector<std::pair<timer_callback, std::optional<asio::any_io_executor>>> due;
     {
       std::lock_guard lock(mutex);
       armed = false;
@@ -134,32 +138,18 @@ struct timer_heap::core : std::enable_shared_from_this<timer_heap::core> {
   asio::steady_timer wake;
 };
 
-namespace {
-
-class heap_timer final : public timer {
- public:
-  heap_timer(std::weak_ptr<timer_heap::core> core, std::shared_ptr<node> n)
-      : core_(std::move(core)), node_(std::move(n)) {}
-
-  void cancel() override {
-    if (node_->claimed.exchange(true)) return;  // fired (or firing), or cancelled before
-    auto c = core_.lock();
-    if (!c) return;
-    std::function<void()> released;  // destroyed outside the lock
-    {
-      std::lock_guard lock(c->mutex);
-      if (node_->index != not_queued) c->remove_at(node_->index);
-      released = std::move(node_->fire);
-      node_->fire = nullptr;
-    }
+void node::cancel() {
+  if (claimed.exchange(true)) return;  // fired (or firing), or cancelled before
+  auto c = core.lock();
+  if (!c) return;
+  timer_callback released;  // destroyed outside the lock
+  {
+    std::lock_guard lock(c->mutex);
+    if (index != not_queued) c->remove_at(index);
+    released = std::move(fire);
+    fire = nullptr;
   }
-
- private:
-  std::weak_ptr<timer_heap::core> core_;
-  std::shared_ptr<node> node_;
-};
-
-}  // namespace
+}
 
 timer_heap::timer_heap(asio::execution_context& ctx)
     : asio::execution_context::service(ctx),
@@ -180,9 +170,10 @@ void timer_heap::shutdown() {
   for (auto& n : dropped) n->fire = nullptr;
 }
 
-std::shared_ptr<timer> timer_heap::start(steady::time_point when, std::function<void()> fire,
+std::shared_ptr<timer> timer_heap::start(steady::time_point when, timer_callback fire,
                                          std::optional<asio::any_io_executor> target) {
   auto n = std::make_shared<node>();
+  n->core = core_;
   n->when = when;
   n->fire = std::move(fire);
   n->target = std::move(target);
@@ -191,7 +182,7 @@ std::shared_ptr<timer> timer_heap::start(steady::time_point when, std::function<
     std::lock_guard lock(core_->mutex);
     if (core_->stopped) {
       n->fire = nullptr;
-      return std::make_shared<heap_timer>(std::weak_ptr<core>{}, std::move(n));
+      return n;
     }
     n->seq = core_->next_seq++;
     core_->push(n);
@@ -200,7 +191,7 @@ std::shared_ptr<timer> timer_heap::start(steady::time_point when, std::function<
   // Only a timer that is now the earliest needs the Asio timer moved: with a steady stream of
   // requests of one deadline, each new one is the latest, and arming is the lock alone.
   if (first) asio::post(core_->strand, [c = core_] { c->rearm(); });
-  return std::make_shared<heap_timer>(core_, std::move(n));
+  return n;
 }
 
 std::size_t timer_heap::size() const {

@@ -35,8 +35,7 @@ class timer_heap final : public boost::asio::execution_context::service {
   // `fire` runs at `when` (steady clock): posted to `target` if one is given, otherwise on the
   // heap's own strand. Thread-safe. The handle cancels (thread-safe, idempotent): once cancel()
   // returns, `fire` will not start unless it already had, and what it captured is released.
-  std::shared_ptr<timer> start(std::chrono::steady_clock::time_point when,
-                               std::function<void()> fire,
+  std::shared_ptr<timer> start(std::chrono::steady_clock::time_point when, timer_callback fire,
                                std::optional<boost::asio::any_io_executor> target = std::nullopt);
 
   // How many timers are armed (tests).

@@ -17,8 +17,7 @@ timer_service::timer_service(io_runtime& io)
 
 timer_service::~timer_service() = default;
 
-std::shared_ptr<timer> timer_service::start(std::chrono::nanoseconds delay,
-                                            std::function<void()> fire) {
+std::shared_ptr<timer> timer_service::start(std::chrono::nanoseconds delay, timer_callback fire) {
   return timer_heap::of(*impl_->ctx)
       .start(std::chrono::steady_clock::now() + delay, std::move(fire));
 }

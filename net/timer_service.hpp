@@ -5,8 +5,9 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <memory>
+
+#include "net/timer_callback.hpp"
 
 namespace tether::net {
 
@@ -27,7 +28,7 @@ class timer_service {
   timer_service& operator=(const timer_service&) = delete;
 
   // Due `delay` from now (the moment of this call: arming does not wait for the io thread).
-  std::shared_ptr<timer> start(std::chrono::nanoseconds delay, std::function<void()> fire);
+  std::shared_ptr<timer> start(std::chrono::nanoseconds delay, timer_callback fire);
 
  private:
   struct impl;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "net/http_types.hpp"
@@ -30,6 +31,11 @@ struct upstream_request {
   std::string target;   // path with the upstream's prefix, e.g. "/v1/chat/completions"
   header_list headers;  // added as given (authorization, x-request-id, traceparent, ...)
   std::string body;     // sent with Content-Length
+  // The exchange is cancelled at this moment, as by upstream_exchange::cancel(), on the socket's
+  // own thread: the request's deadline, carried out where the socket is, so that the close does
+  // not wait for the actors (at the deadline of many requests at once they are busy answering).
+  // No failure is reported for it; the request's deadline answers. nullopt = never.
+  std::optional<std::chrono::steady_clock::time_point> close_at;
 };
 
 enum class upstream_failure {

@@ -6,6 +6,7 @@
 #include "net/connection_affinity.hpp"
 #include "net/connection_executor.hpp"
 #include "net/header_text.hpp"
+#include "net/timer_heap.hpp"
 #include "net/upstream_wire.hpp"
 
 #include <openssl/err.h>
@@ -99,6 +100,7 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
       events_(std::move(events)),
       wire_(upstream_wire(request, origin_->host_header)),
       head_request_(request.method == "HEAD"),
+      close_at_(request.close_at),
       connection_(std::move(pooled)) {}
 
 template <class... Args>
@@ -138,8 +140,26 @@ void upstream_session::on_cancel() {
   if (connection_) connection_->abort();
 }
 
+void upstream_session::on_close_at() {
+  if (done_ || cancelled_.exchange(true)) return;
+  on_cancel();
+}
+
 void upstream_session::do_start() {
   if (cancelled_) return finish();
+  if (close_at_) {
+    // Holds the session weakly: finish() cancels it when the exchange ends first.
+    close_timer_ = timer_heap::of(origin_->io)
+                       .start(
+                           *close_at_,
+                           [weak = weak_from_this()] {
+                             if (auto self = weak.lock()) {
+                               self->on_close_at();
+                               self->report_closed_if_done();
+                             }
+                           },
+                           strand_);
+  }
   if (connection_) {
     connected_reported_ = true;
     events_->on_connected(true);
@@ -439,6 +459,7 @@ void upstream_session::finish() {
   connecting_ = false;
   if (resolver_) resolver_->cancel();
   if (connect_timer_) connect_timer_->cancel();
+  if (close_timer_) close_timer_->cancel();
   if (connection_) connection_->abort();
   connection_.reset();
 }

@@ -12,6 +12,7 @@
 // flag that every handler checks before it starts the next operation (a close alone would be lost
 // while name resolution runs, since no socket is open then), and closes whatever is open.
 // on_closed is reported once no operation is pending and no handler will run again.
+// The request's close_at is the same cancel, timed on the io context's timer heap.
 #pragma once
 
 #include <array>
@@ -23,6 +24,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "net/timer_service.hpp"
 #include "net/upstream.hpp"
 #include "net/upstream_connection.hpp"
 #include "net/upstream_pool.hpp"
@@ -85,6 +87,7 @@ class upstream_session : public upstream_exchange,
   void do_read_body();
   void on_read_body(error_code ec, std::size_t bytes);
   void on_cancel();
+  void on_close_at();
 
   void complete();
   void fail(upstream_failure kind, std::string message);
@@ -97,6 +100,8 @@ class upstream_session : public upstream_exchange,
   std::shared_ptr<upstream_events> events_;  // released after on_closed (breaks cycles)
   const std::string wire_;                   // the request's bytes
   const bool head_request_;                  // its response has no body, whatever its head says
+  const std::optional<std::chrono::steady_clock::time_point> close_at_;
+  std::shared_ptr<timer> close_timer_;  // armed by do_start() when close_at_ is set
   std::shared_ptr<upstream_connection> connection_;
   // Made only for a new connection: most exchanges run on a pooled one (a timer made per
   // exchange looked its service up under the io context's mutex, callgrind).

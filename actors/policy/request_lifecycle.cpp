@@ -264,6 +264,7 @@ void request_lifecycle::start_attempt(steady_time now) {
   c.upstream = upstream;
   c.delay = deadline_.attempt_timer(settings_.attempt_timeout, now);
   c.deadline_left = deadline_.remaining(now);
+  c.close_at = deadline_.due();
   out_.push_back(std::move(c));
 }
 

@@ -42,7 +42,8 @@ struct lifecycle_command {
   enum class kind : std::uint8_t {
     arm_deadline,      // at `at`: on_deadline
     start_attempt,     // `attempt` on `deployment` (of `upstream`), per-try timeout `delay`
-                       // (0 = none), `deadline_left` to pass on (nullopt = unbounded)
+                       // (0 = none), `deadline_left` to pass on (nullopt = unbounded), its
+                       // socket closed at `close_at` (the deadline; nullopt = unbounded)
     cancel_attempt,    // stop attempt `attempt` with `reason`; `behind_answers`: the deadline's
                        // answer was just written, so the stop may queue behind others' answers
     arm_backoff,       // after `delay`: on_backoff_due(`generation`)
@@ -69,6 +70,7 @@ struct lifecycle_command {
   steady_time at{};
   std::optional<millis> retry_after;
   std::optional<millis> deadline_left;
+  std::optional<steady_time> close_at;
   std::string_view type;
   std::string message;
 };

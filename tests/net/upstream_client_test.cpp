@@ -588,6 +588,63 @@ TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {
   EXPECT_EQ(events->closed_count(), 1);
 }
 
+// The request's deadline carried out by the socket: at close_at the exchange ends as a cancel
+// does (a reset, on_closed, no failure), with no call from the caller.
+TEST_F(UpstreamClientTest, CloseAtResetsTheSocketAtThatMomentAndReportsOnlyTheClose) {
+  std::promise<void> got_request;
+  std::promise<std::chrono::steady_clock::time_point> saw_eof;
+  boost::system::error_code ended_by;
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    got_request.set_value();
+    ended_by = wait_for_eof(s);
+    saw_eof.set_value(std::chrono::steady_clock::now());
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  auto request = simple_request();
+  const auto close_at = std::chrono::steady_clock::now() + 150ms;
+  request.close_at = close_at;
+  auto exchange = client.start(std::move(request), events);
+  ASSERT_EQ(got_request.get_future().wait_for(wait_limit), std::future_status::ready);
+
+  auto eof = saw_eof.get_future();
+  ASSERT_EQ(eof.wait_for(wait_limit), std::future_status::ready);
+  const auto closed = eof.get();
+  EXPECT_GE(closed, close_at);
+  EXPECT_LT(closed - close_at, 50ms);
+  EXPECT_EQ(ended_by, asio::error::connection_reset) << ended_by.message();
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "closed"));
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
+// An exchange that ends first takes its close_at with it: the kept-alive connection it parked
+// is not closed when that moment comes, and the next exchange reuses it.
+TEST_F(UpstreamClientTest, CloseAtOfAnExchangeThatEndedLeavesItsPooledConnectionOpen) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    while (read_request(s, b)) send(s, ok_response);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto first = std::make_shared<recorder>();
+  auto request = simple_request();
+  const auto close_at = std::chrono::steady_clock::now() + 100ms;
+  request.close_at = close_at;
+  auto exchange = client.start(std::move(request), first);
+  ASSERT_TRUE(first->wait_closed());
+  EXPECT_THAT(first->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+
+  // Nothing to await: what is checked is that nothing happens at close_at.
+  std::this_thread::sleep_until(close_at + 50ms);
+  auto second = std::make_shared<recorder>();
+  auto again = client.start(simple_request(), second);
+  ASSERT_TRUE(second->wait_closed());
+  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "head:200", "body", "end", "closed"));
+  EXPECT_EQ(server.accepted(), 1);
+}
+
 TEST_F(UpstreamClientTest, CancelRightAfterStartEndsWithClosedAndLeavesNoConnection) {
   std::mutex mutex;
   std::condition_variable changed;

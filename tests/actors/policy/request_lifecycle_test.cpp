@@ -92,7 +92,29 @@ TEST_F(RequestLifecycleTest, StartArmsTheDeadlineAndStartsTheFirstAttemptWithIts
   EXPECT_EQ(cs[1].attempt, 0U);
   EXPECT_EQ(routes_.at(cs[1].deployment).model, "llama");
   EXPECT_EQ(cs[1].delay, 1000ms);
+  // Its socket closes at the request's deadline, on its own.
+  EXPECT_EQ(cs[1].close_at, t0_ + 10s);
   EXPECT_EQ(routes_.in_flight(cs[1].deployment), 1);
+}
+
+TEST_F(RequestLifecycleTest, UnboundedRequestStartsAttemptsWhoseSocketNeverClosesOnItsOwn) {
+  auto lc = make(std::nullopt);
+  const auto& cs = lc.start(t0_);
+  ASSERT_EQ(kinds(cs), (std::vector{kind::start_attempt}));
+  EXPECT_EQ(cs[0].close_at, std::nullopt);
+  EXPECT_EQ(cs[0].deadline_left, std::nullopt);
+}
+
+TEST_F(RequestLifecycleTest, RetryAttemptClosesAtTheSameDeadlineAsTheFirst) {
+  auto lc = make(10s);
+  lc.start(t0_);
+  const auto generation =
+      find(lc.on_response(503, std::nullopt, t0_ + 1s), kind::arm_backoff)->generation;
+  const auto& cs = lc.on_backoff_due(generation, t0_ + 2s);
+  const auto* retry = find(cs, kind::start_attempt);
+  ASSERT_NE(retry, nullptr);
+  EXPECT_EQ(retry->close_at, t0_ + 10s);
+  EXPECT_EQ(retry->deadline_left, 8s);
 }
 
 TEST_F(RequestLifecycleTest, PerTryTimerIsNotArmedWhenTheDeadlineComesFirst) {
