@@ -162,7 +162,7 @@ std::shared_ptr<tether::gateway_runtime> build_runtime(tether::config::gateway_c
   rt->retries = std::make_unique<retry_budget>(rt->cfg.upstreams.size(),
                                                rt->cfg.request.min_retry_concurrency,
                                                rt->cfg.request.retry_budget_percent);
-  rt->timers = std::make_unique<net::timer_service>(io);
+  rt->timers = net::make_io_timer_service(io);
   if (!rt->cfg.telemetry.otlp_endpoint.empty()) {
     net::otlp_options trace_opts;
     trace_opts.endpoint = rt->cfg.telemetry.otlp_endpoint;

@@ -22,7 +22,7 @@ struct gateway_runtime {
   std::unique_ptr<router> routes;
   std::unique_ptr<metrics> stats;
   std::unique_ptr<retry_budget> retries;  // per upstream, asked before every retry
-  std::vector<std::unique_ptr<net::upstream_client>> upstreams;  // by upstream index
+  std::vector<std::unique_ptr<net::upstream_transport>> upstreams;  // by upstream index
   std::unique_ptr<net::timer_service> timers;  // cancellable timers for the request actors
   std::unique_ptr<net::otlp_exporter> tracer;  // null when telemetry.otlp_endpoint is empty
   caf::actor budget;

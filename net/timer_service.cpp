@@ -8,18 +8,24 @@
 namespace tether::net {
 namespace asio = boost::asio;
 
-struct timer_service::impl {
-  asio::io_context* ctx;
+namespace {
+
+class io_timer_service final : public timer_service {
+ public:
+  explicit io_timer_service(io_runtime& io) : ctx_(static_cast<asio::io_context*>(io.native())) {}
+
+  std::shared_ptr<timer> start(std::chrono::nanoseconds delay, timer_callback fire) override {
+    return timer_heap::of(*ctx_).start(std::chrono::steady_clock::now() + delay, std::move(fire));
+  }
+
+ private:
+  asio::io_context* ctx_;
 };
 
-timer_service::timer_service(io_runtime& io)
-    : impl_(std::make_unique<impl>(impl{static_cast<asio::io_context*>(io.native())})) {}
+}  // namespace
 
-timer_service::~timer_service() = default;
-
-std::shared_ptr<timer> timer_service::start(std::chrono::nanoseconds delay, timer_callback fire) {
-  return timer_heap::of(*impl_->ctx)
-      .start(std::chrono::steady_clock::now() + delay, std::move(fire));
+std::unique_ptr<timer_service> make_io_timer_service(io_runtime& io) {
+  return std::make_unique<io_timer_service>(io);
 }
 
 }  // namespace tether::net

@@ -22,17 +22,13 @@ class timer {
 
 class timer_service {
  public:
-  explicit timer_service(io_runtime& io);
-  ~timer_service();
-  timer_service(const timer_service&) = delete;
-  timer_service& operator=(const timer_service&) = delete;
-
+  virtual ~timer_service() = default;
   // Due `delay` from now (the moment of this call: arming does not wait for the io thread).
-  std::shared_ptr<timer> start(std::chrono::nanoseconds delay, timer_callback fire);
-
- private:
-  struct impl;
-  std::unique_ptr<impl> impl_;
+  virtual std::shared_ptr<timer> start(std::chrono::nanoseconds delay, timer_callback fire) = 0;
 };
+
+// The gateway's: each timer on an io thread's timer_heap. (The actor tests use a clock of their
+// own, advanced by hand.)
+std::unique_ptr<timer_service> make_io_timer_service(io_runtime& io);
 
 }  // namespace tether::net

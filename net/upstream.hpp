@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "net/http_types.hpp"
 
@@ -69,21 +70,36 @@ class upstream_exchange {
 
 struct connection_affinity;  // net/connection_affinity.hpp
 
-class upstream_client {
+// The one thing the actors ask of an upstream: an exchange. upstream_client is the real one; the
+// actor tests supply their own, which plays net/'s part (head, body, close) by hand.
+class upstream_transport {
+ public:
+  virtual ~upstream_transport() = default;
+  // Starts the exchange at once. With `affinity` (a caller connection's,
+  // response_channel::affinity()), the exchange runs on that connection's strand. Called on that
+  // strand, the exchange starts at once: `events` may hear from it (a failure, even its close)
+  // before this returns.
+  virtual std::shared_ptr<upstream_exchange> start(
+      upstream_request request, std::shared_ptr<upstream_events> events,
+      std::shared_ptr<const connection_affinity> affinity) = 0;
+};
+
+class upstream_client final : public upstream_transport {
  public:
   upstream_client(io_runtime& io, upstream_endpoint endpoint);
-  ~upstream_client();
+  ~upstream_client() override;
   upstream_client(const upstream_client&) = delete;
   upstream_client& operator=(const upstream_client&) = delete;
 
-  // Starts the exchange at once (pooled connection when one is idle, else a new one).
-  // A connection goes back to the pool only after a complete response that allows keep-alive.
-  // With `affinity` (a caller connection's, response_channel::affinity()), the exchange runs on
-  // that connection's strand. Called on that strand, the exchange starts at once: `events` may
-  // hear from it (a failure, even its close) before this returns.
+  // On a pooled connection when one is idle, else a new one. A connection goes back to the pool
+  // only after a complete response that allows keep-alive.
   std::shared_ptr<upstream_exchange> start(
       upstream_request request, std::shared_ptr<upstream_events> events,
-      std::shared_ptr<const connection_affinity> affinity = nullptr);
+      std::shared_ptr<const connection_affinity> affinity) override;
+  std::shared_ptr<upstream_exchange> start(upstream_request request,
+                                           std::shared_ptr<upstream_events> events) {
+    return start(std::move(request), std::move(events), nullptr);
+  }
 
   std::size_t idle_connections() const;
 
