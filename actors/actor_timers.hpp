@@ -1,6 +1,7 @@
 // Timers that message an actor without keeping it alive: the callback holds only the actor's
 // address (a weak reference), and every timer still pending is cancelled when the owner ends.
-// Replaces delayed_send for anything longer than a moment (see net/timer_service.hpp for why).
+// Every actor timer of the gateway is one of these, in place of delayed_send (see
+// net/timer_service.hpp for why).
 #pragma once
 
 #include <caf/all.hpp>

@@ -1,8 +1,10 @@
 #include "actors/budget_actor.hpp"
 
 #include <map>
+#include <optional>
 #include <unordered_map>
 
+#include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/slot_book.hpp"
 
@@ -26,11 +28,14 @@ namespace {
 // its exit frees the slot. A member's link is referenced for as long as it leases.
 class budget {
  public:
-  budget(caf::event_based_actor* self, const budget_limits& limits, metrics* stats)
+  budget(caf::event_based_actor* self, const budget_limits& limits, metrics* stats,
+         net::timer_service* timers)
       : self_(self),
         stats_(stats),
         queue_timeout_(limits.queue_timeout),
-        book_({limits.global, limits.per_upstream, limits.per_key, limits.queue_max}) {}
+        book_({limits.global, limits.per_upstream, limits.per_key, limits.queue_max}) {
+    if (timers) timers_.emplace(timers, self->address());
+  }
 
   void acquire(const caf::actor& who, std::uint64_t upstream, std::int64_t key,
                std::int64_t priority) {
@@ -107,9 +112,11 @@ class budget {
     }
     for (const auto& r : act.refusals) answer(r.who, false, r.reason);
     for (const auto& r : act.recalls) self_->send(handles_[r.link], recall_atom::value, r.on);
-    if (act.queued && queue_timeout_.count() > 0) {
-      self_->delayed_send(self_, queue_timeout_, queue_timeout_atom::value, act.queued->first,
-                          act.queued->second);
+    // A waiter granted before its timeout makes the timer's message a no-op (the ticket is
+    // gone from the book).
+    if (act.queued && queue_timeout_.count() > 0 && timers_) {
+      timers_->after(queue_timeout_, queue_timeout_atom::value, act.queued->first,
+                     act.queued->second);
     }
   }
 
@@ -132,6 +139,7 @@ class budget {
   caf::event_based_actor* self_;
   metrics* stats_;
   std::chrono::milliseconds queue_timeout_;
+  std::optional<actor_timers> timers_;
   slot_book book_;
   std::map<caf::actor_addr, slot_book::owner> owners_;
   std::unordered_map<slot_book::owner, caf::actor> handles_;
@@ -140,8 +148,9 @@ class budget {
 
 }  // namespace
 
-caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, metrics* stats) {
-  auto st = std::make_shared<budget>(self, limits, stats);
+caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, metrics* stats,
+                           net::timer_service* timers) {
+  auto st = std::make_shared<budget>(self, limits, stats, timers);
   self->set_down_handler([st](caf::down_msg& dm) { st->gone(dm.source); });
   return {
       [self, st](acquire_atom, std::uint64_t upstream, std::int64_t key, std::int64_t priority) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/runtime.hpp"
+#include "net/timer_service.hpp"
 
 namespace tether {
 
@@ -46,6 +47,8 @@ using recall_atom = caf::atom_constant<caf::atom("recall")>;
 // (recall_atom, true), and (recall_atom, false) when that is no longer so.
 // The work and queue gauges count this node's own connection actors only: a member counts the
 // work it runs itself, so the sum over the cluster's nodes is the cluster's work.
-caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, metrics* stats);
+// `timers` runs the queue timeouts (unused when limits.queue_timeout is 0).
+caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, metrics* stats,
+                           net::timer_service* timers);
 
 }  // namespace tether

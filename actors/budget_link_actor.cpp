@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "actors/access_log.hpp"
+#include "actors/actor_timers.hpp"
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/lease_book.hpp"
@@ -31,7 +33,8 @@ struct remote_claim {
 class budget_link : public std::enable_shared_from_this<budget_link> {
  public:
   budget_link(caf::event_based_actor* self, caf::actor local_budget, std::string host,
-              std::uint16_t port, std::chrono::milliseconds lease_idle, metrics* stats)
+              std::uint16_t port, std::chrono::milliseconds lease_idle, metrics* stats,
+              net::timer_service* timers)
       : self_(self),
         local_budget_(std::move(local_budget)),
         host_(std::move(host)),
@@ -40,6 +43,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
         stats_(stats),
         book_(lease_idle.count() > 0),
         lease_idle_(lease_idle) {
+    timers_.emplace(timers, self->address());
     stats_->cluster_connected_set(0);
   }
 
@@ -135,7 +139,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   }
 
   void retry_later() {
-    self_->delayed_send(self_, backoff_, reconnect_atom::value);
+    timers_->after(backoff_, reconnect_atom::value);
     backoff_ = std::min(backoff_ * 2, max_backoff);
   }
 
@@ -232,9 +236,8 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     if (tick_pending_ || !book_.oldest_idle(since)) return;
     tick_pending_ = true;
     auto due = std::chrono::nanoseconds{since - now_ns()} + lease_idle_;
-    self_->delayed_send(self_,
-                        std::max<std::chrono::nanoseconds>(due, std::chrono::milliseconds{1}),
-                        lease_tick_atom::value);
+    timers_->after(std::max<std::chrono::nanoseconds>(due, std::chrono::milliseconds{1}),
+                   lease_tick_atom::value);
   }
 
   caf::event_based_actor* self_;
@@ -260,15 +263,17 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   bool ever_joined_ = false;
   bool reported_down_ = false;
   std::chrono::milliseconds backoff_ = first_backoff;
+  std::optional<actor_timers> timers_;  // reconnect backoff, lease idle ticks
 };
 
 }  // namespace
 
 caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_budget,
                                 std::string host, std::uint16_t port,
-                                std::chrono::milliseconds lease_idle, metrics* stats) {
+                                std::chrono::milliseconds lease_idle, metrics* stats,
+                                net::timer_service* timers) {
   auto st = std::make_shared<budget_link>(self, std::move(local_budget), std::move(host), port,
-                                          lease_idle, stats);
+                                          lease_idle, stats, timers);
   self->set_down_handler([st](caf::down_msg& msg) { st->down(msg); });
   st->connect();
   return {

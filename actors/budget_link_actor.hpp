@@ -13,11 +13,13 @@
 #include <string>
 
 #include "actors/metrics.hpp"
+#include "net/timer_service.hpp"
 
 namespace tether {
 
 caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_budget,
                                 std::string host, std::uint16_t port,
-                                std::chrono::milliseconds lease_idle, metrics* stats);
+                                std::chrono::milliseconds lease_idle, metrics* stats,
+                                net::timer_service* timers);
 
 }  // namespace tether

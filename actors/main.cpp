@@ -236,7 +236,8 @@ int serve(tether::config::gateway_config cfg) {
   if (clustered) sys_cfg.load<caf::io::middleman>();
   auto system = std::make_unique<caf::actor_system>(sys_cfg);
 
-  auto local_budget = system->spawn(budget_actor, budget_limits_from(rt->cfg), rt->stats.get());
+  auto local_budget =
+      system->spawn(budget_actor, budget_limits_from(rt->cfg), rt->stats.get(), rt->timers.get());
   rt->budget = local_budget;
   // A start that fails from here on ends the actors before it returns: ~actor_system waits for
   // every actor, and the budget and the supervisor end only when told. Returning without this
@@ -264,9 +265,10 @@ int serve(tether::config::gateway_config cfg) {
   if (!cluster.budget_host.empty()) {
     auto [host, port] = split_host_port(cluster.budget_host);
     rt->budget = system->spawn(budget_link_actor, local_budget, host, port, cluster.lease_idle,
-                               rt->stats.get());
+                               rt->stats.get(), rt->timers.get());
   }
-  rt->supervisor = system->spawn(supervisor_actor, rt->cfg.server.drain_timeout, local_budget);
+  rt->supervisor =
+      system->spawn(supervisor_actor, rt->cfg.server.drain_timeout, local_budget, rt->timers.get());
 
   gateway gw{*system, rt};
   const auto limits = limits_of(rt->cfg.server);

@@ -1,7 +1,9 @@
 #include "actors/supervisor_actor.hpp"
 
 #include <map>
+#include <optional>
 
+#include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
 
 namespace tether {
@@ -17,6 +19,7 @@ struct supervisor_state {
   bool cancelling = false;
   std::uint64_t cancelled = 0;
   std::vector<caf::response_promise> waiting;
+  std::optional<actor_timers> timers;  // the drain timeout
 
   void adopt(caf::actor req);
   void ended(const caf::actor_addr& who);
@@ -39,7 +42,7 @@ void supervisor_state::start_drain() {
   waiting.push_back(self->make_response_promise());
   if (!draining) {
     draining = true;
-    if (!live.empty()) self->delayed_send(self, drain_timeout, drain_now_atom::value);
+    if (!live.empty()) timers->after(drain_timeout, drain_now_atom::value);
   }
   settle();
 }
@@ -70,9 +73,11 @@ void supervisor_state::settle() {
 }  // namespace
 
 caf::behavior supervisor_actor(caf::event_based_actor* self,
-                               std::chrono::milliseconds drain_timeout, caf::actor budget) {
+                               std::chrono::milliseconds drain_timeout, caf::actor budget,
+                               net::timer_service* timers) {
   auto st = std::make_shared<supervisor_state>();
   st->self = self;
+  st->timers.emplace(timers, self->address());
   st->drain_timeout = drain_timeout;
   st->budget = std::move(budget);
 

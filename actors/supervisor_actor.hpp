@@ -8,6 +8,8 @@
 
 #include <chrono>
 
+#include "net/timer_service.hpp"
+
 namespace tether {
 
 // (adopt_atom, actor)  a new request actor to link to and hold
@@ -15,6 +17,7 @@ namespace tether {
 // (drain_now_atom)     stop every request now (the drain timeout, or a second signal); `budget`
 //                      (this node's budget actor) is told first, and refuses this node's work
 caf::behavior supervisor_actor(caf::event_based_actor* self,
-                               std::chrono::milliseconds drain_timeout, caf::actor budget);
+                               std::chrono::milliseconds drain_timeout, caf::actor budget,
+                               net::timer_service* timers);
 
 }  // namespace tether

@@ -22,7 +22,7 @@ class BudgetActorTest : public ::testing::Test {
     l.per_upstream = std::move(per_upstream);
     l.per_key = std::move(per_key);
     l.queue_max = queue_max;
-    return system_.spawn(budget_actor, l, &stats_);
+    return system_.spawn(budget_actor, l, &stats_, nullptr);  // no queue timeout here
   }
 
   // Asks for a slot as `holder`; the answer is what arrives within `wait` (nullopt: none).

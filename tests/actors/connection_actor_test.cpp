@@ -53,7 +53,8 @@ caf::behavior fake_request(caf::event_based_actor*, std::shared_ptr<heard> log) 
 
 class ConnectionActorTest : public tree_test {
  protected:
-  ConnectionActorTest() : tree_test(tree_kit::two_upstreams(1)) {}
+  explicit ConnectionActorTest(config::gateway_config cfg = tree_kit::two_upstreams(1))
+      : tree_test(std::move(cfg)) {}
   // The stand-ins go first; their connections then close with the base's exchanges.
   ~ConnectionActorTest() override {
     for (auto& a : held_) caf::anon_send_exit(a, caf::exit_reason::kill);
@@ -138,6 +139,32 @@ TEST_F(ConnectionActorTest, ACompleteResponseGoesToTheAttemptAndTheCloseEndsTheW
   run();
   EXPECT_EQ(log_->request.size(), 1u);
   EXPECT_FALSE(upstream(0).exchanges.at(0).ex->cancelled) << "a complete exchange was cut";
+}
+
+class ConnectionActorQueueTimeoutTest : public ConnectionActorTest {
+ protected:
+  ConnectionActorQueueTimeoutTest() : ConnectionActorTest(queue_timeout_of(200ms)) {}
+  static config::gateway_config queue_timeout_of(std::chrono::milliseconds t) {
+    auto cfg = tree_kit::two_upstreams(1);
+    cfg.budget.queue_timeout = t;
+    return cfg;
+  }
+};
+
+TEST_F(ConnectionActorQueueTimeoutTest,
+       AConnectionQueuedPastTheQueueTimeoutIsRefusedAndOpensNothing) {
+  connect(0);
+  connect(1);
+  advance(199ms);
+  EXPECT_EQ(log_->attempt, std::vector<std::string>{"granted"});
+  advance(1ms);
+  EXPECT_EQ(log_->attempt,
+            (std::vector<std::string>{"granted", "fail " + std::to_string(up_fail_overloaded)}));
+  ASSERT_EQ(log_->request.size(), 1u);
+  EXPECT_FALSE(log_->request[0].held_slot);
+  EXPECT_EQ(log_->request[0].attempt_index, 1u);
+  EXPECT_EQ(upstream(0).exchanges.size(), 1u);
+  EXPECT_EQ(slots_held(), 1u);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The supervisor under CAF's test coordinator: every message is delivered when the test says, and
-// the drain timeout fires when the test advances the clock, so the drain's races are tested
-// without wall-clock slack.
+// the drain timeout fires when the test advances its clock (manual_timers), so the drain's races
+// are tested without wall-clock slack.
 #include "actors/supervisor_actor.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "tests/actors/manual_timers.hpp"
 
 namespace tether {
 namespace {
@@ -57,7 +58,7 @@ class SupervisorActorTest : public ::testing::Test {
       : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
         sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {
     budget_ = system_.spawn(fake_budget, order_);
-    supervisor_ = system_.spawn(supervisor_actor, drain_timeout, budget_);
+    supervisor_ = system_.spawn(supervisor_actor, drain_timeout, budget_, &timers_);
     sched_.run();
   }
   // The actor system waits for every actor at its end: the stand-ins and the supervisor go first.
@@ -93,6 +94,7 @@ class SupervisorActorTest : public ::testing::Test {
   std::optional<std::uint64_t> drained() const { return *answer_; }
 
   static constexpr auto drain_timeout = 30s;
+  manual_timers timers_;  // outlives the actors, which cancel their timers as they end
   caf::actor_system_config cfg_;
   caf::actor_system system_;
   caf::scheduler::test_coordinator& sched_;
@@ -128,8 +130,10 @@ TEST_F(SupervisorActorTest, AtTheDrainTimeoutEachTreeIsStoppedWithTheDrainReason
   ask_drain();
   EXPECT_FALSE(drained());
   // Nothing is stopped before the timeout.
+  timers_.advance(drain_timeout - 1ms);
+  sched_.run();
   EXPECT_FALSE(a->exit_reason);
-  sched_.advance_time(drain_timeout);
+  timers_.advance(1ms);
   sched_.run();
   ASSERT_TRUE(a->exit_reason);
   ASSERT_TRUE(b->exit_reason);
@@ -192,7 +196,7 @@ TEST_F(SupervisorActorTest, TheBudgetRefusesLocalWorkBeforeTheTreesAreStopped) {
   sched_.run();
   ask_drain();
   EXPECT_TRUE(order_->empty()) << "the budget was told before the drain timeout";
-  sched_.advance_time(drain_timeout);
+  timers_.advance(drain_timeout);
   sched_.run();
   EXPECT_EQ(*order_, (std::vector<std::string>{"budget refuses local work", "request stopped"}));
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{1});

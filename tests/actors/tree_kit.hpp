@@ -23,54 +23,12 @@
 #include "net/downstream.hpp"
 #include "net/timer_service.hpp"
 #include "net/upstream.hpp"
+#include "tests/actors/manual_timers.hpp"
 
 namespace tether::tree_kit {
 
 using namespace std::chrono_literals;
-
-// Timers on the test's own clock: nothing fires until advance() passes its due time.
-class manual_timers final : public net::timer_service {
- public:
-  std::shared_ptr<net::timer> start(std::chrono::nanoseconds delay,
-                                    net::timer_callback fire) override {
-    auto e = std::make_shared<entry>();
-    e->due = now_ + delay;
-    e->fire = std::move(fire);
-    pending_.push_back(e);
-    return e;
-  }
-
-  // Moves the clock on by `by`, firing what falls due, earliest first.
-  void advance(std::chrono::nanoseconds by) {
-    const auto until = now_ + by;
-    for (;;) {
-      auto next = std::min_element(pending_.begin(), pending_.end(),
-                                   [](const auto& a, const auto& b) { return a->due < b->due; });
-      if (next == pending_.end() || (*next)->due > until) break;
-      auto e = *next;
-      pending_.erase(next);
-      now_ = std::max(now_, e->due);
-      if (!e->cancelled) e->fire();
-    }
-    now_ = until;
-  }
-
-  // Armed and neither fired nor cancelled.
-  std::size_t armed() const {
-    return static_cast<std::size_t>(std::count_if(pending_.begin(), pending_.end(),
-                                                  [](const auto& e) { return !e->cancelled; }));
-  }
-
- private:
-  struct entry final : net::timer {
-    void cancel() override { cancelled = true; }
-    std::chrono::nanoseconds due{0};
-    net::timer_callback fire;
-    bool cancelled = false;
-  };
-  std::chrono::nanoseconds now_{0};
-  std::vector<std::shared_ptr<entry>> pending_;
-};
+using tether::manual_timers;
 
 // An upstream whose exchanges the test drives: it says when the head, the body and the close
 // come, through the events the connection actor gave (as net/ would, from its thread).
@@ -183,7 +141,8 @@ class tree_test : public ::testing::Test {
     auto timers = std::make_unique<manual_timers>();
     timers_ = timers.get();
     rt_->timers = std::move(timers);
-    rt_->budget = system_.spawn(budget_actor, budget_limits_from(rt_->cfg), rt_->stats.get());
+    rt_->budget =
+        system_.spawn(budget_actor, budget_limits_from(rt_->cfg), rt_->stats.get(), timers_);
     sched_.run();
   }
 
