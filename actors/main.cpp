@@ -203,76 +203,110 @@ void drain_and_report(caf::actor_system& system, tether::gateway_runtime& rt) {
   }
 }
 
-int serve(tether::config::gateway_config cfg) {
-  using namespace tether;
-  setup_logging(cfg.telemetry.log_format, cfg.telemetry.log_level);
-
-  const sigset_t signals = block_stop_signals();
-
-  // SCHED_BATCH for every thread of the process (threads inherit it): a thread woken by another
-  // no longer preempts it. Without it, each io → actor → io hand-off on a busy CPU is a pair of
-  // context switches; with it, the waker finishes its batch first and the woken thread then takes
-  // many messages at once, so a request costs far fewer context switches. Time slices still
-  // bound how long a woken thread waits, so timers stay within a few milliseconds.
+// SCHED_BATCH for every thread of the process (threads inherit it): a thread woken by another no
+// longer preempts it. Without it, each io → actor → io hand-off on a busy CPU is a pair of context
+// switches; with it, the waker finishes its batch first and the woken thread then takes many
+// messages at once, so a request costs far fewer context switches. Time slices still bound how
+// long a woken thread waits, so timers stay within a few milliseconds.
+void prefer_batch_scheduling() {
   sched_param batch{};
-  if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0) log_info("SCHED_BATCH not available");
-  // One CAF worker per usable CPU, one on a single CPU: a second worker there only spins in
-  // CAF's polling, steals and wakes the first, which costs CPU, context switches and throughput.
-  // No actor blocks a worker (only main's scoped_actor blocks, on its own thread).
-  unsigned cores = usable_cpus();
-  // The io runs on the first CAF worker's thread (actors/scheduler.cpp says why), and outlives
-  // the actor system: no actor may outlive the sockets it owns.
-  net::io_runtime io{net::io_runtime::lent_thread};
+  if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0)
+    tether::log_info("SCHED_BATCH not available");
+}
 
-  auto rt = build_runtime(std::move(cfg), io);
-
-  caf::actor_system_config sys_cfg;
-  use_tether_scheduler(sys_cfg, &io);
+// tether's scheduler, whose first worker runs `io` (actors/scheduler.cpp says why), with `cores`
+// workers: one per usable CPU, one on a single CPU (a second worker there only spins in CAF's
+// polling, steals and wakes the first). No actor blocks a worker (only main's scoped_actor
+// blocks, on its own thread). The middleman (CAF's distribution layer) is loaded only where a
+// shared budget is configured.
+// (The config must outlive the actor system, which keeps a reference to it.)
+void configure_actors(caf::actor_system_config& sys_cfg, tether::net::io_runtime& io,
+                      unsigned cores, bool clustered) {
+  tether::use_tether_scheduler(sys_cfg, &io);
   sys_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cores));
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
-  const auto& cluster = rt->cfg.cluster;
-  bool clustered = !cluster.budget_listen.empty() || !cluster.budget_host.empty();
-  // The middleman (CAF's distribution layer) is loaded only where a shared budget is configured.
   if (clustered) sys_cfg.load<caf::io::middleman>();
-  auto system = std::make_unique<caf::actor_system>(sys_cfg);
+}
 
-  auto local_budget =
-      system->spawn(budget_actor, budget_limits_from(rt->cfg), rt->stats.get(), rt->timers.get());
-  rt->budget = local_budget;
-  // A start that fails from here on ends the actors before it returns: ~actor_system waits for
-  // every actor, and the budget and the supervisor end only when told. Returning without this
-  // hung the process (a listen port in use), deaf to SIGTERM, which this thread blocks.
-  auto fail_start = [&] {
-    for (auto* a : {&rt->budget, &local_budget, &rt->supervisor}) {
+// The actors that live as long as the gateway: this node's budget (published to the cluster when
+// it hosts the shared one), the link to a budget host when it is a member, and the supervisor.
+struct core_actors {
+  caf::actor local_budget;
+
+  // False (logged) when the shared budget cannot be published.
+  bool spawn(caf::actor_system& system, tether::gateway_runtime& rt) {
+    using namespace tether;
+    const auto& cluster = rt.cfg.cluster;
+    local_budget =
+        system.spawn(budget_actor, budget_limits_from(rt.cfg), rt.stats.get(), rt.timers.get());
+    rt.budget = local_budget;
+    rt.supervisor =
+        system.spawn(supervisor_actor, rt.cfg.server.drain_timeout, local_budget, rt.timers.get());
+    if (!cluster.budget_listen.empty()) {
+      auto [host, port] = split_host_port(cluster.budget_listen);
+      auto published = system.middleman().publish(local_budget, port, host.c_str(), true);
+      if (!published) {
+        log_error("cannot publish the shared budget on " + cluster.budget_listen + ": " +
+                  system.render(published.error()));
+        return false;
+      }
+      rt.stats->export_cluster_slots();
+      log_info("shared budget listening on " + host + ":" + std::to_string(*published));
+    }
+    if (!cluster.budget_host.empty()) {
+      auto [host, port] = split_host_port(cluster.budget_host);
+      rt.budget = system.spawn(budget_link_actor, local_budget, host, port, cluster.lease_idle,
+                               rt.stats.get(), rt.timers.get());
+    }
+    return true;
+  }
+
+  // ~actor_system waits for every actor, and these end only when told: a start that fails, or
+  // the end of the shutdown, tells them. (Returning without this once hung the process, deaf to
+  // SIGTERM, which the main thread blocks.)
+  void stop(tether::gateway_runtime& rt) {
+    for (auto* a : {&rt.budget, &local_budget, &rt.supervisor}) {
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
       *a = nullptr;
     }
+  }
+};
+
+std::string startup_line(const tether::gateway_runtime& rt, std::uint16_t port, unsigned cores) {
+  std::string upstreams;
+  for (const auto& u : rt.cfg.upstreams) upstreams += (upstreams.empty() ? "" : ", ") + u.name;
+  return "tether " TETHER_VERSION " listening on " + rt.cfg.server.listen_host + ":" +
+         std::to_string(port) + " (config " + rt.cfg.source_file + ", " + std::to_string(cores) +
+         " worker thread(s), upstreams " + upstreams + ")";
+}
+
+int serve(tether::config::gateway_config cfg) {
+  using namespace tether;
+  setup_logging(cfg.telemetry.log_format, cfg.telemetry.log_level);
+  const sigset_t signals = block_stop_signals();
+  prefer_batch_scheduling();
+  const unsigned cores = usable_cpus();
+  // Outlives the actor system: no actor may outlive the sockets it owns.
+  net::io_runtime io{net::io_runtime::lent_thread};
+  auto rt = build_runtime(std::move(cfg), io);
+  const auto& cluster = rt->cfg.cluster;
+  caf::actor_system_config sys_cfg;
+  configure_actors(sys_cfg, io, cores,
+                   !cluster.budget_listen.empty() || !cluster.budget_host.empty());
+  auto system = std::make_unique<caf::actor_system>(sys_cfg);
+
+  core_actors core;
+  auto fail_start = [&] {
+    core.stop(*rt);
     io.join();
     system.reset();
     return 1;
   };
-  if (!cluster.budget_listen.empty()) {
-    auto [host, port] = split_host_port(cluster.budget_listen);
-    auto published = system->middleman().publish(local_budget, port, host.c_str(), true);
-    if (!published) {
-      log_error("cannot publish the shared budget on " + cluster.budget_listen + ": " +
-                system->render(published.error()));
-      return fail_start();
-    }
-    rt->stats->export_cluster_slots();
-    log_info("shared budget listening on " + host + ":" + std::to_string(*published));
-  }
-  if (!cluster.budget_host.empty()) {
-    auto [host, port] = split_host_port(cluster.budget_host);
-    rt->budget = system->spawn(budget_link_actor, local_budget, host, port, cluster.lease_idle,
-                               rt->stats.get(), rt->timers.get());
-  }
-  rt->supervisor =
-      system->spawn(supervisor_actor, rt->cfg.server.drain_timeout, local_budget, rt->timers.get());
+  if (!core.spawn(*system, *rt)) return fail_start();
 
   gateway gw{*system, rt};
-  const auto limits = limits_of(rt->cfg.server);
-  net::http_server server{io, limits, [&gw](net::incoming_request req, auto channel) {
+  net::http_server server{io, limits_of(rt->cfg.server),
+                          [&gw](net::incoming_request req, auto channel) {
                             return gw.handle(std::move(req), std::move(channel));
                           }};
   std::uint16_t port = 0;
@@ -282,11 +316,7 @@ int serve(tether::config::gateway_config cfg) {
     log_error(e.what());  // "cannot listen on HOST:PORT: why"
     return fail_start();
   }
-  std::string upstreams;
-  for (const auto& u : rt->cfg.upstreams) upstreams += (upstreams.empty() ? "" : ", ") + u.name;
-  log_info("tether " TETHER_VERSION " listening on " + rt->cfg.server.listen_host + ":" +
-           std::to_string(port) + " (config " + rt->cfg.source_file + ", " + std::to_string(cores) +
-           " worker thread(s), upstreams " + upstreams + ")");
+  log_info(startup_line(*rt, port, cores));
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -307,12 +337,7 @@ int serve(tether::config::gateway_config cfg) {
   server.stop_accepting();
   server.close_all();
   if (rt->tracer) rt->tracer->shutdown(std::chrono::seconds(1));
-  caf::anon_send_exit(rt->budget, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(local_budget, caf::exit_reason::user_shutdown);
-  local_budget = nullptr;
-  caf::anon_send_exit(rt->supervisor, caf::exit_reason::user_shutdown);
-  rt->budget = nullptr;
-  rt->supervisor = nullptr;
+  core.stop(*rt);
   // Every request tree has ended (the drain said so), so no actor owns a socket any more. The io
   // stops first; its thread, the first CAF worker, then runs the jobs left like any worker until
   // ~actor_system shuts the workers down.
