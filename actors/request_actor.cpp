@@ -56,6 +56,7 @@ struct request_state {
 
   // For the access line and the trace.
   std::optional<std::int64_t> cancel_decided_ns;
+  std::optional<std::int64_t> deciding_ns;  // while a step runs: when its decision was made
   std::optional<std::int64_t> answered_ns;
   std::optional<std::int64_t> caller_left_ns;
   std::optional<std::int64_t> first_byte_ns;
@@ -78,6 +79,16 @@ struct request_state {
   double ms_since_arrival(std::int64_t ns) const {
     return static_cast<double>(ns - arrival_ns) / 1e6;
   }
+
+  void begin(caf::event_based_actor* actor, runtime_ptr runtime,
+             std::shared_ptr<net::response_channel> caller, request_spec request);
+  bool start();
+  bool is_attempt(const caf::actor_addr& who) const;
+  void attempt_exited(const caf::actor_addr& who);
+  void deadline_passed();
+  void caller_gone(std::int64_t left_ns);
+  void work_ended(std::uint64_t upstream, std::uint32_t attempt_index, std::int64_t closed_ns,
+                  bool held_slot, std::int64_t connection_queue_wait_ns);
 
   // Carries out what the lifecycle said, in order.
   void run(const request_lifecycle::commands& commands, const held_response* held = nullptr);
@@ -202,7 +213,7 @@ void request_state::start_attempt(const command& c) {
 // reports when it has.
 void request_state::cancel_attempt(const command& c) {
   const auto at = now_ns();
-  if (!cancel_decided_ns) cancel_decided_ns = at;
+  if (!cancel_decided_ns) cancel_decided_ns = deciding_ns.value_or(at);
   auto it = std::find_if(live.begin(), live.end(),
                          [&](const live_attempt& a) { return a.index == c.attempt; });
   if (it == live.end()) return;
@@ -304,6 +315,91 @@ void request_state::finish() {
   self->quit();
 }
 
+void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
+                          std::shared_ptr<net::response_channel> caller, request_spec request) {
+  self = actor;
+  rt = std::move(runtime);
+  channel = std::move(caller);
+  spec = std::move(request);
+  arrival_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(spec.arrival.time_since_epoch()).count();
+  arrival_wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count() -
+                    (now_ns() - arrival_ns);
+  timers.emplace(rt->timers.get(), self->address());
+  trace.emplace(rt->tracer.get(), spec.traceparent.empty() ? nullptr : &spec.traceparent,
+                arrival_ns);
+  life.emplace(rt->cfg, *rt->routes, *rt->retries, rt->routes->chain_of(spec.model),
+               request_deadline{spec.arrival, spec.deadline});
+  rt->stats->requests_in_flight_add(1);
+}
+
+// Carries out the lifecycle's first commands but its finish (the caller, who cannot quit an
+// actor still being made, sends the finish as a message): true when it said finish.
+bool request_state::start() {
+  const auto& first = life->start(std::chrono::steady_clock::now());
+  for (const auto& c : first) {
+    if (c.what != command::kind::finish) execute(c, nullptr);
+  }
+  return !first.empty() && first.back().what == command::kind::finish;
+}
+
+bool request_state::is_attempt(const caf::actor_addr& who) const {
+  return std::any_of(live.begin(), live.end(),
+                     [&](const auto& a) { return a.actor.address() == who; });
+}
+
+void request_state::attempt_exited(const caf::actor_addr& who) {
+  auto it = std::find_if(live.begin(), live.end(),
+                         [&](const auto& a) { return a.actor.address() == who; });
+  if (it == live.end()) return;
+  const auto index = it->index;
+  live.erase(it);
+  run(life->on_attempt_exited(index, std::chrono::steady_clock::now()));
+}
+
+void request_state::deadline_passed() {
+  // A cancel this makes was decided when the deadline passed, not when this message arrived:
+  // the socket closes at that moment where it lives (close_at), often before this runs.
+  if (auto due = life->deadline().due()) {
+    deciding_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(due->time_since_epoch()).count();
+  }
+  trace->event("deadline_exceeded", now_ns());
+  run(life->on_deadline());
+  deciding_ns.reset();
+}
+
+void request_state::caller_gone(std::int64_t left_ns) {
+  if (life->answered()) return;
+  // The moment the gateway saw the caller leave is when the cancel was decided.
+  caller_left_ns = left_ns;
+  cancel_decided_ns = left_ns;
+  trace->event("caller_left", left_ns);
+  run(life->on_client_gone());
+}
+
+// One connection's end, with what it says about its slot: the cancel's latency and any work
+// that outlived the answer are counted here.
+void request_state::work_ended(std::uint64_t upstream, std::uint32_t attempt_index,
+                               std::int64_t closed_ns, bool held_slot,
+                               std::int64_t connection_queue_wait_ns) {
+  if (attempt_index < attempt_work.size()) attempt_work[attempt_index].held_slot = held_slot;
+  queue_wait_ns += connection_queue_wait_ns;
+  last_work_end_ns = std::max(last_work_end_ns.value_or(0), closed_ns);
+  trace->event("work_ended", closed_ns);
+  if (held_slot && cancel_decided_ns && closed_ns >= *cancel_decided_ns) {
+    double latency = static_cast<double>(closed_ns - *cancel_decided_ns) / 1e9;
+    rt->stats->cancel_latency(latency);
+    cancel_latency_ms = std::max(cancel_latency_ms.value_or(0), latency * 1e3);
+  }
+  if (held_slot && answered_ns && closed_ns > *answered_ns) {
+    rt->stats->late_work(upstream, static_cast<double>(closed_ns - *answered_ns) / 1e9);
+  }
+  run(life->on_connection_ended());
+}
+
 // What is left of the deadline the caller declared itself; nullopt when it declared none.
 std::optional<milliseconds> request_state::caller_left() const {
   if (!spec.caller_deadline) return std::nullopt;
@@ -321,52 +417,20 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
   // the atomic reference counting of shared copies on every message.
   auto owner = std::make_shared<request_state>();
   request_state* st = owner.get();
-  st->self = self;
-  st->rt = std::move(runtime);
-  gateway_runtime* rt = st->rt.get();
-  st->channel = std::move(channel);
-  st->spec = std::move(spec);
-  st->arrival_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(st->spec.arrival.time_since_epoch())
-          .count();
-  st->arrival_wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count() -
-                        (now_ns() - st->arrival_ns);
-  st->timers.emplace(rt->timers.get(), self->address());
-  st->trace.emplace(rt->tracer.get(),
-                    st->spec.traceparent.empty() ? nullptr : &st->spec.traceparent, st->arrival_ns);
-  st->life.emplace(rt->cfg, *rt->routes, *rt->retries, rt->routes->chain_of(st->spec.model),
-                   request_deadline{st->spec.arrival, st->spec.deadline});
-  rt->stats->requests_in_flight_add(1);
+  st->begin(self, std::move(runtime), std::move(channel), std::move(spec));
 
   // The supervisor's exit (a drain, or its own end) reaches this actor as an exit_msg: the
   // caller is answered and the tree goes down, and this actor lives on until its work ended.
   // An attempt's exit_msg is ignored: its end comes as a down_msg.
   self->set_exit_handler([st](caf::exit_msg& msg) {
-    if (msg.reason == caf::exit_reason::normal) return;
-    bool from_attempt = std::any_of(st->live.begin(), st->live.end(),
-                                    [&](const auto& a) { return a.actor.address() == msg.source; });
-    if (!from_attempt) st->run(st->life->on_drain());
+    if (msg.reason != caf::exit_reason::normal && !st->is_attempt(msg.source))
+      st->run(st->life->on_drain());
   });
-
-  self->set_down_handler([st, owner](caf::down_msg& msg) {
-    auto it = std::find_if(st->live.begin(), st->live.end(),
-                           [&](const auto& a) { return a.actor.address() == msg.source; });
-    if (it == st->live.end()) return;
-    const auto index = it->index;
-    st->live.erase(it);
-    st->run(st->life->on_attempt_exited(index, std::chrono::steady_clock::now()));
-  });
+  self->set_down_handler([st, owner](caf::down_msg& msg) { st->attempt_exited(msg.source); });
 
   // Quitting is not possible while the actor is being made; a request answered at once (a spent
   // budget) finishes on its first message.
-  const auto& first = st->life->start(std::chrono::steady_clock::now());
-  const bool finish_now = !first.empty() && first.back().what == command::kind::finish;
-  for (const auto& c : first) {
-    if (c.what != command::kind::finish) st->execute(c, nullptr);
-  }
-  if (finish_now) self->send(self, finish_atom::value);
+  if (st->start()) self->send(self, finish_atom::value);
 
   return {
       [st](attempt_result_atom, int status, net::header_list& headers, std::string& body) {
@@ -391,34 +455,11 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       [st](backoff_atom, std::uint64_t generation) {
         st->run(st->life->on_backoff_due(generation, std::chrono::steady_clock::now()));
       },
-      [st](deadline_atom) {
-        st->trace->event("deadline_exceeded", now_ns());
-        st->run(st->life->on_deadline());
-      },
-      [st](client_gone_atom, std::int64_t left_ns) {
-        if (st->life->answered()) return;
-        // The moment the gateway saw the caller leave is when the cancel was decided.
-        st->caller_left_ns = left_ns;
-        st->cancel_decided_ns = left_ns;
-        st->trace->event("caller_left", left_ns);
-        st->run(st->life->on_client_gone());
-      },
-      [st, rt](work_ended_atom, std::uint64_t upstream, std::uint32_t attempt_index,
-               std::int64_t closed_ns, bool held_slot, std::int64_t queue_wait_ns) {
-        if (attempt_index < st->attempt_work.size())
-          st->attempt_work[attempt_index].held_slot = held_slot;
-        st->queue_wait_ns += queue_wait_ns;
-        st->last_work_end_ns = std::max(st->last_work_end_ns.value_or(0), closed_ns);
-        st->trace->event("work_ended", closed_ns);
-        if (held_slot && st->cancel_decided_ns && closed_ns >= *st->cancel_decided_ns) {
-          double latency = static_cast<double>(closed_ns - *st->cancel_decided_ns) / 1e9;
-          rt->stats->cancel_latency(latency);
-          st->cancel_latency_ms = std::max(st->cancel_latency_ms.value_or(0), latency * 1e3);
-        }
-        if (held_slot && st->answered_ns && closed_ns > *st->answered_ns) {
-          rt->stats->late_work(upstream, static_cast<double>(closed_ns - *st->answered_ns) / 1e9);
-        }
-        st->run(st->life->on_connection_ended());
+      [st](deadline_atom) { st->deadline_passed(); },
+      [st](client_gone_atom, std::int64_t left_ns) { st->caller_gone(left_ns); },
+      [st](work_ended_atom, std::uint64_t upstream, std::uint32_t attempt_index,
+           std::int64_t closed_ns, bool held_slot, std::int64_t queue_wait_ns) {
+        st->work_ended(upstream, attempt_index, closed_ns, held_slot, queue_wait_ns);
       },
       [st](finish_atom) { st->finish(); },
   };

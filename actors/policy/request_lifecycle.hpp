@@ -112,6 +112,7 @@ class request_lifecycle {
   int status() const { return status_; }
   // The current model's settings (its [request] overrides applied).
   const config::request_config& settings() const { return settings_; }
+  const request_deadline& deadline() const { return deadline_; }
   const std::string& model() const { return (*chain_)[chain_pos_]; }
   std::uint32_t attempts_started() const { return attempts_started_; }
 
