@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <boost/container/small_vector.hpp>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <tuple>
 

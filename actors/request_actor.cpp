@@ -56,7 +56,6 @@ struct request_state {
 
   // For the access line and the trace.
   std::optional<std::int64_t> cancel_decided_ns;
-  std::optional<std::int64_t> deciding_ns;  // while a step runs: when its decision was made
   std::optional<std::int64_t> answered_ns;
   std::optional<std::int64_t> caller_left_ns;
   std::optional<std::int64_t> first_byte_ns;
@@ -85,7 +84,7 @@ struct request_state {
   bool start();
   bool is_attempt(const caf::actor_addr& who) const;
   void attempt_exited(const caf::actor_addr& who);
-  void deadline_passed();
+  std::int64_t decided_at(stop_reason why, std::int64_t now) const;
   void caller_gone(std::int64_t left_ns);
   void work_ended(std::uint64_t upstream, std::uint32_t attempt_index, std::int64_t closed_ns,
                   bool held_slot, std::int64_t connection_queue_wait_ns);
@@ -213,7 +212,7 @@ void request_state::start_attempt(const command& c) {
 // reports when it has.
 void request_state::cancel_attempt(const command& c) {
   const auto at = now_ns();
-  if (!cancel_decided_ns) cancel_decided_ns = deciding_ns.value_or(at);
+  if (!cancel_decided_ns) cancel_decided_ns = decided_at(c.reason, at);
   auto it = std::find_if(live.begin(), live.end(),
                          [&](const live_attempt& a) { return a.index == c.attempt; });
   if (it == live.end()) return;
@@ -359,16 +358,12 @@ void request_state::attempt_exited(const caf::actor_addr& who) {
   run(life->on_attempt_exited(index, std::chrono::steady_clock::now()));
 }
 
-void request_state::deadline_passed() {
-  // A cancel this makes was decided when the deadline passed, not when this message arrived:
-  // the socket closes at that moment where it lives (close_at), often before this runs.
-  if (auto due = life->deadline().due()) {
-    deciding_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(due->time_since_epoch()).count();
-  }
-  trace->event("deadline_exceeded", now_ns());
-  run(life->on_deadline());
-  deciding_ns.reset();
+// A deadline's cancel was decided when the deadline passed, not when its message arrived: the
+// socket closes at that moment where it lives (close_at), often before the actor gets to it.
+std::int64_t request_state::decided_at(stop_reason why, std::int64_t now) const {
+  const auto due = life->deadline().due();
+  if (why != stop_reason::deadline || !due) return now;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(due->time_since_epoch()).count();
 }
 
 void request_state::caller_gone(std::int64_t left_ns) {
@@ -455,7 +450,10 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
       [st](backoff_atom, std::uint64_t generation) {
         st->run(st->life->on_backoff_due(generation, std::chrono::steady_clock::now()));
       },
-      [st](deadline_atom) { st->deadline_passed(); },
+      [st](deadline_atom) {
+        st->trace->event("deadline_exceeded", now_ns());
+        st->run(st->life->on_deadline());
+      },
       [st](client_gone_atom, std::int64_t left_ns) { st->caller_gone(left_ns); },
       [st](work_ended_atom, std::uint64_t upstream, std::uint32_t attempt_index,
            std::int64_t closed_ns, bool held_slot, std::int64_t queue_wait_ns) {

@@ -46,9 +46,7 @@ TEST_F(AttemptActorTest, ATimedOutTryClosesItsSocketAndTheFallbackAnswers) {
 TEST_F(AttemptActorTest, AStreamThatGoesQuietIsCutByTheIdleTimeout) {
   auto req = spawn_request("m", 10s, true);
   auto& ex = upstream(0).exchanges.at(0);
-  ex.events->on_connected(false);
-  ex.events->on_head(200, {{"content-type", "text/event-stream"}});
-  ex.events->on_body("data: 1\n\n");
+  ex.start_stream("data: 1\n\n");
   run();
   ASSERT_EQ(channel_->calls, (std::vector<std::string>{"start 200", "chunk data: 1\n\n"}));
   // Each event re-arms the idle timer: two gaps of 90 ms pass.

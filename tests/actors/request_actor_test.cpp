@@ -113,9 +113,7 @@ TEST_F(RequestActorTest, ADrainMidStreamEndsItWithAnErrorEventAndClosesTheUpstre
   auto req = spawn_request("m", 10s, true);
   auto ended = watch(req);
   auto& ex = upstream(0).exchanges.at(0);
-  ex.events->on_connected(false);
-  ex.events->on_head(200, {{"content-type", "text/event-stream"}});
-  ex.events->on_body("data: {\"n\":1}\n\n");
+  ex.start_stream("data: {\"n\":1}\n\n");
   run();
   ASSERT_EQ(channel_->calls, (std::vector<std::string>{"start 200", "chunk data: {\"n\":1}\n\n"}));
   {

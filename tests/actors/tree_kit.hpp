@@ -49,6 +49,12 @@ class fake_upstream final : public net::upstream_transport {
       if (!body.empty()) events->on_body(std::move(body));
       events->on_end();
     }
+    // net/'s calls for an event stream's head and its first event.
+    void start_stream(std::string first_event) const {
+      events->on_connected(false);
+      events->on_head(200, {{"content-type", "text/event-stream"}});
+      events->on_body(std::move(first_event));
+    }
     void close() const { events->on_closed(); }
   };
 

@@ -556,30 +556,36 @@ TEST_F(UpstreamClientTest, APooledConnectionTheServerDropsAfterReadingTheRequest
   EXPECT_EQ(requests_read.load(), 2);
 }
 
-TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {
+// Reads one request and answers nothing: says when the request came, and when and how the
+// client's side of the socket ended.
+struct hanging_server {
   std::promise<void> got_request;
   std::promise<std::chrono::steady_clock::time_point> saw_eof;
   boost::system::error_code ended_by;
-  script_server server([&](tcp::socket& s, int) {
+  script_server server{[this](tcp::socket& s, int) {
     beast::flat_buffer b;
     if (!read_request(s, b)) return;
     got_request.set_value();
     ended_by = wait_for_eof(s);
     saw_eof.set_value(std::chrono::steady_clock::now());
-  });
-  upstream_client client(io_, local_endpoint(server.port()));
+  }};
+};
+
+TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {
+  hanging_server hang;
+  upstream_client client(io_, local_endpoint(hang.server.port()));
   auto events = std::make_shared<recorder>();
   auto exchange = client.start(simple_request(), events);
-  ASSERT_EQ(got_request.get_future().wait_for(wait_limit), std::future_status::ready);
+  ASSERT_EQ(hang.got_request.get_future().wait_for(wait_limit), std::future_status::ready);
 
   const auto cancelled_at = std::chrono::steady_clock::now();
   exchange->cancel();
   exchange->cancel();  // idempotent
-  auto eof = saw_eof.get_future();
+  auto eof = hang.saw_eof.get_future();
   ASSERT_EQ(eof.wait_for(wait_limit), std::future_status::ready);
   EXPECT_LT(eof.get() - cancelled_at, 50ms);
   // Work given up on is closed with a reset: no FIN exchange, no TIME_WAIT left on this side.
-  EXPECT_EQ(ended_by, asio::error::connection_reset) << ended_by.message();
+  EXPECT_EQ(hang.ended_by, asio::error::connection_reset) << hang.ended_by.message();
 
   ASSERT_TRUE(events->wait_closed());
   EXPECT_THAT(events->log(), ElementsAre("connected:new", "closed"));
@@ -591,30 +597,21 @@ TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {
 // The request's deadline carried out by the socket: at close_at the exchange ends as a cancel
 // does (a reset, on_closed, no failure), with no call from the caller.
 TEST_F(UpstreamClientTest, CloseAtResetsTheSocketAtThatMomentAndReportsOnlyTheClose) {
-  std::promise<void> got_request;
-  std::promise<std::chrono::steady_clock::time_point> saw_eof;
-  boost::system::error_code ended_by;
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    got_request.set_value();
-    ended_by = wait_for_eof(s);
-    saw_eof.set_value(std::chrono::steady_clock::now());
-  });
-  upstream_client client(io_, local_endpoint(server.port()));
+  hanging_server hang;
+  upstream_client client(io_, local_endpoint(hang.server.port()));
   auto events = std::make_shared<recorder>();
   auto request = simple_request();
   const auto close_at = std::chrono::steady_clock::now() + 150ms;
   request.close_at = close_at;
   auto exchange = client.start(std::move(request), events);
-  ASSERT_EQ(got_request.get_future().wait_for(wait_limit), std::future_status::ready);
+  ASSERT_EQ(hang.got_request.get_future().wait_for(wait_limit), std::future_status::ready);
 
-  auto eof = saw_eof.get_future();
+  auto eof = hang.saw_eof.get_future();
   ASSERT_EQ(eof.wait_for(wait_limit), std::future_status::ready);
   const auto closed = eof.get();
   EXPECT_GE(closed, close_at);
   EXPECT_LT(closed - close_at, 50ms);
-  EXPECT_EQ(ended_by, asio::error::connection_reset) << ended_by.message();
+  EXPECT_EQ(hang.ended_by, asio::error::connection_reset) << hang.ended_by.message();
   ASSERT_TRUE(events->wait_closed());
   EXPECT_THAT(events->log(), ElementsAre("connected:new", "closed"));
   EXPECT_EQ(client.idle_connections(), 0u);
