@@ -74,6 +74,10 @@ void setup_logging(const std::string& format, const std::string& level) {
   spdlog::set_default_logger(logger);
 }
 
+void set_log_level(const std::string& level) {
+  spdlog::default_logger()->set_level(spdlog::level::from_str(level));
+}
+
 namespace {
 
 // A JSON object written field by field into one buffer: each field first makes sure of the room

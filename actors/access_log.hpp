@@ -45,6 +45,8 @@ struct access_record {
 
 // Configures the process logger once: "json" (one JSON object per line) or "text".
 void setup_logging(const std::string& format, const std::string& level);
+// A reload's new telemetry.log_level (thread-safe).
+void set_log_level(const std::string& level);
 
 void write_access_log(const access_record& r);
 // The line write_access_log writes in the json format.

@@ -72,6 +72,12 @@ class budget {
 
   std::uint64_t slots() const { return book_.held(); }
 
+  void set_limits(const budget_limits& limits) {
+    queue_timeout_ = limits.queue_timeout;
+    carry_out(book_.set_caps({limits.global, limits.per_upstream, limits.per_key, limits.queue_max},
+                             now_ns()));
+  }
+
   // The connection actors holding a slot now; leases are left out, as their member registers its
   // own work.
   caf::message holders() const {
@@ -170,6 +176,15 @@ caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, m
       },
       [st](drain_now_atom) { st->refuse_local(); },
       [st](slots_atom) { return st->slots(); },
+      [self, st](limits_atom, std::uint32_t global, std::vector<std::uint32_t>& per_upstream,
+                 std::vector<std::uint32_t>& per_key, std::uint32_t queue_max,
+                 std::int64_t queue_timeout_ms) {
+        // A reload of this node's config; another node's word does not change this budget.
+        if (self->current_sender() && self->current_sender()->node() != self->node()) return false;
+        st->set_limits({global, std::move(per_upstream), std::move(per_key), queue_max,
+                        std::chrono::milliseconds(queue_timeout_ms)});
+        return true;
+      },
       [st](holders_atom) { return st->holders(); },
   };
 }

@@ -26,6 +26,7 @@ struct budget_limits {
 budget_limits budget_limits_from(const config::gateway_config& cfg);
 
 using holders_atom = caf::atom_constant<caf::atom("holders")>;
+using limits_atom = caf::atom_constant<caf::atom("limits")>;
 // budget host ⇄ a cluster member's budget_link_actor (lease_book)
 using lease_atom = caf::atom_constant<caf::atom("lease")>;
 using lease_grant_atom = caf::atom_constant<caf::atom("lease_ok")>;
@@ -35,6 +36,9 @@ using recall_atom = caf::atom_constant<caf::atom("recall")>;
 // Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), priority: int64) from the
 // connection actor; answered later with (grant_atom, granted: bool, reason: string) sent to it.
 // (slots_atom) → the number of slots held (for drain's leak report).
+// (limits_atom, global, per_upstream: vector<uint32>, per_key: vector<uint32>, queue_max,
+// queue_timeout_ms: int64) → true: a reload's caps, from now on (slot_book::set_caps); from this
+// node only.
 // (drain_now_atom), from the supervisor at the drain's end: this node's waiters are refused and
 // its later asks too ("the gateway is shutting down"); members' leases are served as before.
 // (holders_atom) → (vector<actor> holders, vector<uint64> upstreams, vector<int64> keys): who holds

@@ -96,7 +96,8 @@ std::int64_t gateway::match_key(const net::incoming_request& req) const {
   std::int64_t found = -1;
   // Every key is compared, so the time taken does not depend on which one matched.
   for (std::size_t i = 0; i < rt_->cfg.keys.size(); ++i) {
-    if (token_equal(digest, rt_->cfg.keys[i].sha256_hex)) found = static_cast<std::int64_t>(i);
+    const auto& k = rt_->cfg.keys[i];
+    if (!k.retired && token_equal(digest, k.sha256_hex)) found = static_cast<std::int64_t>(i);
   }
   return found;
 }
@@ -205,7 +206,7 @@ bool gateway::answer_small_endpoint(const net::incoming_request& req, const std:
     return true;
   }
   if (path == "/v1/models") {
-    if (!rt_->cfg.keys.empty() && match_key(req) < 0) {
+    if (rt_->cfg.requires_keys() && match_key(req) < 0) {
       channel.send_full(
           401, error_headers(request_id, 401, outcome::unauthorized),
           error_body(outcome::unauthorized, "missing or invalid gateway key", request_id));
@@ -234,7 +235,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
     return nullptr;
   }
   std::int64_t key = -1;
-  if (!rt_->cfg.keys.empty()) {
+  if (rt_->cfg.requires_keys()) {
     key = match_key(req);
     if (key < 0) {
       answer_model_refusal(req, request_id, "", outcome::unauthorized,

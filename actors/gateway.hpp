@@ -19,6 +19,11 @@ class gateway {
   std::shared_ptr<net::exchange_observer> handle(net::incoming_request request,
                                                  std::shared_ptr<net::response_channel> channel);
 
+  // A reload: requests that arrive from now on run on `next`; those in flight keep theirs. On the
+  // thread that calls handle().
+  void adopt(runtime_ptr next) { rt_ = std::move(next); }
+  const runtime_ptr& runtime() const { return rt_; }
+
   // After this, /readyz answers 503 and new model requests get 503 shutting_down.
   void start_draining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }

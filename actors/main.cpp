@@ -19,6 +19,7 @@
 #include "actors/budget_link_actor.hpp"
 #include "actors/gateway.hpp"
 #include "actors/messages.hpp"
+#include "actors/reloader.hpp"
 #include "actors/runtime.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/supervisor_actor.hpp"
@@ -127,50 +128,31 @@ void watch_the_shutdown(sigset_t signals, caf::actor supervisor,
 }
 
 // Signals are taken synchronously by the main thread alone (sigwait in serve); every thread
-// started after this inherits the blocked mask.
+// started after this inherits the blocked mask. SIGHUP is blocked too, so that a reload asked for
+// while the gateway is still starting waits for it instead of killing it.
 sigset_t block_stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  sigset_t blocked = signals;
+  sigaddset(&blocked, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   return signals;
 }
 
-// What every actor shares: the config, the router, the upstream clients on `io`, the metrics,
-// the retry budget, the timers and the tracer. The budget and supervisor are added by serve.
-std::shared_ptr<tether::gateway_runtime> build_runtime(tether::config::gateway_config cfg,
-                                                       tether::net::io_runtime& io) {
-  using namespace tether;
-  auto rt = std::make_shared<gateway_runtime>();
-  rt->cfg = std::move(cfg);
-  rt->routes = std::make_unique<router>(rt->cfg);
-  std::vector<std::string> upstream_names;
-  for (const auto& u : rt->cfg.upstreams) {
-    upstream_names.push_back(u.name);
-    net::upstream_endpoint ep;
-    ep.tls = u.url.tls;
-    ep.host = u.url.host;
-    ep.port = u.url.port;
-    ep.connect_timeout = u.connect_timeout;
-    ep.max_idle_connections = u.max_in_flight;
-    ep.idle_timeout = u.idle_timeout;
-    rt->upstreams.push_back(std::make_unique<net::upstream_client>(io, ep));
+// Waits for SIGTERM or SIGINT, reloading the config at each SIGHUP meanwhile; returns the stop
+// signal. (A SIGHUP once the drain has begun stays pending: nothing reloads a stopping gateway.)
+int serve_until_stopped(sigset_t stop_signals, tether::reloader& reloads) {
+  sigset_t signals = stop_signals;
+  sigaddset(&signals, SIGHUP);
+  for (;;) {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) return sig;
+    reloads.reload();
   }
-  rt->stats = std::make_unique<metrics>(upstream_names);
-  rt->retries = std::make_unique<retry_budget>(rt->cfg.upstreams.size(),
-                                               rt->cfg.request.min_retry_concurrency,
-                                               rt->cfg.request.retry_budget_percent);
-  rt->timers = net::make_io_timer_service(io);
-  if (!rt->cfg.telemetry.otlp_endpoint.empty()) {
-    net::otlp_options trace_opts;
-    trace_opts.endpoint = rt->cfg.telemetry.otlp_endpoint;
-    trace_opts.service_name = rt->cfg.telemetry.service_name;
-    rt->tracer = std::make_unique<net::otlp_exporter>(io, trace_opts);
-  }
-
-  return rt;
 }
 
 tether::net::server_limits limits_of(const tether::config::server_config& server) {
@@ -318,8 +300,8 @@ int serve(tether::config::gateway_config cfg) {
   }
   log_info(startup_line(*rt, port, cores));
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  reloader reloads{*system, io, gw, rt, core.local_budget};
+  const int sig = serve_until_stopped(signals, reloads);
   auto watch = std::make_shared<shutdown_watch>();
   watch_the_shutdown(signals, rt->supervisor, watch);
   gw.start_draining();

@@ -44,15 +44,29 @@ void histogram::render(std::string& out, const std::string& name, const std::str
 }
 
 metrics::metrics(std::vector<std::string> upstream_names)
-    : upstreams_(std::move(upstream_names)),
-      retries_(upstreams_.size(), {0, 0}),
-      late_work_(upstreams_.size(), 0.0) {
-  upstream_work_ = std::make_unique<std::atomic<std::int64_t>[]>(upstreams_.size());
-  cluster_slots_ = std::make_unique<std::atomic<std::int64_t>[]>(upstreams_.size());
-  for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+    : upstream_work_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)),
+      cluster_slots_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)) {
+  for (std::size_t i = 0; i < config::max_upstreams; ++i) {
     upstream_work_[i].store(0);
     cluster_slots_[i].store(0);
   }
+  name_upstreams(std::move(upstream_names));
+}
+
+void metrics::name_upstreams(std::vector<std::string> names) {
+  std::lock_guard lock{mutex_};
+  if (names.size() > config::max_upstreams) names.resize(config::max_upstreams);
+  // Indices only grow: a removed upstream keeps its place and its series.
+  for (std::size_t i = upstreams_.size(); i < names.size(); ++i) {
+    upstreams_.push_back(names[i]);
+    retries_.push_back({0, 0});
+    late_work_.push_back(0.0);
+  }
+}
+
+void metrics::config_reloaded(bool ok) {
+  std::lock_guard lock{mutex_};
+  ++reloads_[ok ? 0 : 1];
 }
 
 void metrics::request_done(const std::string& model, outcome o, double seconds) {
@@ -87,19 +101,19 @@ void metrics::cancel_latency(double seconds) {
 }
 
 void metrics::upstream_work_add(std::size_t upstream, int delta) {
-  if (upstream < upstreams_.size()) upstream_work_[upstream].fetch_add(delta);
+  if (upstream < config::max_upstreams) upstream_work_[upstream].fetch_add(delta);
 }
 
 void metrics::cluster_slots_set(std::size_t upstream, std::int64_t n) {
-  if (upstream < upstreams_.size()) cluster_slots_[upstream].store(n);
+  if (upstream < config::max_upstreams) cluster_slots_[upstream].store(n);
 }
 
 std::int64_t metrics::cluster_slots(std::size_t upstream) const {
-  return upstream < upstreams_.size() ? cluster_slots_[upstream].load() : 0;
+  return upstream < config::max_upstreams ? cluster_slots_[upstream].load() : 0;
 }
 
 std::int64_t metrics::upstream_work(std::size_t upstream) const {
-  return upstream < upstreams_.size() ? upstream_work_[upstream].load() : 0;
+  return upstream < config::max_upstreams ? upstream_work_[upstream].load() : 0;
 }
 
 std::uint64_t metrics::requests_total(const std::string& model, outcome o) const {
@@ -129,6 +143,7 @@ std::string metrics::render() const {
   queue_wait_.render(out, "tether_queue_wait_seconds", "");
   header(out, "tether_upstream_attempts_total", "counter", "Upstream attempts by how they ended.");
   for (const auto& [k, v] : attempts_) {
+    if (k.first >= upstreams_.size()) continue;
     out += fmt::format("tether_upstream_attempts_total{{upstream=\"{}\",outcome=\"{}\"}} {}\n",
                        escape_label(upstreams_[k.first]), to_string(k.second), v);
   }
@@ -171,6 +186,12 @@ std::string metrics::render() const {
                          escape_label(upstreams_[i]), cluster_slots_[i].load());
     }
   }
+  header(out, "tether_config_reloads_total", "counter",
+         "Config reloads (SIGHUP) applied (ok) or refused (error).");
+  out += fmt::format(
+      "tether_config_reloads_total{{result=\"ok\"}} {}\n"
+      "tether_config_reloads_total{{result=\"error\"}} {}\n",
+      reloads_[0], reloads_[1]);
   return out;
 }
 

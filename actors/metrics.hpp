@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/policy/outcome.hpp"
+#include "config/config.hpp"
 
 namespace tether {
 
@@ -33,6 +34,11 @@ class histogram {
 class metrics {
  public:
   explicit metrics(std::vector<std::string> upstream_names);
+
+  // The upstreams by index after a reload: the list only grows (a removed upstream keeps its
+  // index and its series), up to config::max_upstreams.
+  void name_upstreams(std::vector<std::string> names);
+  void config_reloaded(bool ok);
 
   void request_done(const std::string& model, outcome o, double seconds);
   void queue_wait(double seconds);
@@ -69,11 +75,13 @@ class metrics {
   std::vector<double> late_work_;
   histogram cancel_latency_;
   std::atomic<std::int64_t> requests_in_flight_{0};
+  // Fixed arrays of config::max_upstreams, read and written without the lock.
   std::unique_ptr<std::atomic<std::int64_t>[]> upstream_work_;
   std::atomic<std::int64_t> queue_depth_{0};
   std::atomic<int> cluster_connected_{-1};  // -1: standalone, the gauge is not exported
   std::unique_ptr<std::atomic<std::int64_t>[]> cluster_slots_;
   std::atomic<bool> cluster_slots_exported_{false};
+  std::array<std::uint64_t, 2> reloads_{};  // ok, error
 };
 
 }  // namespace tether

@@ -1,5 +1,8 @@
-// What every actor of the gateway shares, built once at start and read-only afterwards
-// (the router's counters and the metrics are internally synchronised).
+// What every actor of a request shares: read-only once built (the router's counters, the metrics
+// and the retry budget are internally synchronised). A reload builds a new one for the requests
+// that arrive after it; a request keeps the one it started with to its end. The metrics, the
+// retry budget, the timers, the tracer and the long-lived actors are one for the whole process,
+// shared by every generation; an upstream's connections are shared while its address stays.
 #pragma once
 
 #include <caf/all.hpp>
@@ -15,20 +18,35 @@
 #include "net/timer_service.hpp"
 #include "net/upstream.hpp"
 
+namespace tether::net {
+class io_runtime;
+}
+
 namespace tether {
 
 struct gateway_runtime {
   config::gateway_config cfg;
   std::unique_ptr<router> routes;
-  std::unique_ptr<metrics> stats;
-  std::unique_ptr<retry_budget> retries;  // per upstream, asked before every retry
-  std::vector<std::unique_ptr<net::upstream_transport>> upstreams;  // by upstream index
-  std::unique_ptr<net::timer_service> timers;  // cancellable timers for the request actors
-  std::unique_ptr<net::otlp_exporter> tracer;  // null when telemetry.otlp_endpoint is empty
+  std::shared_ptr<metrics> stats;
+  std::shared_ptr<retry_budget> retries;  // per upstream, asked before every retry
+  // By upstream index (a retired upstream's entry stays, so that indices stay).
+  std::vector<std::shared_ptr<net::upstream_transport>> upstreams;
+  std::shared_ptr<net::timer_service> timers;  // cancellable timers for the request actors
+  std::shared_ptr<net::otlp_exporter> tracer;  // null when telemetry.otlp_endpoint is empty
   caf::actor budget;
   caf::actor supervisor;
 };
 
 using runtime_ptr = std::shared_ptr<gateway_runtime>;
+
+// The first generation: the config, the router, the upstream clients on `io`, the metrics, the
+// retry budget, the timers and the tracer. The budget and supervisor are added by serve.
+runtime_ptr build_runtime(config::gateway_config cfg, net::io_runtime& io);
+
+// A reload's generation (config/reload.hpp): its config and router; the upstreams the plan names
+// fresh get new clients on `io`, the others keep `running`'s; everything process-wide is shared.
+// The metrics and the retry budget learn the new upstreams here.
+runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config next,
+                         const std::vector<std::size_t>& fresh_upstreams, net::io_runtime& io);
 
 }  // namespace tether

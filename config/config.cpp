@@ -4,9 +4,16 @@ namespace tether::config {
 
 const upstream_config* gateway_config::find_upstream(const std::string& name) const {
   for (const auto& u : upstreams) {
-    if (u.name == name) return &u;
+    if (u.name == name && !u.retired) return &u;
   }
   return nullptr;
+}
+
+bool gateway_config::requires_keys() const {
+  for (const auto& k : keys) {
+    if (!k.retired) return true;
+  }
+  return false;
 }
 
 // The loader rejects deployments of one name that disagree on overrides, so the first one

@@ -23,6 +23,7 @@ struct server_config {
   millis header_timeout{10000};
   millis keepalive_timeout{60000};
   millis drain_timeout{30000};
+  bool operator==(const server_config&) const = default;
 };
 
 // The [request] keys; also the shape of a model's overrides (every field optional there).
@@ -38,6 +39,7 @@ struct request_config {
   // max(min_retry_concurrency, retry_budget_percent % of its requests in flight).
   std::uint32_t min_retry_concurrency = 3;
   std::uint32_t retry_budget_percent = 20;
+  bool operator==(const request_config&) const = default;
 };
 
 struct request_overrides {
@@ -47,12 +49,14 @@ struct request_overrides {
   std::optional<std::uint32_t> max_retries;
   std::optional<millis> retry_backoff;
   std::optional<std::uint64_t> max_response_bytes;
+  bool operator==(const request_overrides&) const = default;
 };
 
 struct budget_config {
   std::uint32_t max_in_flight = 512;
   std::uint32_t queue_max = 2048;
   millis queue_timeout{0};  // 0 = until the deadline
+  bool operator==(const budget_config&) const = default;
 };
 
 // A parsed base_url: scheme, host, port, optional path prefix (no trailing slash, no /v1).
@@ -75,6 +79,9 @@ struct upstream_config {
   // servers' own keep-alive timeouts (uvicorn's, under vLLM, is 5 s), so that tether, not the
   // server, is the one that closes an idle connection.
   millis idle_timeout{4000};
+  // Removed by a reload, kept in its place so that every upstream keeps its index (the budget,
+  // the metrics and the requests still in flight count by index). No model routes to it.
+  bool retired = false;
 };
 
 // One [[models]] entry: a deployment of a public model name on one upstream.
@@ -84,6 +91,7 @@ struct model_config {
   std::string upstream_model;  // defaults to name
   std::vector<std::string> fallbacks;
   request_overrides overrides;
+  bool operator==(const model_config&) const = default;
 };
 
 struct key_config {
@@ -91,6 +99,7 @@ struct key_config {
   std::string sha256_hex;           // lower-case hex digest of the bearer token
   std::vector<std::string> models;  // "*" = all
   std::uint32_t max_in_flight = 0;  // 0 = no per-key cap
+  bool retired = false;             // removed by a reload: kept in its place, matches no token
 };
 
 struct telemetry_config {
@@ -98,6 +107,7 @@ struct telemetry_config {
   std::string log_level = "info";
   std::string otlp_endpoint;
   std::string service_name = "tether";
+  bool operator==(const telemetry_config&) const = default;
 };
 
 struct cluster_config {
@@ -106,7 +116,12 @@ struct cluster_config {
   // A member keeps a slot whose work ended this long for its next request (0: gives it back
   // at once, so every acquire is a round trip to the host).
   millis lease_idle{1000};
+  bool operator==(const cluster_config&) const = default;
 };
+
+// At most this many upstreams, counting those a reload removed (each keeps its index while the
+// gateway runs): the per-upstream metrics are fixed arrays of this size.
+inline constexpr std::size_t max_upstreams = 1024;
 
 struct gateway_config {
   std::string source_file;
@@ -120,6 +135,8 @@ struct gateway_config {
   cluster_config cluster;
 
   const upstream_config* find_upstream(const std::string& name) const;
+  // Whether model requests must carry a gateway key: some [[keys]] entry is in force.
+  bool requires_keys() const;
   // The [request] settings with a model's overrides applied (first deployment of that name).
   request_config effective_request(const std::string& model_name) const;
 };

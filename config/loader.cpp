@@ -444,6 +444,9 @@ class loader {
     if (tables.empty() && (n == nullptr || n->is_array())) {
       error("upstreams", "at least one [[upstreams]] entry is required");
     }
+    if (tables.size() > max_upstreams) {
+      error("upstreams", fmt::format("at most {} [[upstreams]] entries", max_upstreams));
+    }
     std::map<std::string, std::size_t> seen;
     for (const auto& [i, t] : tables) {
       const auto p = fmt::format("upstreams[{}]", i);

@@ -82,6 +82,9 @@ class upstream_transport {
   virtual std::shared_ptr<upstream_exchange> start(
       upstream_request request, std::shared_ptr<upstream_events> events,
       std::shared_ptr<const connection_affinity> affinity) = 0;
+  // The upstream is gone from the config (a reload): its idle connections close now, and the
+  // exchanges still running close theirs when they end instead of keeping them. Thread-safe.
+  virtual void retire() {}
 };
 
 class upstream_client final : public upstream_transport {
@@ -101,6 +104,7 @@ class upstream_client final : public upstream_transport {
     return start(std::move(request), std::move(events), nullptr);
   }
 
+  void retire() override;
   std::size_t idle_connections() const;
 
  private:

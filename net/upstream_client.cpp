@@ -33,6 +33,10 @@ std::shared_ptr<upstream_exchange> upstream_client::start(
   return session;
 }
 
+void upstream_client::retire() {
+  impl_->origin->pool->shut();
+}
+
 std::size_t upstream_client::idle_connections() const {
   return impl_->origin->pool->size();
 }

@@ -21,7 +21,7 @@ dpkg-deb -R "$deb" "$root"
 grep -qx /etc/tether/tether.toml "$root/DEBIAN/conffiles" || fail "the config is not a conffile"
 unit="$root/usr/lib/systemd/system/tether.service"
 for line in "ExecStart=/usr/bin/tether --config /etc/tether/tether.toml" "Restart=on-failure" \
-  "DynamicUser=yes" "LimitNOFILE=65536"; do
+  "DynamicUser=yes" "LimitNOFILE=65536" 'ExecReload=/bin/kill -HUP $MAINPID'; do
   grep -qxF "$line" "$unit" || fail "the unit lacks '$line'"
 done
 "$root/usr/bin/tether" check --config "$root/etc/tether/tether.toml" >/dev/null ||

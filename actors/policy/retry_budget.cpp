@@ -8,6 +8,14 @@ retry_budget::retry_budget(std::size_t upstreams, std::uint32_t min_concurrency,
                            std::uint32_t percent)
     : min_concurrency_(min_concurrency), percent_(percent), per_upstream_(upstreams) {}
 
+void retry_budget::reshape(std::size_t upstreams, std::uint32_t min_concurrency,
+                           std::uint32_t percent) {
+  std::lock_guard lock{mutex_};
+  min_concurrency_ = min_concurrency;
+  percent_ = percent;
+  if (upstreams > per_upstream_.size()) per_upstream_.resize(upstreams);
+}
+
 void retry_budget::request_joined(std::size_t upstream) {
   std::lock_guard lock{mutex_};
   if (upstream < per_upstream_.size()) ++per_upstream_[upstream].requests;

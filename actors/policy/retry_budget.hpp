@@ -17,6 +17,10 @@ class retry_budget {
  public:
   retry_budget(std::size_t upstreams, std::uint32_t min_concurrency, std::uint32_t percent);
 
+  // A reload: the new limits apply to the next retry; the counts in flight stay, and upstreams
+  // only ever grow (a removed one keeps its index).
+  void reshape(std::size_t upstreams, std::uint32_t min_concurrency, std::uint32_t percent);
+
   // A request has an attempt on (or is between attempts of) `upstream`, until request_left.
   void request_joined(std::size_t upstream);
   void request_left(std::size_t upstream);

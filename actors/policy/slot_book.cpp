@@ -11,6 +11,17 @@ slot_book::slot_book(caps limits) : caps_(std::move(limits)) {
   held_key_.assign(caps_.per_key.size(), 0);
 }
 
+slot_book::actions slot_book::set_caps(caps limits, std::int64_t now_ns) {
+  caps_ = std::move(limits);
+  if (caps_.per_upstream.size() > held_upstream_.size())
+    held_upstream_.resize(caps_.per_upstream.size(), 0);
+  if (caps_.per_key.size() > held_key_.size()) held_key_.resize(caps_.per_key.size(), 0);
+  actions out;
+  drain(now_ns, out);
+  update_recalls(out);
+  return out;
+}
+
 slot_book::claim slot_book::claim_for(std::uint64_t upstream, std::int64_t key) const {
   claim c{static_cast<std::size_t>(upstream), key};
   if (c.upstream >= caps_.per_upstream.size()) c.upstream = 0;

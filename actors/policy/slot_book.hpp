@@ -101,6 +101,11 @@ class slot_book {
   // is still on its way. Leases (other members' work) are served as before.
   actions refuse_local(std::string reason);
 
+  // A reload: the new caps apply from now on. A slot held stays held, even past a lowered cap
+  // (its work runs on; none is taken until the count is under the cap again); raised caps admit
+  // waiters now. Upstreams and keys only grow in number (a removed one keeps its index).
+  actions set_caps(caps limits, std::int64_t now_ns);
+
   bool fits(const claim& c) const;
   bool knows(holder h) const { return holders_.count(h) > 0 || queued_by_.count(h) > 0; }
   bool is_lessee(owner who) const { return lessees_.count(who) > 0; }

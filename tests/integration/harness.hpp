@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 
 #include <boost/json.hpp>
 #include <chrono>
@@ -148,6 +149,21 @@ inline std::optional<long> drained_slots_left(gateway_process& gw,
   auto line = gw.process().wait_for_line(report, timeout);
   if (!line) return std::nullopt;
   return std::stol(line->groups.at(1));
+}
+
+// Lower-case hex SHA-256, as [[keys]] sha256 takes it. Computed here, not with the gateway's own
+// helper: the test must not trust the code under test.
+inline std::string sha256_hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(hex[digest[i] >> 4]);
+    out.push_back(hex[digest[i] & 0xf]);
+  }
+  return out;
 }
 
 inline std::string str(const boost::json::value& v) {

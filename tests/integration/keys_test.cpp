@@ -2,7 +2,6 @@
 // and a per-key cap. A request over its key's cap is QUEUED like any other cap (the budget
 // actor holds it until one of the key's slots frees), never refused with 429.
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <future>
@@ -14,20 +13,6 @@ namespace tether::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Computed here, not with the gateway's own helper: the test must not trust the code under test.
-std::string sha256_hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(hex[digest[i] >> 4]);
-    out.push_back(hex[digest[i] & 0xf]);
-  }
-  return out;
-}
 
 const std::string token_a = "tok-team-a-0123456789";
 const std::string token_b = "tok-team-b-9876543210";

@@ -65,5 +65,21 @@ TEST(RetryBudgetTest, UnknownUpstreamsAndUnmatchedEndsAreHarmless) {
   EXPECT_EQ(b.requests_in_flight(0), 0u);
 }
 
+TEST(RetryBudgetTest, AReshapeAppliesTheNewLimitsToTheNextRetryAndKeepsTheCountsInFlight) {
+  retry_budget b(1, 1, 0);
+  b.request_joined(0);
+  ASSERT_TRUE(b.try_start_retry(0));
+  EXPECT_FALSE(b.try_start_retry(0));
+  EXPECT_FALSE(b.try_start_retry(1));  // no such upstream yet
+  b.reshape(2, 2, 0);
+  EXPECT_EQ(b.retries_in_flight(0), 1u);
+  EXPECT_EQ(b.requests_in_flight(0), 1u);
+  EXPECT_TRUE(b.try_start_retry(0));
+  EXPECT_FALSE(b.try_start_retry(0));
+  EXPECT_TRUE(b.try_start_retry(1));  // the upstream a reload added
+  b.reshape(1, 1, 0);                 // upstreams never shrink: index 1 keeps counting
+  EXPECT_EQ(b.retries_in_flight(1), 1u);
+}
+
 }  // namespace
 }  // namespace tether

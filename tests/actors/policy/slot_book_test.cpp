@@ -454,5 +454,50 @@ TEST(SlotBookTest, NoWaiterFitsAndNoCapIsExceededUnderRandomTraffic) {
   }
 }
 
+// A reload's caps (set_caps): a raised cap admits the oldest waiters that now fit, at once.
+TEST(SlotBookTest, RaisedCapsAdmitTheWaitersThatNowFit) {
+  auto b = book(8, {1});
+  ask(b, 1, 0);
+  ask(b, 2, 0, -1, 1);
+  ask(b, 3, 0, -1, 2);
+  ASSERT_EQ(b.waiting(), 2u);
+  auto act = b.set_caps({8, {2}, {}, 16}, 5);
+  EXPECT_EQ(granted(act), (holders{{2, 0}}));
+  EXPECT_TRUE(act.queue_changed);
+  EXPECT_EQ(b.waiting(), 1u);
+  EXPECT_EQ(b.held_on_upstream(0), 2u);
+}
+
+// A lowered cap takes nothing back: the slots held stay held, and none is granted until the
+// count is under the new cap.
+TEST(SlotBookTest, LoweredCapsKeepTheSlotsHeldAndGrantOnlyUnderTheNewCap) {
+  auto b = book(8, {3});
+  ask(b, 1, 0);
+  ask(b, 2, 0);
+  ask(b, 3, 0);
+  auto act = b.set_caps({8, {1}, {}, 16}, 0);
+  EXPECT_TRUE(act.grants.empty());
+  EXPECT_TRUE(act.released.empty());
+  EXPECT_EQ(b.held(), 3u);
+  EXPECT_TRUE(granted(ask(b, 4, 0)).empty());
+  EXPECT_TRUE(b.give_back({1, 0}, 0).grants.empty());
+  EXPECT_TRUE(b.give_back({2, 0}, 0).grants.empty());
+  EXPECT_EQ(granted(b.give_back({3, 0}, 0)), (holders{{4, 0}}));
+}
+
+// New upstreams and keys (appended by a reload) are counted under their own caps, and those
+// counted before keep their counts.
+TEST(SlotBookTest, UpstreamsAndKeysAddedByNewCapsAreCountedUnderTheirOwnCaps) {
+  auto b = book(8, {2}, {0});
+  ask(b, 1, 0, 0);
+  b.set_caps({8, {4, 1}, {0, 1}, 16}, 0);
+  EXPECT_EQ(b.held_on_upstream(0), 1u);
+  EXPECT_EQ(granted(ask(b, 2, 1)), (holders{{2, 0}}));
+  EXPECT_TRUE(granted(ask(b, 3, 1)).empty());  // upstream 1 is at its cap of 1
+  EXPECT_EQ(granted(ask(b, 4, 0, 1)), (holders{{4, 0}}));
+  EXPECT_TRUE(granted(ask(b, 5, 0, 1)).empty());  // key 1 is at its cap of 1
+  EXPECT_EQ(b.held_on_key(1), 1u);
+}
+
 }  // namespace
 }  // namespace tether

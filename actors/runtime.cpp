@@ -1,0 +1,70 @@
+#include "actors/runtime.hpp"
+
+#include <algorithm>
+
+namespace tether {
+namespace {
+
+std::shared_ptr<net::upstream_transport> client_for(const config::upstream_config& u,
+                                                    net::io_runtime& io) {
+  net::upstream_endpoint ep;
+  ep.tls = u.url.tls;
+  ep.host = u.url.host;
+  ep.port = u.url.port;
+  ep.connect_timeout = u.connect_timeout;
+  ep.max_idle_connections = u.max_in_flight;
+  ep.idle_timeout = u.idle_timeout;
+  return std::make_shared<net::upstream_client>(io, ep);
+}
+
+std::vector<std::string> names_of(const config::gateway_config& cfg) {
+  std::vector<std::string> names;
+  for (const auto& u : cfg.upstreams) names.push_back(u.name);
+  return names;
+}
+
+}  // namespace
+
+runtime_ptr build_runtime(config::gateway_config cfg, net::io_runtime& io) {
+  auto rt = std::make_shared<gateway_runtime>();
+  rt->cfg = std::move(cfg);
+  rt->routes = std::make_unique<router>(rt->cfg);
+  for (const auto& u : rt->cfg.upstreams) rt->upstreams.push_back(client_for(u, io));
+  rt->stats = std::make_shared<metrics>(names_of(rt->cfg));
+  rt->retries = std::make_shared<retry_budget>(rt->cfg.upstreams.size(),
+                                               rt->cfg.request.min_retry_concurrency,
+                                               rt->cfg.request.retry_budget_percent);
+  rt->timers = net::make_io_timer_service(io);
+  if (!rt->cfg.telemetry.otlp_endpoint.empty()) {
+    net::otlp_options trace_opts;
+    trace_opts.endpoint = rt->cfg.telemetry.otlp_endpoint;
+    trace_opts.service_name = rt->cfg.telemetry.service_name;
+    rt->tracer = std::make_shared<net::otlp_exporter>(io, trace_opts);
+  }
+  return rt;
+}
+
+runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config next,
+                         const std::vector<std::size_t>& fresh_upstreams, net::io_runtime& io) {
+  auto rt = std::make_shared<gateway_runtime>();
+  rt->cfg = std::move(next);
+  rt->routes = std::make_unique<router>(rt->cfg);
+  for (std::size_t i = 0; i < rt->cfg.upstreams.size(); ++i) {
+    const bool fresh =
+        i >= running.upstreams.size() ||
+        std::find(fresh_upstreams.begin(), fresh_upstreams.end(), i) != fresh_upstreams.end();
+    rt->upstreams.push_back(fresh ? client_for(rt->cfg.upstreams[i], io) : running.upstreams[i]);
+  }
+  rt->stats = running.stats;
+  rt->stats->name_upstreams(names_of(rt->cfg));
+  rt->retries = running.retries;
+  rt->retries->reshape(rt->cfg.upstreams.size(), rt->cfg.request.min_retry_concurrency,
+                       rt->cfg.request.retry_budget_percent);
+  rt->timers = running.timers;
+  rt->tracer = running.tracer;
+  rt->budget = running.budget;
+  rt->supervisor = running.supervisor;
+  return rt;
+}
+
+}  // namespace tether

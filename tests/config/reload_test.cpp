@@ -1,0 +1,163 @@
+// Unit tests for plan_reload: what a reloaded file changes, with every upstream and key at the
+// index it had.
+#include "config/reload.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/loader.hpp"
+
+namespace tether::config {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+gateway_config load(const std::string& toml) {
+  auto r =
+      load_string(toml, "tether.toml", [](const std::string& name) -> std::optional<std::string> {
+        if (name == "KEY") return "secret-value";
+        return std::nullopt;
+      });
+  EXPECT_THAT(r.errors, IsEmpty());
+  return r.config.value_or(gateway_config{});
+}
+
+std::string upstream(const std::string& name, int port, const std::string& more = "") {
+  return "[[upstreams]]\nname = \"" + name +
+         "\"\nbase_url = \"http://127.0.0.1:" + std::to_string(port) + "\"\n" + more + "\n";
+}
+
+std::string model(const std::string& name, const std::string& on) {
+  return "[[models]]\nname = \"" + name + "\"\nupstream = \"" + on + "\"\n\n";
+}
+
+std::string key(const std::string& name, char digit, int cap = 0) {
+  return "[[keys]]\nname = \"" + name + "\"\nsha256 = \"" + std::string(64, digit) +
+         "\"\nmodels = [\"*\"]\nmax_in_flight = " + std::to_string(cap) + "\n\n";
+}
+
+std::vector<std::string> names(const gateway_config& cfg) {
+  std::vector<std::string> out;
+  for (const auto& u : cfg.upstreams) out.push_back(u.name + (u.retired ? " (retired)" : ""));
+  return out;
+}
+
+TEST(ReloadPlanTest, UpstreamsKeepTheirIndicesARemovedOneKeepsItsPlaceAndNewOnesAreAppended) {
+  auto running = load(upstream("a", 1) + upstream("b", 2) + upstream("c", 3) + model("m", "a"));
+  // The file lists them in another order, drops b and adds d.
+  auto plan = plan_reload(
+      running, load(upstream("d", 4) + upstream("c", 3) + upstream("a", 1) + model("m", "d")));
+  ASSERT_FALSE(plan.error);
+  EXPECT_THAT(names(plan.next), ElementsAre("a", "b (retired)", "c", "d"));
+  EXPECT_THAT(plan.retired_upstreams, ElementsAre(1));
+  EXPECT_THAT(plan.fresh_upstreams, ElementsAre(3));
+  EXPECT_THAT(plan.changes, Contains("upstream b removed (its idle connections close)"));
+  EXPECT_THAT(plan.changes, Contains("upstream d added"));
+  EXPECT_THAT(plan.changes, Contains("model m changed"));
+  EXPECT_THAT(plan.needs_restart, IsEmpty());
+  // No model routes to the retired one; a lookup by name does not find it.
+  EXPECT_EQ(plan.next.find_upstream("b"), nullptr);
+  EXPECT_NE(plan.next.find_upstream("d"), nullptr);
+}
+
+TEST(ReloadPlanTest, AnUpstreamGetsNewConnectionsOnlyWhenItsAddressTimeoutsOrPoolChange) {
+  auto running = load(upstream("a", 1) + upstream("b", 2) + upstream("c", 3) + upstream("d", 4) +
+                      model("m", "a"));
+  auto plan =
+      plan_reload(running, load(upstream("a", 1, "api_key_env = \"KEY\"\nmax_in_flight = 64") +
+                                upstream("b", 9) + upstream("c", 3, "connect_timeout_ms = 50") +
+                                upstream("d", 4, "max_in_flight = 8") + model("m", "a")));
+  // a: a key (its cap is the default): the same connections; b: another port; c: another
+  // timeout; d: another pool size.
+  EXPECT_THAT(plan.fresh_upstreams, ElementsAre(1, 2, 3));
+  EXPECT_THAT(plan.changes, Contains("upstream a changed"));
+  EXPECT_THAT(plan.changes, Contains("upstream b changed (new connections)"));
+  EXPECT_EQ(plan.next.upstreams[0].api_key, "secret-value");
+}
+
+TEST(ReloadPlanTest, AnUpstreamRemovedThenAddedBackGetsItsOldIndexAndNewConnections) {
+  auto running = load(upstream("a", 1) + upstream("b", 2) + model("m", "a"));
+  auto without = plan_reload(running, load(upstream("a", 1) + model("m", "a")));
+  auto again = plan_reload(without.next, load(upstream("a", 1) + model("m", "a")));
+  EXPECT_THAT(again.retired_upstreams, IsEmpty());  // retired already: not drained twice
+  EXPECT_THAT(names(again.next), ElementsAre("a", "b (retired)"));
+  auto back = plan_reload(again.next, load(upstream("a", 1) + upstream("b", 2) + model("m", "b")));
+  EXPECT_THAT(names(back.next), ElementsAre("a", "b"));
+  EXPECT_THAT(back.fresh_upstreams, ElementsAre(1));
+  EXPECT_THAT(back.changes, Contains("upstream b added back"));
+}
+
+TEST(ReloadPlanTest, KeysKeepTheirIndicesAndARemovedKeyMatchesNoToken) {
+  const auto base = upstream("a", 1) + model("m", "a");
+  auto running = load(base + key("k1", 'a', 1) + key("k2", 'b'));
+  auto plan = plan_reload(running, load(base + key("k3", 'c') + key("k2", 'b', 4)));
+  ASSERT_EQ(plan.next.keys.size(), 3u);
+  EXPECT_EQ(plan.next.keys[0].name, "k1");
+  EXPECT_TRUE(plan.next.keys[0].retired);
+  EXPECT_TRUE(plan.next.keys[0].sha256_hex.empty());
+  EXPECT_EQ(plan.next.keys[1].name, "k2");
+  EXPECT_EQ(plan.next.keys[1].max_in_flight, 4u);
+  EXPECT_EQ(plan.next.keys[2].name, "k3");
+  EXPECT_TRUE(plan.next.requires_keys());
+  EXPECT_THAT(plan.changes, Contains("key k1 removed"));
+  EXPECT_THAT(plan.changes, Contains("key k2 changed"));
+  EXPECT_THAT(plan.changes, Contains("key k3 added"));
+
+  // With every key removed, model requests no longer need one.
+  auto none = plan_reload(plan.next, load(base));
+  EXPECT_EQ(none.next.keys.size(), 3u);
+  EXPECT_FALSE(none.next.requires_keys());
+}
+
+TEST(ReloadPlanTest, ListenClusterAndLogFormatChangesWaitForARestartWhileTheLogLevelApplies) {
+  const auto base = upstream("a", 1) + model("m", "a");
+  auto running = load("[server]\nlisten = \"127.0.0.1:8080\"\n" + base);
+  auto plan = plan_reload(running, load("[server]\nlisten = \"127.0.0.1:9090\"\n"
+                                        "max_request_bytes = 1000\n" +
+                                        base +
+                                        "[cluster]\nbudget_listen = \"127.0.0.1:7000\"\n"
+                                        "[telemetry]\nlog_format = \"text\"\n"
+                                        "log_level = \"warn\"\n"));
+  EXPECT_THAT(plan.needs_restart, ElementsAre("server.listen", "server.max_request_bytes",
+                                              "cluster", "telemetry.log_format"));
+  EXPECT_EQ(plan.next.server.listen_port, 8080);
+  EXPECT_EQ(plan.next.server.max_request_bytes, running.server.max_request_bytes);
+  EXPECT_TRUE(plan.next.cluster.budget_listen.empty());
+  EXPECT_EQ(plan.next.telemetry.log_format, "json");
+  EXPECT_EQ(plan.next.telemetry.log_level, "warn");
+}
+
+TEST(ReloadPlanTest, RequestBudgetAndModelChangesAreNamedAndTheSameFileChangesNothing) {
+  const auto base = upstream("a", 1) + model("m", "a") + model("n", "a");
+  auto running = load(base);
+  auto same = plan_reload(running, load(base));
+  EXPECT_THAT(same.changes, IsEmpty());
+  EXPECT_THAT(same.fresh_upstreams, IsEmpty());
+  EXPECT_THAT(same.retired_upstreams, IsEmpty());
+
+  auto plan = plan_reload(running, load("[request]\ndeadline_ms = 5000\n[budget]\nqueue_max = 3\n" +
+                                        upstream("a", 1) + model("m", "a") + model("o", "a")));
+  EXPECT_THAT(plan.changes, Contains("[request] changed"));
+  EXPECT_THAT(plan.changes, Contains("[budget] changed"));
+  EXPECT_THAT(plan.changes, Contains("model o added"));
+  EXPECT_THAT(plan.changes, Contains("model n removed"));
+  EXPECT_EQ(plan.next.request.deadline, std::chrono::milliseconds(5000));
+  EXPECT_EQ(plan.next.budget.queue_max, 3u);
+}
+
+TEST(ReloadPlanTest, MoreUpstreamsThanTheMetricsHoldSinceTheStartIsRefused) {
+  std::string many;
+  for (std::size_t i = 0; i < max_upstreams; ++i) many += upstream("u" + std::to_string(i), 1);
+  auto running = load(many + model("m", "u0"));
+  auto plan = plan_reload(running, load(upstream("fresh", 2) + model("m", "fresh")));
+  ASSERT_TRUE(plan.error);
+  EXPECT_THAT(*plan.error, ::testing::HasSubstr("restart to apply"));
+  EXPECT_THAT(plan.next.upstreams, IsEmpty());
+}
+
+}  // namespace
+}  // namespace tether::config
