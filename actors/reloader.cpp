@@ -56,7 +56,7 @@ bool reloader::refuse(const std::vector<std::string>& errors) {
 }
 
 bool reloader::reload() {
-  const auto& file = current_->cfg.source_file;
+  const std::string file = current_->cfg.source_file;  // a copy: current_ is replaced below
   auto loaded = config::load_file(file);
   if (!loaded.errors.empty()) return refuse(loaded.errors);
   auto plan = config::plan_reload(current_->cfg, std::move(*loaded.config));
