@@ -19,12 +19,14 @@ command -v run-clang-tidy >/dev/null || {
 work="$(mktemp -d "${TMPDIR:-/tmp}/tether-tidy.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 # The build precompiles heavy headers with GCC; clang cannot read that PCH, and every source
-# includes what it needs without it.
+# includes what it needs without it. -Wno-restrict is GCC's alone (TETHER_NO_FALSE_RESTRICT in
+# CMakeLists.txt); clang would reject it as an unknown option.
 python3 - "$build/compile_commands.json" "$work/compile_commands.json" <<'PY'
 import json, re, sys
 commands = json.load(open(sys.argv[1]))
 for c in commands:
-    c["command"] = re.sub(r"-include \S*cmake_pch\.hxx|-Winvalid-pch", "", c["command"])
+    c["command"] = re.sub(r"-include \S*cmake_pch\.hxx|-Winvalid-pch|-Wno-restrict", "",
+                          c["command"])
 json.dump(commands, open(sys.argv[2], "w"))
 PY
 started=$SECONDS
