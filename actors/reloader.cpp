@@ -79,6 +79,7 @@ bool reloader::reload() {
         .receive([&](bool ok) { capped = ok; }, [&](caf::error&) {});
   }
   if (!capped) return refuse({file + ": the budget did not take the new limits"});
+  share_limits_of(*next);
   if (next->cfg.telemetry.log_level != current_->cfg.telemetry.log_level)
     set_log_level(next->cfg.telemetry.log_level);
 

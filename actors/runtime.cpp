@@ -56,15 +56,18 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
     rt->upstreams.push_back(fresh ? client_for(rt->cfg.upstreams[i], io) : running.upstreams[i]);
   }
   rt->stats = running.stats;
-  rt->stats->name_upstreams(names_of(rt->cfg));
   rt->retries = running.retries;
-  rt->retries->reshape(rt->cfg.upstreams.size(), rt->cfg.request.min_retry_concurrency,
-                       rt->cfg.request.retry_budget_percent);
   rt->timers = running.timers;
   rt->tracer = running.tracer;
   rt->budget = running.budget;
   rt->supervisor = running.supervisor;
   return rt;
+}
+
+void share_limits_of(const gateway_runtime& next) {
+  next.stats->name_upstreams(names_of(next.cfg));
+  next.retries->reshape(next.cfg.upstreams.size(), next.cfg.request.min_retry_concurrency,
+                        next.cfg.request.retry_budget_percent);
 }
 
 }  // namespace tether

@@ -44,9 +44,13 @@ using runtime_ptr = std::shared_ptr<gateway_runtime>;
 runtime_ptr build_runtime(config::gateway_config cfg, net::io_runtime& io);
 
 // A reload's generation (config/reload.hpp): its config and router; the upstreams the plan names
-// fresh get new clients on `io`, the others keep `running`'s; everything process-wide is shared.
-// The metrics and the retry budget learn the new upstreams here.
+// fresh get new clients on `io`, the others keep `running`'s; everything process-wide is shared
+// and left as it is (a reload refused after this changes nothing).
 runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config next,
                          const std::vector<std::size_t>& fresh_upstreams, net::io_runtime& io);
+
+// The process-wide parts take on `next`'s upstreams and retry limits: the metrics name the new
+// upstreams, the retry budget counts them under the new limits.
+void share_limits_of(const gateway_runtime& next);
 
 }  // namespace tether
