@@ -22,7 +22,6 @@ class gateway {
   // A reload: requests that arrive from now on run on `next`; those in flight keep theirs. On the
   // thread that calls handle().
   void adopt(runtime_ptr next) { rt_ = std::move(next); }
-  const runtime_ptr& runtime() const { return rt_; }
 
   // After this, /readyz answers 503 and new model requests get 503 shutting_down.
   void start_draining() { draining_.store(true); }
