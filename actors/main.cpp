@@ -18,6 +18,7 @@
 #include "actors/budget_actor.hpp"
 #include "actors/budget_link_actor.hpp"
 #include "actors/gateway.hpp"
+#include "actors/health_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/reloader.hpp"
 #include "actors/runtime.hpp"
@@ -216,14 +217,16 @@ struct core_actors {
   caf::actor local_budget;
 
   // False (logged) when the shared budget cannot be published.
-  bool spawn(caf::actor_system& system, tether::gateway_runtime& rt) {
+  bool spawn(caf::actor_system& system, const tether::runtime_ptr& shared) {
     using namespace tether;
+    auto& rt = *shared;
     const auto& cluster = rt.cfg.cluster;
     local_budget =
         system.spawn(budget_actor, budget_limits_from(rt.cfg), rt.stats.get(), rt.timers.get());
     rt.budget = local_budget;
     rt.supervisor =
         system.spawn(supervisor_actor, rt.cfg.server.drain_timeout, local_budget, rt.timers.get());
+    rt.health_monitor = system.spawn(health_actor, shared);
     if (!cluster.budget_listen.empty()) {
       auto [host, port] = split_host_port(cluster.budget_listen);
       auto published = system.middleman().publish(local_budget, port, host.c_str(), true);
@@ -247,7 +250,7 @@ struct core_actors {
   // the end of the shutdown, tells them. (Returning without this once hung the process, deaf to
   // SIGTERM, which the main thread blocks.)
   void stop(tether::gateway_runtime& rt) {
-    for (auto* a : {&rt.budget, &local_budget, &rt.supervisor}) {
+    for (auto* a : {&rt.budget, &local_budget, &rt.supervisor, &rt.health_monitor}) {
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
       *a = nullptr;
     }
@@ -284,7 +287,7 @@ int serve(tether::config::gateway_config cfg) {
     system.reset();
     return 1;
   };
-  if (!core.spawn(*system, *rt)) return fail_start();
+  if (!core.spawn(*system, rt)) return fail_start();
 
   gateway gw{*system, rt};
   net::http_server server{io, limits_of(rt->cfg.server),

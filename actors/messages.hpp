@@ -68,6 +68,16 @@ using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using drain_now_atom = caf::atom_constant<caf::atom("drain_now")>;
 using drained_atom = caf::atom_constant<caf::atom("drained")>;
 
+// upstream_health's listener → health actor: (health_atom, upstream, ejected, reason,
+// duration_ms, remote); the actor's own timers: (health_sweep_atom), (health_check_atom,
+// upstream, generation); a probe's end: (health_result_atom, upstream, passed, why)
+using health_atom = caf::atom_constant<caf::atom("health")>;
+using health_sweep_atom = caf::atom_constant<caf::atom("h_sweep")>;
+using health_check_atom = caf::atom_constant<caf::atom("h_check")>;
+using health_result_atom = caf::atom_constant<caf::atom("h_result")>;
+// reloader → long-lived actors that follow the configuration: (adopt_runtime_atom, runtime_ptr)
+using adopt_runtime_atom = caf::atom_constant<caf::atom("adopt_rt")>;
+
 // Why a tree is stopped, as the exit reason it carries down the links
 // (actors/policy/stop_reason.hpp).
 inline caf::error stop_error(stop_reason r) {

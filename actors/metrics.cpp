@@ -1,5 +1,7 @@
 #include "actors/metrics.hpp"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include <memory>
@@ -61,7 +63,18 @@ void metrics::name_upstreams(std::vector<std::string> names) {
     upstreams_.push_back(names[i]);
     retries_.push_back({0, 0});
     late_work_.push_back(0.0);
+    ejections_.push_back({0, 0, 0});
   }
+}
+
+void metrics::watch_health(std::shared_ptr<const upstream_health> health) {
+  std::lock_guard lock{mutex_};
+  health_ = std::move(health);
+}
+
+void metrics::upstream_ejected(std::size_t upstream, ejection_reason why) {
+  std::lock_guard lock{mutex_};
+  if (upstream < ejections_.size()) ++ejections_[upstream][static_cast<std::size_t>(why)];
 }
 
 void metrics::config_reloaded(bool ok) {
@@ -184,6 +197,25 @@ std::string metrics::render() const {
     for (std::size_t i = 0; i < upstreams_.size(); ++i) {
       out += fmt::format("tether_cluster_slots_held{{upstream=\"{}\"}} {}\n",
                          escape_label(upstreams_[i]), cluster_slots_[i].load());
+    }
+  }
+  if (health_) {
+    const auto now = std::chrono::steady_clock::now();
+    header(out, "tether_upstream_healthy", "gauge",
+           "1 while the upstream takes attempts; 0 while ejected or cooling down.");
+    for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+      out += fmt::format("tether_upstream_healthy{{upstream=\"{}\"}} {}\n",
+                         escape_label(upstreams_[i]), health_->available(i, now) ? 1 : 0);
+    }
+  }
+  header(out, "tether_upstream_ejections_total", "counter",
+         "Times an upstream was taken out of service, by reason.");
+  for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+    for (auto r : {ejection_reason::failures, ejection_reason::health_check,
+                   ejection_reason::rate_limited}) {
+      out += fmt::format("tether_upstream_ejections_total{{upstream=\"{}\",reason=\"{}\"}} {}\n",
+                         escape_label(upstreams_[i]), to_string(r),
+                         ejections_[i][static_cast<std::size_t>(r)]);
     }
   }
   header(out, "tether_config_reloads_total", "counter",

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/policy/outcome.hpp"
+#include "actors/policy/upstream_health.hpp"
 #include "config/config.hpp"
 
 namespace tether {
@@ -39,6 +40,9 @@ class metrics {
   // index and its series), up to config::max_upstreams.
   void name_upstreams(std::vector<std::string> names);
   void config_reloaded(bool ok);
+  // tether_upstream_healthy reads each upstream's state from `health` at every scrape.
+  void watch_health(std::shared_ptr<const upstream_health> health);
+  void upstream_ejected(std::size_t upstream, ejection_reason why);
 
   void request_done(const std::string& model, outcome o, double seconds);
   void queue_wait(double seconds);
@@ -81,7 +85,9 @@ class metrics {
   std::atomic<int> cluster_connected_{-1};  // -1: standalone, the gauge is not exported
   std::unique_ptr<std::atomic<std::int64_t>[]> cluster_slots_;
   std::atomic<bool> cluster_slots_exported_{false};
-  std::array<std::uint64_t, 2> reloads_{};  // ok, error
+  std::array<std::uint64_t, 2> reloads_{};               // ok, error
+  std::vector<std::array<std::uint64_t, 3>> ejections_;  // per upstream, by ejection_reason
+  std::shared_ptr<const upstream_health> health_;
 };
 
 }  // namespace tether

@@ -5,6 +5,8 @@
 
 #include "actors/access_log.hpp"
 #include "actors/budget_actor.hpp"
+#include "actors/health_actor.hpp"
+#include "actors/messages.hpp"
 #include "config/loader.hpp"
 #include "config/reload.hpp"
 #include "net/io_runtime.hpp"
@@ -91,6 +93,7 @@ bool reloader::reload() {
   });
   // A busy io thread takes it later, but takes it: the reload stands either way.
   if (!adopted) log_warn("config reload: the io thread had not taken the new config after 5 s");
+  caf::anon_send(next->health_monitor, adopt_runtime_atom::value, next);
   current_ = std::move(next);
   current_->stats->config_reloaded(true);
   log_info("config reloaded from " + file + ": " +

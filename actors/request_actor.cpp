@@ -329,7 +329,7 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
   timers.emplace(rt->timers.get(), self->address());
   trace.emplace(rt->tracer.get(), spec.traceparent.empty() ? nullptr : &spec.traceparent,
                 arrival_ns);
-  life.emplace(rt->cfg, *rt->routes, *rt->retries, rt->routes->chain_of(spec.model),
+  life.emplace(rt->cfg, *rt->routes, *rt->retries, *rt->health, rt->routes->chain_of(spec.model),
                request_deadline{spec.arrival, spec.deadline});
   rt->stats->requests_in_flight_add(1);
 }

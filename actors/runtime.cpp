@@ -34,6 +34,10 @@ runtime_ptr build_runtime(config::gateway_config cfg, net::io_runtime& io) {
   rt->retries = std::make_shared<retry_budget>(rt->cfg.upstreams.size(),
                                                rt->cfg.request.min_retry_concurrency,
                                                rt->cfg.request.retry_budget_percent);
+  rt->health = std::make_shared<upstream_health>(
+      [stats = rt->stats.get()](std::size_t i) { return stats->upstream_work(i); });
+  rt->health->configure(rt->cfg);
+  rt->stats->watch_health(rt->health);
   rt->timers = net::make_io_timer_service(io);
   if (!rt->cfg.telemetry.otlp_endpoint.empty()) {
     net::otlp_options trace_opts;
@@ -57,10 +61,12 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
   }
   rt->stats = running.stats;
   rt->retries = running.retries;
+  rt->health = running.health;
   rt->timers = running.timers;
   rt->tracer = running.tracer;
   rt->budget = running.budget;
   rt->supervisor = running.supervisor;
+  rt->health_monitor = running.health_monitor;
   return rt;
 }
 
@@ -68,6 +74,7 @@ void share_limits_of(const gateway_runtime& next) {
   next.stats->name_upstreams(names_of(next.cfg));
   next.retries->reshape(next.cfg.upstreams.size(), next.cfg.request.min_retry_concurrency,
                         next.cfg.request.retry_budget_percent);
+  next.health->configure(next.cfg);
 }
 
 }  // namespace tether

@@ -13,6 +13,7 @@
 #include "actors/metrics.hpp"
 #include "actors/policy/retry_budget.hpp"
 #include "actors/policy/router.hpp"
+#include "actors/policy/upstream_health.hpp"
 #include "config/config.hpp"
 #include "net/otlp_exporter.hpp"
 #include "net/timer_service.hpp"
@@ -28,13 +29,15 @@ struct gateway_runtime {
   config::gateway_config cfg;
   std::unique_ptr<router> routes;
   std::shared_ptr<metrics> stats;
-  std::shared_ptr<retry_budget> retries;  // per upstream, asked before every retry
+  std::shared_ptr<retry_budget> retries;    // per upstream, asked before every retry
+  std::shared_ptr<upstream_health> health;  // which upstreams take attempts, by index
   // By upstream index (a retired upstream's entry stays, so that indices stay).
   std::vector<std::shared_ptr<net::upstream_transport>> upstreams;
   std::shared_ptr<net::timer_service> timers;  // cancellable timers for the request actors
   std::shared_ptr<net::otlp_exporter> tracer;  // null when telemetry.otlp_endpoint is empty
   caf::actor budget;
   caf::actor supervisor;
+  caf::actor health_monitor;  // health_actor: announcements, ejection ends, active checks
 };
 
 using runtime_ptr = std::shared_ptr<gateway_runtime>;

@@ -79,6 +79,14 @@ struct upstream_config {
   // servers' own keep-alive timeouts (uvicorn's, under vLLM, is 5 s), so that tether, not the
   // server, is the one that closes an idle connection.
   millis idle_timeout{4000};
+  // Health (docs/contract.md, "Upstream health"): the share of a model's traffic among its
+  // healthy deployments, and when the gateway stops sending it attempts.
+  std::uint32_t weight = 1;
+  std::uint32_t eject_after_failures = 5;  // consecutive failed attempts; 0 = never eject
+  millis eject_base{5000};                 // first ejection; doubles on each repeat
+  millis eject_max{300000};
+  std::string health_path;  // "" = no active check; else GET it every health_interval_ms
+  millis health_interval{5000};
   // Removed by a reload, kept in its place so that every upstream keeps its index (the budget,
   // the metrics and the requests still in flight count by index). No model routes to it.
   bool retired = false;

@@ -452,7 +452,8 @@ class loader {
       const auto p = fmt::format("upstreams[{}]", i);
       check_keys(*t, p,
                  {"name", "base_url", "api_key_env", "max_in_flight", "connect_timeout_ms",
-                  "idle_timeout_ms"});
+                  "idle_timeout_ms", "weight", "eject_after_failures", "eject_base_ms",
+                  "eject_max_ms", "health_path", "health_interval_ms"});
       upstream_config u;
       if (auto name = read_string(*t, "name", p)) {
         u.name = *name;
@@ -498,8 +499,64 @@ class loader {
       read_into(*t, "max_in_flight", p, u.max_in_flight, 1, u32_max);
       read_ms(*t, "connect_timeout_ms", p, u.connect_timeout, 1);
       read_ms(*t, "idle_timeout_ms", p, u.idle_timeout, 1);
+      read_health(*t, p, u);
       cfg_.upstreams.push_back(std::move(u));
     }
+  }
+
+  // The health keys (docs/contract.md, "Upstream health and load-aware routing").
+  void read_health(const toml::table& t, const std::string& p, upstream_config& u) {
+    // A weight of 0 would be a deployment that never gets traffic (remove it instead); past
+    // 1000 the ratio between two deployments is no longer a share anyone means.
+    read_into(t, "weight", p, u.weight, 1, 1000);
+    read_into(t, "eject_after_failures", p, u.eject_after_failures, 0, 1000);  // 0 = never
+    // An ejection of 0 ms is no ejection; eject_after_failures = 0 is how to ask for none.
+    const auto base = read_int(t, "eject_base_ms", p, 1, max_duration_ms);
+    const auto max = read_int(t, "eject_max_ms", p, 1, max_duration_ms);
+    if (base) u.eject_base = millis(*base);
+    if (max) u.eject_max = millis(*max);
+    // Compared only when neither was refused above (a refused one has its own error).
+    const toml::node* max_at = t.get("eject_max_ms");
+    const toml::node* base_at = t.get("eject_base_ms");
+    if ((max || max_at == nullptr) && (base || base_at == nullptr) && u.eject_max < u.eject_base) {
+      const toml::node* at = max_at != nullptr ? max_at : base_at;
+      error(p + ".eject_max_ms",
+            fmt::format("{}{} is below eject_base_ms ({}): an ejection doubles from "
+                        "eject_base_ms up to eject_max_ms",
+                        max_at != nullptr ? "" : "the default ", u.eject_max.count(),
+                        u.eject_base.count()),
+            at != nullptr ? &at->source() : &t.source());
+    }
+    if (auto path = read_string(t, "health_path", p)) {
+      const toml::node& at = *t.get("health_path");
+      const auto where = p + ".health_path";
+      constexpr std::size_t max_health_path = 1024;
+      // The path goes into a request line as written: visible ASCII only (percent-encode the
+      // rest). The value is echoed only once it is known to print cleanly.
+      const bool clean = std::all_of(path->begin(), path->end(), [](char c) {
+        const auto b = static_cast<unsigned char>(c);
+        return b > 0x20 && b < 0x7f;
+      });
+      if (path->size() > max_health_path) {
+        error(where, fmt::format("must be at most {} bytes, got {}", max_health_path, path->size()),
+              at);
+      } else if (!clean) {
+        error(where,
+              "must not contain spaces, control characters or non-ASCII bytes (percent-encode "
+              "them)",
+              at);
+      } else if (!path->empty() && path->front() != '/') {
+        error(where,
+              fmt::format("expected \"\" (no active check) or a path starting with \"/\", got "
+                          "\"{}\"",
+                          *path),
+              at);
+      } else {
+        u.health_path = *path;
+      }
+    }
+    // Checks more often than every 100 ms would be load on the upstream, not a health signal.
+    read_ms(t, "health_interval_ms", p, u.health_interval, 100);
   }
 
   static bool same(const request_overrides& a, const request_overrides& b) {

@@ -9,16 +9,24 @@ namespace tether::config {
 namespace {
 
 // What an upstream's pool is built from (net::upstream_endpoint): a change here needs new
-// connections; a change of its key or its cap does not.
+// connections; a change of its key or its health settings does not.
 bool same_endpoint(const upstream_config& a, const upstream_config& b) {
   return a.url.tls == b.url.tls && a.url.host == b.url.host && a.url.port == b.url.port &&
          a.connect_timeout == b.connect_timeout && a.idle_timeout == b.idle_timeout &&
          a.max_in_flight == b.max_in_flight;
 }
 
+// Its share of traffic and when it is ejected or checked: not part of the pool, so a change
+// needs no new connections (it is reported as "upstream X changed").
+bool same_health(const upstream_config& a, const upstream_config& b) {
+  return a.weight == b.weight && a.eject_after_failures == b.eject_after_failures &&
+         a.eject_base == b.eject_base && a.eject_max == b.eject_max &&
+         a.health_path == b.health_path && a.health_interval == b.health_interval;
+}
+
 bool same_upstream(const upstream_config& a, const upstream_config& b) {
-  return same_endpoint(a, b) && a.base_url == b.base_url && a.api_key == b.api_key &&
-         a.api_key_env == b.api_key_env;
+  return same_endpoint(a, b) && same_health(a, b) && a.base_url == b.base_url &&
+         a.api_key == b.api_key && a.api_key_env == b.api_key_env;
 }
 
 void compare_server(const server_config& a, const server_config& b, std::vector<std::string>& out) {

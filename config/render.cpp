@@ -118,6 +118,20 @@ std::string render_effective(const gateway_config& cfg) {
     line("max_in_flight", u.max_in_flight);
     line("connect_timeout_ms", u.connect_timeout.count());
     line("idle_timeout_ms", u.idle_timeout.count());
+    line("weight", u.weight);
+    if (u.eject_after_failures == 0) {
+      o += "eject_after_failures = 0  # never ejected for failures\n";
+    } else {
+      line("eject_after_failures", u.eject_after_failures);
+    }
+    line("eject_base_ms", u.eject_base.count());
+    line("eject_max_ms", u.eject_max.count());
+    if (u.health_path.empty()) {
+      o += "health_path = \"\"  # no active check\n";
+    } else {
+      line("health_path", quote(u.health_path));
+    }
+    line("health_interval_ms", u.health_interval.count());
   }
 
   for (const auto& m : cfg.models) {

@@ -4,6 +4,7 @@
 
 #include "actors/policy/retry_budget.hpp"
 #include "actors/policy/router.hpp"
+#include "actors/policy/upstream_health.hpp"
 
 namespace tether {
 
@@ -29,15 +30,19 @@ lifecycle_command make(kind k) {
 }
 }  // namespace
 
-request_lifecycle::request_lifecycle(const config::gateway_config& cfg, router& routes,
-                                     retry_budget& retries, const std::vector<std::string>& chain,
-                                     request_deadline deadline, retry_policy::jitter_source jitter)
+request_lifecycle::request_lifecycle(const config::gateway_config& cfg, const router& routes,
+                                     retry_budget& retries, upstream_health& health,
+                                     const std::vector<std::string>& chain,
+                                     request_deadline deadline, retry_policy::jitter_source jitter,
+                                     random_source random)
     : cfg_(cfg),
       routes_(routes),
       retries_(retries),
+      health_(health),
       chain_(&chain),
       deadline_(deadline),
-      jitter_(std::move(jitter)) {
+      jitter_(std::move(jitter)),
+      random_(random ? std::move(random) : random_source{route_random}) {
   if (!chain_->empty()) settings_ = cfg_.effective_request(chain_->front());
 }
 
@@ -81,6 +86,15 @@ const request_lifecycle::commands& request_lifecycle::on_response(int status,
   release_attempt();
   const bool success = status >= 200 && status < 300;
   const bool rejected = status >= 400 && status < 500 && status != 429;
+  // A 4xx is the caller's problem, from an upstream that works; a 429 is neither evidence of
+  // health nor of sickness, unless it says for how long to stay away.
+  if (success || rejected) {
+    health_.attempt_succeeded(current_upstream_);
+  } else if (status == 429) {
+    if (retry_after) health_.rate_limited(current_upstream_, *retry_after, now);
+  } else {
+    health_.attempt_failed(current_upstream_, now);
+  }
   if (success || rejected) {
     const auto o = success ? outcome::ok : outcome::upstream_rejected;
     attempt_over(o, status);
@@ -105,6 +119,7 @@ const request_lifecycle::commands& request_lifecycle::on_response(int status,
 const request_lifecycle::commands& request_lifecycle::on_stream_head(int status) {
   begin();
   if (phase_ != phase::attempting) return out_;
+  health_.attempt_succeeded(current_upstream_);
   phase_ = phase::streaming;
   status_ = status;
   auto c = make(kind::start_stream);
@@ -131,6 +146,11 @@ const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_
   begin();
   if (phase_ != phase::attempting && phase_ != phase::streaming) return out_;
   release_attempt();
+  // The upstream's failures count against it; the gateway's own refusals (no slot, a body over
+  // the limit) do not.
+  if (end != attempt_end::overloaded && end != attempt_end::too_large) {
+    health_.attempt_failed(current_upstream_, now);
+  }
   if (committed || phase_ == phase::streaming) {
     attempt_over(outcome::stream_interrupted, status_);
     if (end == attempt_end::timeout) {
@@ -239,33 +259,66 @@ void request_lifecycle::start_attempt(steady_time now) {
     answer_error(outcome::internal_error, "no deployment for a configured model");
     return;
   }
-  const auto& model = (*chain_)[chain_pos_];
-  auto dep = routes_.choose(model, {tried_.data(), tried_.size()});
-  if (!dep) {
+  if (!choose_deployment(now)) {
     answer_error(outcome::internal_error, "no deployment for a configured model");
     return;
   }
-  const auto upstream = routes_.at(*dep).upstream;
-  tried_.push_back(*dep);
-  routes_.attempt_started(*dep);
+  const auto dep = next_deployment_;
+  const auto upstream = routes_.at(dep).upstream;
+  tried_.push_back(dep);
   if (std::find(joined_.begin(), joined_.end(), upstream) == joined_.end()) {
     retries_.request_joined(upstream);
     joined_.push_back(upstream);
   }
   current_ = attempts_started_++;
-  current_deployment_ = *dep;
+  current_deployment_ = dep;
   current_upstream_ = upstream;
   ++attempts_live_;
   ++connections_started_;
   phase_ = phase::attempting;
   auto c = make(kind::start_attempt);
   c.attempt = *current_;
-  c.deployment = *dep;
+  c.deployment = dep;
   c.upstream = upstream;
   c.delay = deadline_.attempt_timer(settings_.attempt_timeout, now);
   c.deadline_left = deadline_.remaining(now);
   c.close_at = deadline_.due();
   out_.push_back(std::move(c));
+}
+
+// A deployment in service for the current model; when the model has none, the first model of
+// the chain after it that has one (its fallbacks at once: no attempt is spent on an upstream
+// known to be out); with none anywhere, the deployment back soonest.
+bool request_lifecycle::choose_deployment(steady_time now) {
+  std::optional<std::size_t> soonest_pos;
+  route_choice soonest;
+  for (auto pos = chain_pos_; pos < chain_->size(); ++pos) {
+    const auto tried = pos == chain_pos_
+                           ? std::span<const std::size_t>{tried_.data(), tried_.size()}
+                           : std::span<const std::size_t>{};
+    auto pick = routes_.choose((*chain_)[pos], tried, health_, now, random_());
+    if (!pick.deployment) continue;
+    if (pick.healthy) {
+      if (pos != chain_pos_) move_to_model(pos);
+      next_deployment_ = *pick.deployment;
+      return true;
+    }
+    if (!soonest_pos || pick.available_at < soonest.available_at) {
+      soonest_pos = pos;
+      soonest = pick;
+    }
+  }
+  if (!soonest_pos) return false;
+  if (*soonest_pos != chain_pos_) move_to_model(*soonest_pos);
+  next_deployment_ = *soonest.deployment;
+  return true;
+}
+
+void request_lifecycle::move_to_model(std::size_t pos) {
+  chain_pos_ = pos;
+  settings_ = cfg_.effective_request((*chain_)[chain_pos_]);
+  model_attempts_ = 0;
+  tried_.clear();
 }
 
 // After an attempt failed before committing: the policy decides, the upstream's retry budget
@@ -277,6 +330,17 @@ void request_lifecycle::after_failure(const attempt_report& report, std::string_
   const bool has_fallback = chain_pos_ + 1 < chain_->size();
   const auto remaining = deadline_.remaining(now);
   auto d = policy.decide(report, model_attempts_, remaining, has_fallback);
+  if (d.what == retry_decision::action::retry && report.retry_after) {
+    // A Retry-After is that deployment's word (it is cooling down now): a retry that another
+    // deployment in service can take waits only the usual backoff.
+    const auto& model = (*chain_)[chain_pos_];
+    if (routes_.choose(model, {tried_.data(), tried_.size()}, health_, now, random_()).healthy) {
+      auto plain = report;
+      plain.retry_after.reset();
+      const auto usual = policy.decide(plain, model_attempts_, remaining, has_fallback);
+      if (usual.what == retry_decision::action::retry) d.delay = usual.delay;
+    }
+  }
   ++model_attempts_;
   using act = retry_decision::action;
   if (d.what == act::retry && attempts_started_ > 0) {
@@ -306,10 +370,7 @@ void request_lifecycle::after_failure(const attempt_report& report, std::string_
       }
       return;
     case act::fallback:
-      ++chain_pos_;
-      settings_ = cfg_.effective_request((*chain_)[chain_pos_]);
-      model_attempts_ = 0;
-      tried_.clear();
+      move_to_model(chain_pos_ + 1);
       start_attempt(now);
       return;
     case act::fail:
@@ -327,13 +388,10 @@ void request_lifecycle::after_failure(const attempt_report& report, std::string_
   }
 }
 
-// The current attempt has said its last word: its deployment is free for the router's count,
-// and a next attempt may start while this one's actor is still on its way out. A retry it was
-// ends with it.
+// The current attempt has said its last word: a next attempt may start while this one's actor
+// is still on its way out. A retry it was ends with it.
 void request_lifecycle::release_attempt() {
   return_retry_token();
-  if (!current_) return;
-  routes_.attempt_ended(current_deployment_);
   current_.reset();
 }
 

@@ -20,7 +20,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +39,7 @@ namespace tether {
 
 class router;
 class retry_budget;
+class upstream_health;
 
 struct lifecycle_command {
   enum class kind : std::uint8_t {
@@ -78,12 +81,15 @@ struct lifecycle_command {
 class request_lifecycle {
  public:
   using commands = boost::container::small_vector<lifecycle_command, 6>;
+  using random_source = std::function<std::uint64_t()>;
 
   // `chain`: the model asked for, then its fallbacks (router::chain_of). The router, the retry
-  // budget and the configuration outlive the lifecycle.
-  request_lifecycle(const config::gateway_config& cfg, router& routes, retry_budget& retries,
-                    const std::vector<std::string>& chain, request_deadline deadline,
-                    retry_policy::jitter_source jitter = {});
+  // budget, the upstreams' health and the configuration outlive the lifecycle. `random` feeds
+  // the router's draws (default: route_random).
+  request_lifecycle(const config::gateway_config& cfg, const router& routes, retry_budget& retries,
+                    upstream_health& health, const std::vector<std::string>& chain,
+                    request_deadline deadline, retry_policy::jitter_source jitter = {},
+                    random_source random = {});
   ~request_lifecycle();
   request_lifecycle(const request_lifecycle&) = delete;
   request_lifecycle& operator=(const request_lifecycle&) = delete;
@@ -123,6 +129,8 @@ class request_lifecycle {
   void start_attempt(steady_time now);
   void after_failure(const attempt_report& report, std::string_view message, steady_time now);
   void release_attempt();
+  bool choose_deployment(steady_time now);
+  void move_to_model(std::size_t pos);
   void cancel_attempt(stop_reason reason);
   const commands& stop_from_above(outcome why, stop_reason reason, std::string_view what);
   void answer_error(outcome o, std::string message, std::optional<millis> retry_after = {});
@@ -133,11 +141,13 @@ class request_lifecycle {
   void maybe_finish();
 
   const config::gateway_config& cfg_;
-  router& routes_;
+  const router& routes_;
   retry_budget& retries_;
+  upstream_health& health_;
   const std::vector<std::string>* chain_;
   request_deadline deadline_;
   retry_policy::jitter_source jitter_;
+  random_source random_;
   config::request_config settings_;
 
   phase phase_ = phase::attempting;
@@ -147,10 +157,11 @@ class request_lifecycle {
   retry_policy::history history_;
   // The deployments this model's attempts tried, so a retry prefers another.
   boost::container::small_vector<std::size_t, 4> tried_;
-  // The attempt that may still report, and the deployment it counts against in the router.
+  // The attempt that may still report, and where it went (its upstream hears of its end).
   std::optional<std::uint32_t> current_;
   std::size_t current_deployment_ = 0;
   std::size_t current_upstream_ = 0;
+  std::size_t next_deployment_ = 0;  // choose_deployment's answer
   std::uint32_t attempts_started_ = 0;
   std::uint32_t attempts_live_ = 0;
   std::uint64_t backoff_generation_ = 0;

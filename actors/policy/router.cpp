@@ -1,7 +1,11 @@
 #include "actors/policy/router.hpp"
 
 #include <algorithm>
-#include <limits>
+#include <random>
+
+#include <boost/container/small_vector.hpp>
+
+#include "actors/policy/upstream_health.hpp"
 
 namespace tether {
 
@@ -21,8 +25,6 @@ router::router(const config::gateway_config& cfg) {
     by_model_[m.name].push_back(d.index);
     deployments_.push_back(std::move(d));
   }
-  in_flight_ = std::make_unique<std::atomic<int>[]>(deployments_.size());
-  for (std::size_t i = 0; i < deployments_.size(); ++i) in_flight_[i].store(0);
   for (const auto& model : public_models_) {
     auto& chain = chains_[model];
     std::vector<std::string> stack{model};
@@ -71,27 +73,65 @@ std::string router::describe(const config::gateway_config& cfg) const {
   return out;
 }
 
-std::optional<std::size_t> router::choose(const std::string& model,
-                                          std::span<const std::size_t> tried) const {
+route_choice router::choose(const std::string& model, std::span<const std::size_t> tried,
+                            const upstream_health& health,
+                            std::chrono::steady_clock::time_point now, std::uint64_t random) const {
   auto it = by_model_.find(model);
-  if (it == by_model_.end() || it->second.empty()) return std::nullopt;
+  if (it == by_model_.end() || it->second.empty()) return {};
   const auto& candidates = it->second;
-  auto start = rotation_.fetch_add(1) % candidates.size();
-  std::optional<std::size_t> best;
-  int best_load = std::numeric_limits<int>::max();
-  bool best_untried = false;
-  for (std::size_t k = 0; k < candidates.size(); ++k) {
-    auto idx = candidates[(start + k) % candidates.size()];
-    bool untried = std::find(tried.begin(), tried.end(), idx) == tried.end();
-    int load = in_flight_[idx].load();
-    // Not-yet-tried beats tried; then fewest in flight; ties keep the rotated order.
-    if (!best || (untried && !best_untried) || (untried == best_untried && load < best_load)) {
-      best = idx;
-      best_load = load;
-      best_untried = untried;
+  auto untried = [&](std::size_t idx) {
+    return std::find(tried.begin(), tried.end(), idx) == tried.end();
+  };
+  boost::container::small_vector<std::size_t, 8> pool;
+  for (auto idx : candidates) {
+    if (untried(idx) && health.available(deployments_[idx].upstream, now)) pool.push_back(idx);
+  }
+  // Every healthy one tried already: a retry may go back to one of them.
+  if (pool.empty()) {
+    for (auto idx : candidates) {
+      if (health.available(deployments_[idx].upstream, now)) pool.push_back(idx);
     }
   }
-  return best;
+  if (pool.empty()) {
+    // No request fails only because the gateway took its upstreams out: the one back soonest.
+    route_choice out;
+    out.healthy = false;
+    for (auto idx : candidates) {
+      const auto at = health.available_at(deployments_[idx].upstream);
+      if (!out.deployment || at < out.available_at) {
+        out.deployment = idx;
+        out.available_at = at;
+      }
+    }
+    return out;
+  }
+  std::uint64_t total = 0;
+  for (auto idx : pool) total += health.weight(deployments_[idx].upstream);
+  auto draw = [&](std::uint32_t bits) {
+    auto r = bits % total;
+    for (auto idx : pool) {
+      const auto w = health.weight(deployments_[idx].upstream);
+      if (r < w) return idx;
+      r -= w;
+    }
+    return pool.back();
+  };
+  const auto a = draw(static_cast<std::uint32_t>(random));
+  const auto b = draw(static_cast<std::uint32_t>(random >> 32));
+  const auto ua = deployments_[a].upstream;
+  const auto ub = deployments_[b].upstream;
+  // live(a) / weight(a) < live(b) / weight(b), without division; a tie keeps the first draw, so
+  // that with no load at all the weights alone decide.
+  const auto la = static_cast<std::uint64_t>(std::max<std::int64_t>(health.live_work(ua), 0));
+  const auto lb = static_cast<std::uint64_t>(std::max<std::int64_t>(health.live_work(ub), 0));
+  route_choice out;
+  out.deployment = lb * health.weight(ua) < la * health.weight(ub) ? b : a;
+  return out;
+}
+
+std::uint64_t route_random() {
+  thread_local std::mt19937_64 gen{std::random_device{}()};
+  return gen();
 }
 
 }  // namespace tether

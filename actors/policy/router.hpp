@@ -1,10 +1,12 @@
-// Which deployment serves an attempt: the model's deployments (several [[models]] entries with
-// one name), fewest attempts in flight first, ties rotated, and a retry prefers one not tried yet.
-// Thread-safe: in-flight counts are atomics shared by every request actor.
+// Which deployment serves an attempt: among the model's deployments (several [[models]] entries
+// with one name) on upstreams in service, two drawn at random in proportion to their upstream's
+// weight and the one with less live work per weight taken (P2C); a retry prefers one not tried
+// yet. Read-only once built: the live work and the health are upstream_health's.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,11 +18,21 @@
 
 namespace tether {
 
+class upstream_health;
+
 struct deployment {
   std::size_t index = 0;
   std::string model;           // public name
   std::size_t upstream = 0;    // index into gateway_config::upstreams
   std::string upstream_model;  // what the upstream is sent
+};
+
+struct route_choice {
+  std::optional<std::size_t> deployment;  // nullopt: the model has no deployment
+  // false: every deployment's upstream is out of service; `deployment` is then the one back
+  // soonest, at `available_at`.
+  bool healthy = true;
+  std::chrono::steady_clock::time_point available_at{};
 };
 
 class router {
@@ -41,11 +53,10 @@ class router {
   // the model name sent there), the surfaces it serves, and the chain a request may try.
   std::string describe(const config::gateway_config& cfg) const;
 
-  std::optional<std::size_t> choose(const std::string& model,
-                                    std::span<const std::size_t> tried) const;
-  void attempt_started(std::size_t index) { in_flight_[index].fetch_add(1); }
-  void attempt_ended(std::size_t index) { in_flight_[index].fetch_sub(1); }
-  int in_flight(std::size_t index) const { return in_flight_[index].load(); }
+  // `random`: 64 random bits, for the two draws.
+  route_choice choose(const std::string& model, std::span<const std::size_t> tried,
+                      const upstream_health& health, std::chrono::steady_clock::time_point now,
+                      std::uint64_t random) const;
 
  private:
   std::vector<deployment> deployments_;
@@ -53,8 +64,9 @@ class router {
   std::map<std::string, std::vector<std::string>> fallbacks_;
   std::map<std::string, std::vector<std::string>> chains_;
   std::vector<std::string> public_models_;
-  std::unique_ptr<std::atomic<int>[]> in_flight_;
-  mutable std::atomic<std::size_t> rotation_{0};
 };
+
+// 64 random bits from this thread's generator (seeded once per thread), for router::choose.
+std::uint64_t route_random();
 
 }  // namespace tether

@@ -257,6 +257,23 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     auto query = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
     const auto method = request.method();
 
+    // A model server's health endpoint (vLLM's /health), outside the observed traffic: its
+    // connections are not counted as the gateway's upstream connections.
+    if (path == "/health" && method == http::verb::get) {
+      if (requests_on_connection_ == 1) stats_.connection_is_control(ticket_);
+      const auto status = stats_.health_check();
+      return send_whole(status, status < 300 ? R"({"status":"ok"})" : R"({"status":"sick"})");
+    }
+    if (path == "/_health" && method == http::verb::post) {
+      if (requests_on_connection_ == 1) stats_.connection_is_control(ticket_);
+      const auto status = query_number(query, "status");
+      if (!status || *status < 100 || *status > 599) {
+        return send_whole(
+            400, error_body("status=100..599 expected", "invalid_request_error", "bad_status"));
+      }
+      stats_.set_health_status(static_cast<unsigned>(*status));
+      return send_whole(200, R"({"ok":true})");
+    }
     if (path == "/_stats" || path == "/_reset") {
       if (requests_on_connection_ == 1) stats_.connection_is_control(ticket_);
       if (path == "/_stats" && method == http::verb::get) {

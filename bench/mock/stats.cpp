@@ -141,7 +141,7 @@ std::uint64_t stats_registry::next_flaky_index(const std::string& model) {
 
 void stats_registry::reset() {
   ++generation_;
-  requests_ = completed_ = closed_by_client_ = connections_opened_ = 0;
+  requests_ = completed_ = closed_by_client_ = connections_opened_ = health_checks_ = 0;
   max_active_ = active_;
   log_.clear();
   flaky_counters_.clear();
@@ -162,6 +162,7 @@ std::string stats_registry::to_json(std::optional<std::uint64_t> since) const {
   o["connections_open"] = connections_open_;
   o["active"] = active_;
   o["max_active"] = max_active_;
+  o["health_checks"] = health_checks_;
   o["log"] = std::move(log);
   return json::serialize(o);
 }

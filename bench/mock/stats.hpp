@@ -64,6 +64,14 @@ class stats_registry {
   // Position k (0-based, since the last reset) of a request for this flaky model.
   std::uint64_t next_flaky_index(const std::string& model);
 
+  // GET /health answers with this status (POST /_health?status=N sets it; a reset keeps it),
+  // and counts each check.
+  unsigned health_check() {
+    ++health_checks_;
+    return health_status_;
+  }
+  void set_health_status(unsigned status) { health_status_ = status; }
+
   void reset();
   std::string to_json(std::optional<std::uint64_t> since) const;
 
@@ -80,6 +88,8 @@ class stats_registry {
   std::uint64_t connections_open_ = 0;
   std::uint64_t active_ = 0;
   std::uint64_t max_active_ = 0;
+  std::uint64_t health_checks_ = 0;
+  unsigned health_status_ = 200;
   std::deque<std::shared_ptr<request_record>> log_;
   std::unordered_map<std::string, std::uint64_t> flaky_counters_;
 };

@@ -144,6 +144,9 @@ class tree_test : public ::testing::Test {
     }
     rt_->stats = std::make_unique<metrics>(names);
     rt_->retries = std::make_unique<retry_budget>(rt_->cfg.upstreams.size(), 10, 100);
+    rt_->health = std::make_shared<upstream_health>(
+        [stats = rt_->stats.get()](std::size_t i) { return stats->upstream_work(i); });
+    rt_->health->configure(rt_->cfg);
     auto timers = std::make_unique<manual_timers>();
     timers_ = timers.get();
     rt_->timers = std::move(timers);

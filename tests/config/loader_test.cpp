@@ -142,6 +142,125 @@ TEST(LoaderTest, RetryBudgetKeysAreReadWithEnvoysDefaults) {
   expect_error(minimal + "min_retry_concurrency = 1\n", "models[0].min_retry_concurrency");
 }
 
+TEST(LoaderTest, UpstreamHealthKeysDefault) {
+  const auto cfg = expect_ok(minimal);
+  const auto& u = cfg.upstreams.at(0);
+  EXPECT_EQ(u.weight, 1u);
+  EXPECT_EQ(u.eject_after_failures, 5u);
+  EXPECT_EQ(u.eject_base, millis(5000));
+  EXPECT_EQ(u.eject_max, millis(300000));
+  EXPECT_EQ(u.health_path, "");
+  EXPECT_EQ(u.health_interval, millis(5000));
+  const auto out = render_effective(cfg);
+  EXPECT_THAT(out, HasSubstr("idle_timeout_ms = 4000\nweight = 1\neject_after_failures = 5\n"
+                             "eject_base_ms = 5000\neject_max_ms = 300000\n"
+                             "health_path = \"\"  # no active check\n"
+                             "health_interval_ms = 5000\n"));
+}
+
+TEST(LoaderTest, UpstreamHealthKeysAreRead) {
+  const auto cfg = expect_ok(minimal + R"(
+[[upstreams]]
+name = "b"
+base_url = "http://127.0.0.1:8001"
+weight = 1000
+eject_after_failures = 0
+eject_base_ms = 1
+eject_max_ms = 1
+health_path = "/health?ready=1"
+health_interval_ms = 100
+[[upstreams]]
+name = "c"
+base_url = "http://127.0.0.1:8002"
+weight = 3
+eject_after_failures = 1000
+eject_base_ms = 250
+eject_max_ms = 604800000
+health_path = ""
+)");
+  ASSERT_EQ(cfg.upstreams.size(), 3u);
+  const auto& b = cfg.upstreams[1];
+  EXPECT_EQ(b.weight, 1000u);
+  EXPECT_EQ(b.eject_after_failures, 0u);
+  EXPECT_EQ(b.eject_base, millis(1));
+  EXPECT_EQ(b.eject_max, millis(1));  // equal to the base: every ejection is as long
+  EXPECT_EQ(b.health_path, "/health?ready=1");
+  EXPECT_EQ(b.health_interval, millis(100));
+  const auto& c = cfg.upstreams[2];
+  EXPECT_EQ(c.weight, 3u);
+  EXPECT_EQ(c.eject_after_failures, 1000u);
+  EXPECT_EQ(c.eject_base, millis(250));
+  EXPECT_EQ(c.eject_max, millis(604800000));
+  EXPECT_EQ(c.health_path, "");
+  EXPECT_EQ(c.health_interval, millis(5000));
+  const auto out = render_effective(cfg);
+  EXPECT_THAT(out, HasSubstr("weight = 1000\neject_after_failures = 0  # never ejected for "
+                             "failures\neject_base_ms = 1\neject_max_ms = 1\n"
+                             "health_path = \"/health?ready=1\"\nhealth_interval_ms = 100\n"));
+  EXPECT_THAT(out, HasSubstr("weight = 3\neject_after_failures = 1000\n"));
+  // The effective config reloads to the same values.
+  const auto again = expect_ok(out);
+  EXPECT_EQ(render_effective(again), out);
+}
+
+TEST(LoaderTest, UpstreamHealthKeysOutOfRangeAreNamed) {
+  const std::string u = minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
+  expect_error(minimal + "weight = 1\n", "models[0].weight: unknown key");  // an upstream's key
+  expect_error(u + "weight = 0\n",
+               "test.toml: upstreams[1].weight: must be between 1 and 1000, "
+               "got 0 (line");
+  expect_error(u + "weight = 1001\n", "upstreams[1].weight: must be between 1 and 1000, got 1001");
+  expect_error(u + "weight = 1.5\n", "upstreams[1].weight: expected an integer, got a float");
+  expect_error(u + "eject_after_failures = -1\n",
+               "upstreams[1].eject_after_failures: must not be negative, got -1");
+  expect_error(u + "eject_after_failures = 1001\n",
+               "upstreams[1].eject_after_failures: must be between 0 and 1000, got 1001");
+  expect_error(u + "eject_base_ms = 0\n", "upstreams[1].eject_base_ms: must be between 1 and");
+  expect_error(u + "eject_max_ms = 0\n", "upstreams[1].eject_max_ms: must be between 1 and");
+  expect_error(u + "eject_max_ms = 604800001\n", "upstreams[1].eject_max_ms");
+  expect_error(u + "health_interval_ms = 99\n",
+               "upstreams[1].health_interval_ms: must be between 100 and");
+  expect_error(u + "health_interval_ms = \"5s\"\n",
+               "upstreams[1].health_interval_ms: expected an integer, got a string");
+}
+
+TEST(LoaderTest, EjectMaxBelowEjectBaseIsNamedOnEjectMax) {
+  const std::string u = minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
+  expect_error(u + "eject_base_ms = 2000\neject_max_ms = 1000\n",
+               "test.toml: upstreams[1].eject_max_ms: 1000 is below eject_base_ms (2000)");
+  // Against the other's default, still on eject_max_ms.
+  expect_error(u + "eject_base_ms = 300001\n",
+               "upstreams[1].eject_max_ms: the default 300000 is below eject_base_ms (300001)");
+  expect_error(u + "eject_max_ms = 4999\n",
+               "upstreams[1].eject_max_ms: 4999 is below eject_base_ms (5000)");
+  // A refused value is named once, not compared as well.
+  const auto r = load(u + "eject_base_ms = -1\neject_max_ms = 10\n");
+  EXPECT_FALSE(r.config);
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_THAT(r.errors[0], HasSubstr("upstreams[1].eject_base_ms: must not be negative"));
+  expect_ok(u + "eject_base_ms = 300001\neject_max_ms = 300001\n");
+}
+
+TEST(LoaderTest, BadHealthPathIsNamed) {
+  const std::string u = minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
+  expect_error(u + "health_path = \"health\"\n",
+               "upstreams[1].health_path: expected \"\" (no active check) or a path starting "
+               "with \"/\", got \"health\"");
+  expect_error(u + "health_path = \"http://h/health\"\n", "starting with \"/\"");
+  expect_error(u + "health_path = \"/he alth\"\n",
+               "upstreams[1].health_path: must not contain spaces, control characters");
+  expect_error(u + "health_path = \"/health\\r\\nX-Injected: 1\"\n",
+               "upstreams[1].health_path: must not contain spaces, control characters");
+  expect_error(u + "health_path = \"/h\\u007F\"\n", "upstreams[1].health_path: must not contain");
+  expect_error(u + "health_path = \"/caf\xC3\xA9\"\n", "non-ASCII");
+  expect_error(u + "health_path = 1\n", "upstreams[1].health_path: expected a string, got an");
+  expect_error(u + "health_path = \"/" + std::string(1024, 'a') + "\"\n",
+               "upstreams[1].health_path: must be at most 1024 bytes, got 1025");
+  const auto cfg = expect_ok(u + "health_path = \"/" + std::string(1023, 'a') + "\"\n");
+  EXPECT_EQ(cfg.upstreams.at(1).health_path.size(), 1024u);
+  EXPECT_EQ(expect_ok(u + "health_path = \"/\"\n").upstreams.at(1).health_path, "/");
+}
+
 TEST(LoaderTest, SyntaxErrorNamesFileLineAndColumn) {
   const auto r = load("[server]\nlisten = \"127.0.0.1:8080\"\nmax_request_bytes = = 3\n");
   EXPECT_FALSE(r.config);
@@ -567,6 +686,9 @@ name = "secure"
 base_url = "https://api.example.com/proxy/"
 api_key_env = "UPSTREAM_KEY"
 max_in_flight = 3
+weight = 2
+eject_max_ms = 60000
+health_path = "/health"
 [[upstreams]]
 name = "local"
 base_url = "http://[::1]:9000"
@@ -626,6 +748,10 @@ TEST(LoaderTest, RenderEffectiveRoundTripsThroughTheLoader) {
   EXPECT_EQ(render_effective(cfg2), render_effective(cfg));
   EXPECT_EQ(cfg2.upstreams.at(0).api_key, "sk-planted-secret-4f1c");
   EXPECT_EQ(cfg2.upstreams.at(1).url.host, "::1");
+  EXPECT_EQ(cfg2.upstreams.at(0).weight, 2u);
+  EXPECT_EQ(cfg2.upstreams.at(0).eject_max, millis(60000));
+  EXPECT_EQ(cfg2.upstreams.at(0).health_path, "/health");
+  EXPECT_EQ(cfg2.upstreams.at(1).health_path, "");
   EXPECT_EQ(cfg2.models.at(0).upstream_model, "vendor/big \"quoted\"");
   EXPECT_EQ(cfg2.effective_request("big").attempt_timeout, millis(999));
   EXPECT_EQ(cfg2.effective_request("small").attempt_timeout, millis(120000));

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "config/loader.hpp"
 
@@ -15,6 +16,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 gateway_config load(const std::string& toml) {
   auto r =
@@ -77,6 +79,47 @@ TEST(ReloadPlanTest, AnUpstreamGetsNewConnectionsOnlyWhenItsAddressTimeoutsOrPoo
   EXPECT_THAT(plan.changes, Contains("upstream a changed"));
   EXPECT_THAT(plan.changes, Contains("upstream b changed (new connections)"));
   EXPECT_EQ(plan.next.upstreams[0].api_key, "secret-value");
+}
+
+TEST(ReloadPlanTest, HealthSettingsChangeAnUpstreamWithoutNewConnections) {
+  const std::vector<std::string> settings = {
+      "weight = 3",          "eject_after_failures = 0",  "eject_base_ms = 100",
+      "eject_max_ms = 9000", "health_path = \"/health\"", "health_interval_ms = 250",
+  };
+  std::string running_file;
+  std::string loaded_file;
+  for (std::size_t i = 0; i < settings.size(); ++i) {
+    const auto name = "u" + std::to_string(i);
+    running_file += upstream(name, static_cast<int>(i) + 1);
+    loaded_file += upstream(name, static_cast<int>(i) + 1, settings[i]);
+  }
+  running_file += model("m", "u0");
+  loaded_file += model("m", "u0");
+  auto running = load(running_file);
+  auto plan = plan_reload(running, load(loaded_file));
+  ASSERT_FALSE(plan.error);
+  EXPECT_THAT(plan.fresh_upstreams, IsEmpty());  // the pools stay
+  EXPECT_THAT(plan.retired_upstreams, IsEmpty());
+  EXPECT_THAT(plan.changes,
+              ElementsAre("upstream u0 changed", "upstream u1 changed", "upstream u2 changed",
+                          "upstream u3 changed", "upstream u4 changed", "upstream u5 changed"));
+  const auto& u = plan.next.upstreams;
+  ASSERT_EQ(u.size(), settings.size());
+  EXPECT_EQ(u[0].weight, 3u);
+  EXPECT_EQ(u[1].eject_after_failures, 0u);
+  EXPECT_EQ(u[2].eject_base, std::chrono::milliseconds(100));
+  EXPECT_EQ(u[3].eject_max, std::chrono::milliseconds(9000));
+  EXPECT_EQ(u[4].health_path, "/health");
+  EXPECT_EQ(u[5].health_interval, std::chrono::milliseconds(250));
+
+  // The same health settings again: nothing changed.
+  auto same = plan_reload(plan.next, load(loaded_file));
+  EXPECT_THAT(same.changes, IsEmpty());
+  // An address change with a health change: new connections, said once.
+  auto both = plan_reload(running, load(upstream("u0", 99, "weight = 3") + model("m", "u0")));
+  EXPECT_THAT(both.fresh_upstreams, ElementsAre(0));
+  EXPECT_THAT(both.changes, Contains("upstream u0 changed (new connections)"));
+  EXPECT_THAT(both.changes, Not(Contains("upstream u0 changed")));
 }
 
 TEST(ReloadPlanTest, AnUpstreamRemovedThenAddedBackGetsItsOldIndexAndNewConnections) {

@@ -123,6 +123,14 @@ void mock_server::reset() {
   }
 }
 
+void mock_server::set_health(int status) {
+  const auto target = "/_health?status=" + std::to_string(status);
+  auto response = tls_ ? https_request("POST", port_, target) : request("POST", port_, target);
+  if (response.status != 200) {
+    throw std::runtime_error("POST /_health answered " + std::to_string(response.status));
+  }
+}
+
 void mock_server::kill() {
   process_.send_signal(SIGKILL);
   if (!process_.wait_exit(std::chrono::seconds(5))) {

@@ -48,6 +48,8 @@ class mock_server {
   boost::json::object wait_for_stats(const std::function<bool(const boost::json::object&)>& done,
                                      std::chrono::milliseconds timeout = std::chrono::seconds(5));
   void reset();
+  // What the mock's GET /health answers from now (200 at start; a reset keeps it).
+  void set_health(int status);
   // SIGKILL, as a crashing upstream: the kernel closes its connections; no /_stats afterwards.
   // Waits (5 s at most) for the process to be reaped; throws if it is not.
   void kill();

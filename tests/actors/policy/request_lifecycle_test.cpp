@@ -8,6 +8,7 @@
 
 #include "actors/policy/retry_budget.hpp"
 #include "actors/policy/router.hpp"
+#include "actors/policy/upstream_health.hpp"
 
 namespace tether {
 namespace {
@@ -56,7 +57,9 @@ class RequestLifecycleTest : public ::testing::Test {
   explicit RequestLifecycleTest(std::uint32_t retry_min = 3, std::uint32_t retry_percent = 20)
       : cfg_(two_models()),
         routes_(cfg_),
-        retries_(cfg_.upstreams.size(), retry_min, retry_percent) {}
+        retries_(cfg_.upstreams.size(), retry_min, retry_percent) {
+    health_.configure(cfg_);
+  }
 
   // A request for llama arriving at t0 with `budget` (nullopt: unbounded); the backoff's jitter
   // is pinned to its maximum.
@@ -64,6 +67,7 @@ class RequestLifecycleTest : public ::testing::Test {
     return request_lifecycle{cfg_,
                              routes_,
                              retries_,
+                             health_,
                              routes_.chain_of("llama"),
                              request_deadline{t0_, budget},
                              [](std::int64_t n) { return n; }};
@@ -71,7 +75,6 @@ class RequestLifecycleTest : public ::testing::Test {
 
   // Every shared count the request took is back.
   void expect_nothing_held() {
-    for (std::size_t d = 0; d < routes_.size(); ++d) EXPECT_EQ(routes_.in_flight(d), 0) << d;
     for (std::size_t u = 0; u < cfg_.upstreams.size(); ++u) {
       EXPECT_EQ(retries_.retries_in_flight(u), 0U) << u;
       EXPECT_EQ(retries_.requests_in_flight(u), 0U) << u;
@@ -81,6 +84,7 @@ class RequestLifecycleTest : public ::testing::Test {
   config::gateway_config cfg_;
   router routes_;
   retry_budget retries_;
+  upstream_health health_;
   steady_time t0_ = steady_time{} + 1000s;
 };
 
@@ -94,7 +98,6 @@ TEST_F(RequestLifecycleTest, StartArmsTheDeadlineAndStartsTheFirstAttemptWithIts
   EXPECT_EQ(cs[1].delay, 1000ms);
   // Its socket closes at the request's deadline, on its own.
   EXPECT_EQ(cs[1].close_at, t0_ + 10s);
-  EXPECT_EQ(routes_.in_flight(cs[1].deployment), 1);
 }
 
 TEST_F(RequestLifecycleTest, UnboundedRequestStartsAttemptsWhoseSocketNeverClosesOnItsOwn) {
@@ -509,6 +512,93 @@ TEST_F(RequestLifecycleTest, AnyOrderOfEventsAnswersExactlyOnceAndFinishesAfterA
     EXPECT_TRUE(lc.answered());
   }
   expect_nothing_held();
+}
+
+// ---- upstream health ----------------------------------------------------------------------
+
+class RequestLifecycleHealthTest : public RequestLifecycleTest {
+ protected:
+  RequestLifecycleHealthTest() {
+    for (auto& u : cfg_.upstreams) u.eject_after_failures = 2;
+    health_.configure(cfg_);
+  }
+  // One request for llama that fails its first attempt with `status` and is then let go.
+  void one_failing_request(int status, std::optional<millis> retry_after = std::nullopt) {
+    auto lc = make(10s);
+    lc.start(t0_);
+    lc.on_response(status, retry_after, t0_ + 1ms);
+    lc.on_client_gone();
+  }
+};
+
+TEST_F(RequestLifecycleHealthTest, FailuresInARowEjectTheUpstreamAndTheChainMovesOnAtOnce) {
+  one_failing_request(503);
+  EXPECT_TRUE(health_.available(0, t0_ + 2ms));
+  one_failing_request(502);
+  EXPECT_FALSE(health_.available(0, t0_ + 2ms));
+  // llama's only deployment is out: its fallback is tried at once, no attempt spent on a.
+  auto lc = make(10s);
+  const auto& cs = lc.start(t0_ + 2ms);
+  const auto* c = find(cs, kind::start_attempt);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(routes_.at(c->deployment).model, "small");
+  EXPECT_EQ(c->upstream, 1U);
+  EXPECT_EQ(lc.model(), "small");
+}
+
+TEST_F(RequestLifecycleHealthTest, AResponseOfTheCallersOwnFaultBreaksTheStreak) {
+  one_failing_request(503);
+  one_failing_request(400);  // 4xx: the upstream works
+  one_failing_request(503);
+  EXPECT_TRUE(health_.available(0, t0_ + 2ms));
+}
+
+TEST_F(RequestLifecycleHealthTest, TheCallerLeavingOrTheDeadlineCountsNothingAgainstTheUpstream) {
+  for (int i = 0; i < 3; ++i) {
+    auto lc = make(10s);
+    lc.start(t0_);
+    if (i % 2 == 0) {
+      lc.on_client_gone();
+    } else {
+      lc.on_deadline();
+    }
+  }
+  EXPECT_TRUE(health_.available(0, t0_ + 1ms));
+}
+
+TEST_F(RequestLifecycleHealthTest, AttemptTimeoutsAndResetsCountTheGatewaysOwnRefusalsDoNot) {
+  auto fail_with = [&](attempt_end end) {
+    auto lc = make(10s);
+    lc.start(t0_);
+    lc.on_attempt_failed(end, "x", false, t0_ + 1ms);
+    lc.on_client_gone();
+  };
+  fail_with(attempt_end::overloaded);
+  fail_with(attempt_end::too_large);
+  fail_with(attempt_end::overloaded);
+  EXPECT_TRUE(health_.available(0, t0_ + 2ms));
+  fail_with(attempt_end::timeout);
+  fail_with(attempt_end::reset);
+  EXPECT_FALSE(health_.available(0, t0_ + 2ms));
+}
+
+TEST_F(RequestLifecycleHealthTest, A429WithRetryAfterCoolsTheUpstreamDownForThatLong) {
+  one_failing_request(429);  // no Retry-After: nothing to go by
+  EXPECT_TRUE(health_.available(0, t0_ + 2ms));
+  one_failing_request(429, 2000ms);
+  EXPECT_FALSE(health_.available(0, t0_ + 1500ms));
+  EXPECT_TRUE(health_.available(0, t0_ + 2001ms));
+}
+
+TEST_F(RequestLifecycleHealthTest, WithEveryDeploymentOutTheOneBackSoonestIsTriedAnyway) {
+  health_.check_failed(1, t0_);  // small's upstream: out until a check passes
+  one_failing_request(503);
+  one_failing_request(503);  // a: out for 5 s
+  auto lc = make(10s);
+  const auto* c = find(lc.start(t0_ + 2ms), kind::start_attempt);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->upstream, 0U);  // a's ejection ends; b's check may never pass
+  EXPECT_EQ(lc.model(), "llama");
 }
 
 }  // namespace

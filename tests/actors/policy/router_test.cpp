@@ -1,6 +1,9 @@
 #include "actors/policy/router.hpp"
+#include "actors/policy/upstream_health.hpp"
 
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include <set>
 #include <vector>
@@ -73,30 +76,115 @@ TEST(RouterTest, PublicModelsAreListedOnceInConfigOrder) {
   EXPECT_EQ(r.at(1).upstream_model, "small");  // defaults to the name
 }
 
-TEST(RouterTest, FewestInFlightDeploymentIsChosen) {
-  router r{two_deployments()};
-  r.attempt_started(0);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(*r.choose("llama", {}), 2u);
-  r.attempt_started(2);
-  r.attempt_started(2);
-  EXPECT_EQ(*r.choose("llama", {}), 0u);
+// Live work per upstream as the budget would count it, set by hand.
+struct load_board {
+  std::vector<std::int64_t> live = std::vector<std::int64_t>(4, 0);
+  upstream_health::load_source source() {
+    return [this](std::size_t i) { return i < live.size() ? live[i] : 0; };
+  }
+};
+
+const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+
+// Two draws: low 32 bits pick the first, high 32 bits the second (each modulo the total weight).
+std::uint64_t draws(std::uint32_t first, std::uint32_t second) {
+  return (static_cast<std::uint64_t>(second) << 32) | first;
 }
 
-TEST(RouterTest, TiesAreSpreadAcrossDeployments) {
-  router r{two_deployments()};
-  std::set<std::size_t> chosen;
-  for (int i = 0; i < 4; ++i) chosen.insert(*r.choose("llama", {}));
-  EXPECT_EQ(chosen, (std::set<std::size_t>{0, 2}));
+TEST(RouterTest, OfTwoDrawsTheOneWithLessLiveWorkIsChosen) {
+  auto cfg = two_deployments();
+  router r{cfg};
+  load_board load;
+  upstream_health health{load.source()};
+  health.configure(cfg);
+  load.live[0] = 1;  // upstream a
+  for (std::uint32_t x = 0; x < 4; ++x) {
+    EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(x, x + 1)).deployment, 2u) << x;
+  }
+  load.live[1] = 3;
+  EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(1, 0)).deployment, 0u);
+  // The same deployment drawn twice is taken, however busy.
+  EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(1, 1)).deployment, 2u);
+}
+
+TEST(RouterTest, WithNoLoadTheWeightsDecideTheShare) {
+  auto cfg = two_deployments();
+  cfg.upstreams[0].weight = 3;
+  router r{cfg};
+  upstream_health health;
+  health.configure(cfg);
+  std::mt19937_64 gen{7};
+  int on_a = 0;
+  for (int i = 0; i < 4000; ++i) {
+    if (*r.choose("llama", {}, health, t0, gen()).deployment == 0u) ++on_a;
+  }
+  // The first draw wins every tie: a is drawn first 3 times in 4.
+  EXPECT_NEAR(on_a / 4000.0, 0.75, 0.03);
+}
+
+TEST(RouterTest, LiveWorkIsComparedPerWeight) {
+  auto cfg = two_deployments();
+  cfg.upstreams[0].weight = 4;
+  router r{cfg};
+  load_board load;
+  upstream_health health{load.source()};
+  health.configure(cfg);
+  load.live[0] = 6;  // 6/4 = 1.5 per weight
+  load.live[1] = 2;  // 2/1 = 2
+  EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(4, 0)).deployment, 0u);
+  load.live[0] = 9;  // 2.25
+  EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(0, 4)).deployment, 2u);
 }
 
 TEST(RouterTest, ARetryPrefersADeploymentNotTriedYetEvenIfBusier) {
-  router r{two_deployments()};
-  r.attempt_started(2);
-  r.attempt_started(2);
+  auto cfg = two_deployments();
+  router r{cfg};
+  load_board load;
+  upstream_health health{load.source()};
+  health.configure(cfg);
+  load.live[1] = 2;
   const std::vector<std::size_t> first{0};
   const std::vector<std::size_t> both{0, 2};
-  EXPECT_EQ(*r.choose("llama", first), 2u);
-  EXPECT_EQ(*r.choose("llama", both), 0u);  // all tried: back to the least busy
+  EXPECT_EQ(*r.choose("llama", first, health, t0, draws(0, 0)).deployment, 2u);
+  // All tried: back to the least busy.
+  EXPECT_EQ(*r.choose("llama", both, health, t0, draws(1, 0)).deployment, 0u);
+}
+
+TEST(RouterTest, AnEjectedUpstreamGetsNoAttemptWhileAnotherIsInService) {
+  auto cfg = two_deployments();
+  cfg.upstreams[0].eject_after_failures = 1;
+  router r{cfg};
+  upstream_health health;
+  health.configure(cfg);
+  health.attempt_failed(0, t0);
+  std::mt19937_64 gen{1};
+  for (int i = 0; i < 50; ++i) {
+    auto c = r.choose("llama", {}, health, t0 + std::chrono::seconds(1), gen());
+    EXPECT_TRUE(c.healthy);
+    EXPECT_EQ(*c.deployment, 2u);
+  }
+  // Its ejection over, it is drawn again.
+  std::set<std::size_t> chosen;
+  for (int i = 0; i < 50; ++i)
+    chosen.insert(*r.choose("llama", {}, health, t0 + std::chrono::seconds(6), gen()).deployment);
+  EXPECT_EQ(chosen, (std::set<std::size_t>{0, 2}));
+}
+
+TEST(RouterTest, WithEveryUpstreamOutTheOneBackSoonestIsNamed) {
+  auto cfg = two_deployments();
+  cfg.upstreams[0].eject_after_failures = 1;
+  cfg.upstreams[1].eject_after_failures = 1;
+  cfg.upstreams[1].eject_base = std::chrono::milliseconds(1000);
+  router r{cfg};
+  upstream_health health;
+  health.configure(cfg);
+  health.attempt_failed(0, t0);
+  health.attempt_failed(1, t0);
+  auto c = r.choose("llama", {}, health, t0 + std::chrono::milliseconds(10), 0);
+  EXPECT_FALSE(c.healthy);
+  EXPECT_EQ(*c.deployment, 2u);  // b's ejection (1 s) ends before a's (5 s)
+  EXPECT_EQ(c.available_at, t0 + std::chrono::seconds(1));
+  EXPECT_FALSE(r.choose("unknown", {}, health, t0, 0).deployment.has_value());
 }
 
 }  // namespace

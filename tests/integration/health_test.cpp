@@ -1,0 +1,194 @@
+// Upstream health from outside (docs/contract.md, "Upstream health and load-aware routing"): a
+// replica that refuses connections, answers 429 with Retry-After or fails its health check gets
+// no attempts for its time out, the others serve, and it comes back; with every deployment of a
+// model out, the fallback answers at once; the weights share the traffic.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/integration/harness.hpp"
+
+namespace tether::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A port on 127.0.0.1 that refuses connections: bound once by the kernel's choice, then freed.
+std::uint16_t refusing_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string upstream(const std::string& name, const std::string& url,
+                     const std::string& more = "") {
+  return "[[upstreams]]\nname = \"" + name + "\"\nbase_url = \"" + url + "\"\n" + more + "\n";
+}
+
+std::string deployment(const std::string& model, const std::string& on,
+                       const std::string& upstream_model = "mock", const std::string& more = "") {
+  return "[[models]]\nname = \"" + model + "\"\nupstream = \"" + on + "\"\nupstream_model = \"" +
+         upstream_model + "\"\n" + more + "\n";
+}
+
+std::string config_of(const std::string& request_keys, const std::string& sections) {
+  return "[server]\nlisten = \"127.0.0.1:0\"\n\n[request]\n" + request_keys + "\n\n" + sections +
+         "\n[telemetry]\nlog_format = \"json\"\n";
+}
+
+// Whether the gateway logged a line containing `text` (no regex characters) within `timeout`.
+bool logged(gateway_process& gw, const std::string& text, std::chrono::milliseconds timeout) {
+  return gw.process().wait_for_line(std::regex(text), timeout).has_value();
+}
+
+double requests_at(mock_server& m) {
+  return num(m.stats().at("requests"));
+}
+
+std::string healthy(const std::string& name) {
+  return "tether_upstream_healthy{upstream=\"" + name + "\"}";
+}
+std::string ejections(const std::string& name, const std::string& reason) {
+  return "tether_upstream_ejections_total{upstream=\"" + name + "\",reason=\"" + reason + "\"}";
+}
+std::string attempts_failed(const std::string& name) {
+  return "tether_upstream_attempts_total{upstream=\"" + name + "\",outcome=\"upstream_failed\"}";
+}
+
+TEST(HealthTest, ARefusingReplicaIsEjectedAfterItsFailuresGetsNothingAndComesBack) {
+  mock_server a, b;
+  const auto dead = "http://127.0.0.1:" + std::to_string(refusing_port());
+  const std::string eject = "eject_after_failures = 3\neject_base_ms = 1500\n";
+  gateway_process gw{config_of("max_retries = 2\nretry_backoff_ms = 0",
+                               upstream("a", a.url(), eject) + upstream("b", b.url(), eject) +
+                                   upstream("dead", dead, eject) + deployment("m", "a") +
+                                   deployment("m", "b") + deployment("m", "dead"))};
+  // Every request succeeds: an attempt on the dead replica fails over to a live one.
+  const auto t0 = std::chrono::steady_clock::now();
+  int served = 0;
+  for (int i = 0; i < 60; ++i) {
+    auto r = request("POST", gw.port(), "/v1/chat/completions", chat_body("m"));
+    ASSERT_EQ(r.status, 200) << i << " " << r.body;
+    ++served;
+  }
+  const auto run = std::chrono::steady_clock::now() - t0;
+  ASSERT_LT(run, 1500ms) << "the run must fit in the ejection to count what it spares";
+  // Three failed attempts ejected it; none went there afterwards.
+  EXPECT_EQ(metric(gw.port(), attempts_failed("dead")), 3);
+  EXPECT_EQ(metric(gw.port(), ejections("dead", "failures")), 1);
+  EXPECT_EQ(metric(gw.port(), healthy("dead")), 0);
+  EXPECT_EQ(metric(gw.port(), healthy("a")), 1);
+  EXPECT_EQ(requests_at(a) + requests_at(b), served);
+  EXPECT_TRUE(logged(gw, "upstream dead ejected for 1500 ms", 2s));
+  // Its time out over, it is back (and, still dead, ejected again for twice as long).
+  EXPECT_TRUE(logged(gw, "upstream dead returned to service", 3s));
+  EXPECT_EQ(metric(gw.port(), healthy("dead")), 1);
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  EXPECT_EQ(metric(gw.port(), attempts_failed("dead")), 6);
+  EXPECT_TRUE(logged(gw, "upstream dead ejected for 3000 ms", 2s));
+}
+
+TEST(HealthTest, AFailingHealthCheckEjectsAndAPassingOneReturnsWithinAnInterval) {
+  mock_server a, b;
+  const std::string check = "health_path = \"/health\"\nhealth_interval_ms = 200\n";
+  gateway_process gw{config_of("max_retries = 0", upstream("a", a.url(), check) +
+                                                      upstream("b", b.url()) +
+                                                      deployment("m", "a") + deployment("m", "b"))};
+  ASSERT_TRUE(await_metric(gw.port(), healthy("a"), 1));
+  a.wait_for_stats([](const auto& s) { return num(s.at("health_checks")) >= 2; });
+  a.set_health(503);
+  EXPECT_TRUE(await_metric(gw.port(), healthy("a"), 0, 1s));
+  EXPECT_TRUE(logged(gw, "upstream a ejected: its health check failed", 2s));
+  EXPECT_EQ(metric(gw.port(), ejections("a", "health_check")), 1);
+  const double before = requests_at(a);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  EXPECT_EQ(requests_at(a), before) << "an ejected replica gets no attempt";
+  a.set_health(200);
+  EXPECT_TRUE(await_metric(gw.port(), healthy("a"), 1, 1s));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  EXPECT_GT(requests_at(a), before) << "back in service, it serves again";
+  // The checks never took a budget slot: no upstream work was counted for them.
+  EXPECT_EQ(metric(gw.port(), "tether_upstream_work_in_flight{upstream=\"a\"}"), 0);
+}
+
+TEST(HealthTest, A429WithRetryAfterKeepsAttemptsOffThatReplicaForThatLong) {
+  mock_server a, b;
+  gateway_process gw{config_of("max_retries = 1\nretry_backoff_ms = 0",
+                               upstream("a", a.url()) + upstream("b", b.url()) +
+                                   deployment("m", "a", "mock-ratelimit-2") +
+                                   deployment("m", "b"))};
+  // Until a has answered once, its 429 has not been seen.
+  for (int i = 0; i < 20 && requests_at(a) == 0; ++i) {
+    ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  ASSERT_EQ(requests_at(a), 1);
+  const auto cooled = std::chrono::steady_clock::now();
+  // The retry went to b at once: the Retry-After was a's, and b was in service.
+  EXPECT_LT(epoch_ms(cooled) - num(mock_log(a.stats())[0].at("started_ms")), 500);
+  EXPECT_EQ(metric(gw.port(), ejections("a", "rate_limited")), 1);
+  while (std::chrono::steady_clock::now() - cooled < 1500ms) {
+    ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  EXPECT_EQ(requests_at(a), 1) << "no attempt during the cooldown";
+  EXPECT_TRUE(logged(gw, "upstream a returned to service", 2s));
+  for (int i = 0; i < 20 && requests_at(a) == 1; ++i) {
+    ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  EXPECT_EQ(requests_at(a), 2) << "after the cooldown it is tried again";
+}
+
+TEST(HealthTest, WithTheModelsOnlyDeploymentEjectedTheFallbackAnswersAtOnce) {
+  mock_server f;
+  const auto dead = "http://127.0.0.1:" + std::to_string(refusing_port());
+  gateway_process gw{config_of(
+      "max_retries = 2\nretry_backoff_ms = 50",
+      upstream("dead", dead, "eject_after_failures = 1\neject_base_ms = 60000\n") +
+          upstream("f", f.url()) + deployment("m", "dead", "mock", "fallbacks = [\"spare\"]") +
+          deployment("spare", "f"))};
+  ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  EXPECT_EQ(metric(gw.port(), attempts_failed("dead")), 1);
+  for (int i = 0; i < 10; ++i) {
+    auto r = request("POST", gw.port(), "/v1/chat/completions", chat_body("m"));
+    ASSERT_EQ(r.status, 200);
+    // No wasted attempt and no backoff: the fallback is the first and only attempt.
+    EXPECT_LT(r.elapsed.count(), 50) << i;
+  }
+  EXPECT_EQ(metric(gw.port(), attempts_failed("dead")), 1);
+  EXPECT_EQ(requests_at(f), 11);
+}
+
+TEST(HealthTest, WeightsShareTheTrafficOfTwoEqualReplicas) {
+  mock_server a, b;
+  gateway_process gw{config_of("max_retries = 0", upstream("a", a.url(), "weight = 3\n") +
+                                                      upstream("b", b.url()) +
+                                                      deployment("m", "a") + deployment("m", "b"))};
+  for (int i = 0; i < 400; ++i) {
+    ASSERT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  const double on_a = requests_at(a);
+  const double on_b = requests_at(b);
+  EXPECT_EQ(on_a + on_b, 400);
+  EXPECT_NEAR(on_a / on_b, 3.0, 0.8) << on_a << " : " << on_b;
+}
+
+}  // namespace
+}  // namespace tether::test
