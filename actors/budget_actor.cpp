@@ -6,6 +6,7 @@
 
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
+#include "actors/policy/health_bulletin.hpp"
 #include "actors/policy/slot_book.hpp"
 
 namespace tether {
@@ -62,6 +63,7 @@ class budget {
   void refuse_local() { carry_out(book_.refuse_local("the gateway is shutting down")); }
 
   void gone(const caf::actor_addr& source) {
+    subscribers_.erase(source);
     auto o = owners_.find(source);
     if (o == owners_.end()) return;
     auto id = o->second;
@@ -71,6 +73,22 @@ class budget {
   }
 
   std::uint64_t slots() const { return book_.held(); }
+
+  // The ejections running now first, so that a node joining late starts with the cluster's view.
+  void subscribe(const caf::actor& who) {
+    if (!who) return;
+    if (subscribers_.emplace(who.address(), who).second) self_->monitor(who);
+    for (const auto& n : bulletin_.running(now_ns()))
+      self_->send(who, health_news_atom::value, n.upstream, n.reason, n.remaining_ms);
+  }
+
+  void report(const caf::actor_addr& from, const std::string& upstream, std::int32_t reason,
+              std::int64_t duration_ms) {
+    bulletin_.post(upstream, reason, duration_ms, now_ns());
+    for (const auto& [addr, who] : subscribers_) {
+      if (addr != from) self_->send(who, health_news_atom::value, upstream, reason, duration_ms);
+    }
+  }
 
   void set_limits(const budget_limits& limits) {
     queue_timeout_ = limits.queue_timeout;
@@ -150,6 +168,8 @@ class budget {
   std::map<caf::actor_addr, slot_book::owner> owners_;
   std::unordered_map<slot_book::owner, caf::actor> handles_;
   slot_book::owner next_owner_ = 1;
+  health_bulletin bulletin_;
+  std::map<caf::actor_addr, caf::actor> subscribers_;  // health actors, members' links
 };
 
 }  // namespace
@@ -186,6 +206,14 @@ caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, m
         return true;
       },
       [st](holders_atom) { return st->holders(); },
+      [self, st](health_subscribe_atom) {
+        st->subscribe(caf::actor_cast<caf::actor>(self->current_sender()));
+      },
+      [self, st](health_report_atom, const std::string& upstream, std::int32_t reason,
+                 std::int64_t duration_ms) {
+        st->report(caf::actor_cast<caf::actor_addr>(self->current_sender()), upstream, reason,
+                   duration_ms);
+      },
   };
 }
 

@@ -32,6 +32,10 @@ using lease_atom = caf::atom_constant<caf::atom("lease")>;
 using lease_grant_atom = caf::atom_constant<caf::atom("lease_ok")>;
 using lease_return_atom = caf::atom_constant<caf::atom("lease_ret")>;
 using recall_atom = caf::atom_constant<caf::atom("recall")>;
+// a node's health actor ⇄ its budget (on a member, the link, which relays to and from the host)
+using health_subscribe_atom = caf::atom_constant<caf::atom("h_sub")>;
+using health_report_atom = caf::atom_constant<caf::atom("h_report")>;
+using health_news_atom = caf::atom_constant<caf::atom("h_news")>;
 
 // Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), priority: int64) from the
 // connection actor; answered later with (grant_atom, granted: bool, reason: string) sent to it.
@@ -49,6 +53,12 @@ using recall_atom = caf::atom_constant<caf::atom("recall")>;
 // lease) gives a held slot back or withdraws a queued ask. The link is monitored: its down_msg
 // frees all it holds. While anyone but that link waits in the queue, the link is sent
 // (recall_atom, true), and (recall_atom, false) when that is no longer so.
+// Upstream health across the cluster (the budget host relays it): (health_subscribe_atom) from a
+// node's health actor, or from a member's link on the host's behalf, is answered with a
+// (health_news_atom, upstream name, reason: int32, remaining_ms: int64) for every ejection still
+// running, then one for each reported later; (health_report_atom, upstream name, reason,
+// duration_ms) reports an ejection decided by the sender's own evidence, and goes to every
+// subscriber but the sender. Subscribers are monitored.
 // The work and queue gauges count this node's own connection actors only: a member counts the
 // work it runs itself, so the sum over the cluster's nodes is the cluster's work.
 // `timers` runs the queue timeouts (unused when limits.queue_timeout is 0).

@@ -101,7 +101,27 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     return rp;
   }
 
+  // Health news (actors/budget_actor.hpp): this node's health actors subscribe here, and the link
+  // subscribes to the host on their behalf each time it joins. Cut off from the host, a report
+  // goes nowhere: the node keeps its own view.
+  void subscribe_locally() {
+    auto who = caf::actor_cast<caf::actor>(self_->current_sender());
+    if (who && subscribers_.emplace(who.address(), who).second) self_->monitor(who);
+  }
+
+  void report(const std::string& upstream, std::int32_t reason, std::int64_t duration_ms) {
+    if (remote_) self_->send(remote_, health_report_atom::value, upstream, reason, duration_ms);
+  }
+
+  void news(const std::string& upstream, std::int32_t reason, std::int64_t remaining_ms) {
+    if (!remote_ || self_->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(remote_))
+      return;
+    for (const auto& [addr, who] : subscribers_)
+      self_->send(who, health_news_atom::value, upstream, reason, remaining_ms);
+  }
+
   void down(const caf::down_msg& msg) {
+    if (subscribers_.erase(msg.source) > 0) return;
     if (remote_claims_.erase(msg.source) > 0) return;  // that connection actor is done
     if (remote_ && msg.source == remote_.address()) {
       host_lost();
@@ -119,6 +139,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     }
     remote_ = caf::actor_cast<caf::actor>(ptr);
     self_->monitor(remote_);
+    self_->send(remote_, health_subscribe_atom::value);
     if (ever_joined_) register_local_work();
     backoff_ = first_backoff;
     reported_down_ = false;
@@ -259,6 +280,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   // Work started during an outage and registered with the host on rejoin, as claims of its own
   // connection actors (alive: granted, or still queued there).
   std::unordered_map<caf::actor_addr, remote_claim> remote_claims_;
+  std::unordered_map<caf::actor_addr, caf::actor> subscribers_;  // this node's health actors
   bool connecting_ = false;
   bool ever_joined_ = false;
   bool reported_down_ = false;
@@ -287,6 +309,11 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
       [st](lease_tick_atom) { st->lease_tick(); },
       [st](slots_atom a) { return st->slots(a); },
       [st](reconnect_atom) { st->connect(); },
+      [st](health_subscribe_atom) { st->subscribe_locally(); },
+      [st](health_report_atom, const std::string& upstream, std::int32_t reason,
+           std::int64_t duration_ms) { st->report(upstream, reason, duration_ms); },
+      [st](health_news_atom, const std::string& upstream, std::int32_t reason,
+           std::int64_t remaining_ms) { st->news(upstream, reason, remaining_ms); },
   };
 }
 

@@ -7,6 +7,7 @@
 
 #include "actors/access_log.hpp"
 #include "actors/actor_timers.hpp"
+#include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/upstream_health.hpp"
 
@@ -71,6 +72,7 @@ struct health_state {
       return;
     }
     rt->stats->upstream_ejected(upstream, reason);
+    if (!remote) tell_the_cluster(upstream, reason, duration_ms);
     const auto from = remote ? " (reported by the cluster)" : "";
     if (reason == ejection_reason::health_check) {
       log_warn(
@@ -85,6 +87,33 @@ struct health_state {
     }
     if (duration_ms > 0)
       timers->after(std::chrono::milliseconds{duration_ms}, health_sweep_atom::value);
+  }
+
+  // This node's own ejections go to its budget, which in a cluster passes them through the budget
+  // host to every other node (an ejection learnt from there is not passed on again). A failing
+  // check ejects there for one check interval: their own checks of the same path take it on.
+  void tell_the_cluster(std::size_t upstream, ejection_reason reason, std::int64_t duration_ms) {
+    if (!rt->budget || upstream >= rt->cfg.upstreams.size()) return;
+    const auto& u = rt->cfg.upstreams[upstream];
+    const auto ms =
+        reason == ejection_reason::health_check
+            ? std::chrono::duration_cast<std::chrono::milliseconds>(u.health_interval).count()
+            : duration_ms;
+    self->send(rt->budget, health_report_atom::value, u.name, static_cast<std::int32_t>(reason),
+               static_cast<std::int64_t>(ms));
+  }
+
+  // Another node's ejection, by upstream name (nodes may list their upstreams in another order).
+  void news(const std::string& name, std::int32_t reason, std::int64_t remaining_ms) {
+    if (reason < 0 || reason > static_cast<std::int32_t>(ejection_reason::rate_limited)) return;
+    for (std::size_t i = 0; i < rt->cfg.upstreams.size(); ++i) {
+      const auto& u = rt->cfg.upstreams[i];
+      if (u.retired || u.name != name) continue;
+      const auto now = std::chrono::steady_clock::now();
+      rt->health->eject_remotely(i, static_cast<ejection_reason>(reason),
+                                 now + std::chrono::milliseconds{remaining_ms}, now);
+      return;
+    }
   }
 
   void sweep() {
@@ -160,6 +189,7 @@ caf::behavior health_actor(caf::event_based_actor* self, runtime_ptr rt) {
     }
   });
   st->follow(rt);
+  if (rt->budget) self->send(rt->budget, health_subscribe_atom::value);
   self->attach_functor([st](const caf::error&) {
     st->rt->health->set_listener({});
     for (auto& [i, c] : st->checks) {
@@ -180,6 +210,8 @@ caf::behavior health_actor(caf::event_based_actor* self, runtime_ptr rt) {
         st->result(upstream, passed, why);
       },
       [st](adopt_runtime_atom, const runtime_ptr& next) { st->follow(next); },
+      [st](health_news_atom, const std::string& upstream, std::int32_t reason,
+           std::int64_t remaining_ms) { st->news(upstream, reason, remaining_ms); },
   };
 }
 

@@ -226,7 +226,6 @@ struct core_actors {
     rt.budget = local_budget;
     rt.supervisor =
         system.spawn(supervisor_actor, rt.cfg.server.drain_timeout, local_budget, rt.timers.get());
-    rt.health_monitor = system.spawn(health_actor, shared);
     if (!cluster.budget_listen.empty()) {
       auto [host, port] = split_host_port(cluster.budget_listen);
       auto published = system.middleman().publish(local_budget, port, host.c_str(), true);
@@ -243,6 +242,8 @@ struct core_actors {
       rt.budget = system.spawn(budget_link_actor, local_budget, host, port, cluster.lease_idle,
                                rt.stats.get(), rt.timers.get());
     }
+    // Last: it subscribes to the cluster's health news through rt.budget, the link on a member.
+    rt.health_monitor = system.spawn(health_actor, shared);
     return true;
   }
 

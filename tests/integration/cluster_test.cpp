@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <future>
+#include <regex>
 
 #include "tests/integration/harness.hpp"
 #include "tests/support/taken_port.hpp"
@@ -186,6 +187,76 @@ TEST_F(ClusterTest, AnIdleMembersLeasesGoToAnotherMemberAtOnce) {
     EXPECT_LT(num(e.at("started_ms")) - fired_at, 500.0);
   }
   EXPECT_EQ(seen, 4);
+}
+
+// Upstream health travels through the budget host (contract, "Upstream health and load-aware
+// routing"): nodes with the same two deployments of a model, one of them on a port that refuses
+// connections. One member's failed attempts eject it; every other node then sends it nothing.
+std::string health_node_config(const mock_server& mock, std::uint16_t dead_port,
+                               const std::string& cluster) {
+  const std::string eject = "eject_after_failures = 2\neject_base_ms = 60000\n";
+  return "[server]\nlisten = \"127.0.0.1:0\"\n\n[request]\nmax_retries = 2\nretry_backoff_ms = "
+         "0\n\n"
+         "[[upstreams]]\nname = \"live\"\nbase_url = \"" +
+         mock.url() + "\"\n" + eject +
+         "\n[[upstreams]]\nname = \"dead\"\nbase_url = \"http://127.0.0.1:" +
+         std::to_string(dead_port) + "\"\n" + eject +
+         "\n[[models]]\nname = \"m\"\nupstream = \"live\"\nupstream_model = \"mock\"\n"
+         "\n[[models]]\nname = \"m\"\nupstream = \"dead\"\nupstream_model = \"mock\"\n"
+         "\n[cluster]\n" +
+         cluster + "\n\n[telemetry]\nlog_format = \"json\"\n";
+}
+
+const std::string dead_healthy = "tether_upstream_healthy{upstream=\"dead\"}";
+const std::string dead_failed =
+    "tether_upstream_attempts_total{upstream=\"dead\",outcome=\"upstream_failed\"}";
+
+TEST(ClusterHealthTest, OneMembersFailuresEjectADeploymentAndTheOtherNodesSendItNothing) {
+  mock_server mock;
+  const auto dead_port = free_port();
+  const auto budget_port = free_port();
+  const auto at_host = "budget_host = \"127.0.0.1:" + std::to_string(budget_port) + "\"";
+  gateway_process host{health_node_config(
+      mock, dead_port, "budget_listen = \"127.0.0.1:" + std::to_string(budget_port) + "\"")};
+  gateway_process a{health_node_config(mock, dead_port, at_host)};
+  gateway_process b{health_node_config(mock, dead_port, at_host)};
+  ASSERT_TRUE(await_metric(a.port(), "tether_cluster_connected", 1, 5s));
+  ASSERT_TRUE(await_metric(b.port(), "tether_cluster_connected", 1, 5s));
+  // Member A alone finds out: two failed attempts in a row (each retried on the live one).
+  for (int i = 0; i < 60 && metric(a.port(), dead_failed) < 2; ++i) {
+    ASSERT_EQ(request("POST", a.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  ASSERT_EQ(metric(a.port(), dead_failed), 2);
+  ASSERT_EQ(metric(a.port(), dead_healthy), 0);
+  // B and the host learn it from the host, not from attempts of their own.
+  EXPECT_TRUE(await_metric(b.port(), dead_healthy, 0, 5s));
+  EXPECT_TRUE(await_metric(host.port(), dead_healthy, 0, 5s));
+  EXPECT_TRUE(b.process()
+                  .wait_for_line(std::regex("upstream dead ejected for [0-9]+ ms: consecutive "
+                                            "failed attempts \\(reported by the cluster\\)"),
+                                 2s)
+                  .has_value());
+  mock.reset();
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_EQ(request("POST", b.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  EXPECT_LE(metric(b.port(), dead_failed), 0) << "B sent attempts to the ejected deployment";
+  EXPECT_EQ(num(mock.stats().at("requests")), 30);
+  // The news is not echoed back: A counted one ejection, and so did B.
+  const auto ejections = "tether_upstream_ejections_total{upstream=\"dead\",reason=\"failures\"}";
+  EXPECT_EQ(metric(a.port(), ejections), 1);
+  EXPECT_EQ(metric(b.port(), ejections), 1);
+  // A node joining while the ejection runs is told at once by the host.
+  gateway_process c{health_node_config(mock, dead_port, at_host)};
+  ASSERT_TRUE(await_metric(c.port(), "tether_cluster_connected", 1, 5s));
+  EXPECT_TRUE(await_metric(c.port(), dead_healthy, 0, 5s));
+  // Cut off from the host, a member keeps its own view.
+  host.process().send_signal(SIGKILL);
+  host.process().wait_exit(5s);
+  ASSERT_TRUE(await_metric(b.port(), "tether_cluster_connected", 0, 5s));
+  EXPECT_EQ(metric(b.port(), dead_healthy), 0);
+  EXPECT_EQ(request("POST", b.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  EXPECT_LE(metric(b.port(), dead_failed), 0);
 }
 
 }  // namespace

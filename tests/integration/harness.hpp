@@ -7,6 +7,8 @@
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <csignal>
+#include <fstream>
 #include <optional>
 #include <regex>
 #include <string>
@@ -171,6 +173,22 @@ inline std::string str(const boost::json::value& v) {
 }
 inline double num(const boost::json::value& v) {
   return v.to_number<double>();
+}
+
+// Rewrites the gateway's config file, sends SIGHUP, and returns the line that says what came of
+// it ("config reloaded ..." or the last "config reload refused ..."); nullopt if none came.
+inline std::optional<std::string> reload(gateway_process& gw, const std::string& toml) {
+  {
+    std::ofstream out(gw.config_path(), std::ios::trunc);
+    out << toml;
+  }
+  const auto from = gw.process().lines().size();
+  gw.process().send_signal(SIGHUP);
+  auto line = gw.process().wait_for_line(
+      std::regex("config reloaded from|config reload refused: the running config stays"),
+      std::chrono::seconds(5), from);
+  if (!line) return std::nullopt;
+  return line->line;
 }
 
 }  // namespace tether::test

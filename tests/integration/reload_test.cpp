@@ -15,21 +15,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Rewrites the gateway's config file, sends SIGHUP, and returns the line that says what came of
-// it ("config reloaded ..." or the last "config reload refused ..."); nullopt if none came.
-std::optional<std::string> reload(gateway_process& gw, const std::string& toml) {
-  {
-    std::ofstream out(gw.config_path(), std::ios::trunc);
-    out << toml;
-  }
-  const auto from = gw.process().lines().size();
-  gw.process().send_signal(SIGHUP);
-  auto line = gw.process().wait_for_line(
-      std::regex("config reloaded from|config reload refused: the running config stays"), 5s, from);
-  if (!line) return std::nullopt;
-  return line->line;
-}
-
 std::string upstream_entry(const mock_server& mock, const std::string& name,
                            const std::string& more = "") {
   return "[[upstreams]]\nname = \"" + name + "\"\nbase_url = \"" + mock.url() + "\"\n" + more +
