@@ -334,7 +334,7 @@ void request_lifecycle::after_failure(const attempt_report& report, std::string_
     // A Retry-After is that deployment's word (it is cooling down now): a retry that another
     // deployment in service can take waits only the usual backoff.
     const auto& model = (*chain_)[chain_pos_];
-    if (routes_.choose(model, {tried_.data(), tried_.size()}, health_, now, random_()).healthy) {
+    if (routes_.any_in_service(model, health_, now)) {
       auto plain = report;
       plain.retry_after.reset();
       const auto usual = policy.decide(plain, model_attempts_, remaining, has_fallback);

@@ -73,6 +73,15 @@ std::string router::describe(const config::gateway_config& cfg) const {
   return out;
 }
 
+bool router::any_in_service(const std::string& model, const upstream_health& health,
+                            std::chrono::steady_clock::time_point now) const {
+  auto it = by_model_.find(model);
+  if (it == by_model_.end()) return false;
+  return std::any_of(it->second.begin(), it->second.end(), [&](std::size_t idx) {
+    return health.available(deployments_[idx].upstream, now);
+  });
+}
+
 route_choice router::choose(const std::string& model, std::span<const std::size_t> tried,
                             const upstream_health& health,
                             std::chrono::steady_clock::time_point now, std::uint64_t random) const {

@@ -57,6 +57,9 @@ class router {
   route_choice choose(const std::string& model, std::span<const std::size_t> tried,
                       const upstream_health& health, std::chrono::steady_clock::time_point now,
                       std::uint64_t random) const;
+  // Whether any deployment of the model has its upstream in service at `now`.
+  bool any_in_service(const std::string& model, const upstream_health& health,
+                      std::chrono::steady_clock::time_point now) const;
 
  private:
   std::vector<deployment> deployments_;

@@ -48,10 +48,7 @@ void upstream_health::configure(const config::gateway_config& cfg) {
       if (u.health_path.empty()) s.check_failing = false;
       slots_[i].weight.store(s.conf.weight, std::memory_order_relaxed);
       publish(i, s);
-      if (s.announced_out && !blocked(s, now)) {
-        s.announced_out = false;
-        out.push_back(health_change{i, false, s.reason, {}, {}, false});
-      }
+      return_if_back(i, s, now, out);
     }
   }
   tell(out);
@@ -72,6 +69,17 @@ void upstream_health::publish(std::size_t upstream, const state& s) {
   slots_[upstream].blocked_until_ns.store(until, std::memory_order_relaxed);
 }
 
+template <class F>
+void upstream_health::change(std::size_t upstream, F&& f) {
+  if (!valid(upstream)) return;
+  std::vector<health_change> out;
+  {
+    std::lock_guard lock{mu_};
+    f(states_[upstream], out);
+  }
+  tell(out);
+}
+
 // An upstream going out of service is announced once; a later reason while it is out only
 // lengthens its time out.
 void upstream_health::eject(std::size_t upstream, state& s, ejection_reason reason, steady_time now,
@@ -89,22 +97,24 @@ void upstream_health::eject(std::size_t upstream, state& s, ejection_reason reas
   if (was_out) return;
   s.reason = reason;
   s.announced_out = true;
-  out.push_back(health_change{upstream, true, reason, duration, until, false});
+  out.push_back(health_change{upstream, true, reason, duration, false});
+}
+
+void upstream_health::return_if_back(std::size_t upstream, state& s, steady_time now,
+                                     std::vector<health_change>& out) {
+  if (!s.announced_out || blocked(s, now)) return;
+  s.announced_out = false;
+  out.push_back(health_change{upstream, false, s.reason, {}, false});
 }
 
 void upstream_health::attempt_succeeded(std::size_t upstream) {
   if (!valid(upstream)) return;
   std::lock_guard lock{mu_};
-  auto& s = states_[upstream];
-  s.streak = 0;
+  states_[upstream].streak = 0;
 }
 
 void upstream_health::attempt_failed(std::size_t upstream, steady_time now) {
-  if (!valid(upstream)) return;
-  std::vector<health_change> out;
-  {
-    std::lock_guard lock{mu_};
-    auto& s = states_[upstream];
+  change(upstream, [&](state& s, std::vector<health_change>& out) {
     // Attempts that were on their way when it went out, or sent because every deployment was
     // out, add nothing: the ejection already runs.
     if (s.conf.eject_after == 0 || blocked(s, now)) return;
@@ -116,64 +126,43 @@ void upstream_health::attempt_failed(std::size_t upstream, steady_time now) {
     const auto duration = std::min(doubled, s.conf.max);
     s.ejections = std::min(s.ejections + 1, max_doublings);
     eject(upstream, s, ejection_reason::failures, now, now + duration, duration, out);
-  }
-  tell(out);
+  });
 }
 
 void upstream_health::rate_limited(std::size_t upstream, config::millis retry_after,
                                    steady_time now) {
-  if (!valid(upstream) || retry_after.count() <= 0) return;
-  std::vector<health_change> out;
-  {
-    std::lock_guard lock{mu_};
-    auto& s = states_[upstream];
+  if (retry_after.count() <= 0) return;
+  change(upstream, [&](state& s, std::vector<health_change>& out) {
     // A Retry-After is the upstream's own word, but not beyond what the operator allows.
     const auto duration = std::min(retry_after, s.conf.max);
     eject(upstream, s, ejection_reason::rate_limited, now, now + duration, duration, out);
-  }
-  tell(out);
+  });
 }
 
 void upstream_health::check_failed(std::size_t upstream, steady_time now) {
-  if (!valid(upstream)) return;
-  std::vector<health_change> out;
-  {
-    std::lock_guard lock{mu_};
-    auto& s = states_[upstream];
+  change(upstream, [&](state& s, std::vector<health_change>& out) {
     if (s.check_failing) return;
     eject(upstream, s, ejection_reason::health_check, now, steady_time::max(), {}, out);
-  }
-  tell(out);
+  });
 }
 
 // A passing check ends an ejection of any cause but a cooldown: a 429's Retry-After is the
 // upstream asking for time, which a health endpoint does not take back.
 void upstream_health::check_passed(std::size_t upstream, steady_time now) {
-  if (!valid(upstream)) return;
-  std::vector<health_change> out;
-  {
-    std::lock_guard lock{mu_};
-    auto& s = states_[upstream];
+  change(upstream, [&](state& s, std::vector<health_change>& out) {
     if (!s.check_failing && now >= s.ejected_until) return;
     s.check_failing = false;
     s.ejected_until = {};
     s.streak = 0;
     publish(upstream, s);
-    if (s.announced_out && !blocked(s, now)) {
-      s.announced_out = false;
-      out.push_back(health_change{upstream, false, s.reason, {}, {}, false});
-    }
-  }
-  tell(out);
+    return_if_back(upstream, s, now, out);
+  });
 }
 
 void upstream_health::eject_remotely(std::size_t upstream, ejection_reason reason,
                                      steady_time until, steady_time now) {
-  if (!valid(upstream) || until <= now) return;
-  std::vector<health_change> out;
-  {
-    std::lock_guard lock{mu_};
-    auto& s = states_[upstream];
+  if (until <= now) return;
+  change(upstream, [&](state& s, std::vector<health_change>& out) {
     const auto duration = std::chrono::duration_cast<config::millis>(until - now);
     // A peer's failing check is its own view of reachability: here it counts as an ejection
     // for the time the peer's check interval could take to change its mind.
@@ -184,8 +173,7 @@ void upstream_health::eject_remotely(std::size_t upstream, ejection_reason reaso
       out.back().remote = true;
       s.reason = reason;
     }
-  }
-  tell(out);
+  });
 }
 
 std::optional<steady_time> upstream_health::sweep(steady_time now) {
@@ -196,10 +184,8 @@ std::optional<steady_time> upstream_health::sweep(steady_time now) {
     for (std::size_t i = 0; i < capacity_; ++i) {
       auto& s = states_[i];
       if (!s.announced_out) continue;
-      if (!blocked(s, now)) {
-        s.announced_out = false;
-        out.push_back(health_change{i, false, s.reason, {}, {}, false});
-      } else if (!s.check_failing) {
+      return_if_back(i, s, now, out);
+      if (s.announced_out && !s.check_failing) {
         const auto end = std::max(s.ejected_until, s.cooldown_until);
         if (!next || end < *next) next = end;
       }

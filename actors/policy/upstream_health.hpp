@@ -31,7 +31,6 @@ struct health_change {
   bool ejected = true;  // false: returned to service
   ejection_reason reason = ejection_reason::failures;
   config::millis duration{0};  // an ejection's length (0 for a health check's: until it passes)
-  steady_time until{};         // when an ejection ends (max() for a health check's)
   bool remote = false;         // learnt from another node: not to be passed on again
 };
 
@@ -72,7 +71,6 @@ class upstream_health {
   // check fails.
   steady_time available_at(std::size_t upstream) const;
   std::uint32_t weight(std::size_t upstream) const;
-  std::size_t capacity() const { return capacity_; }
 
   std::int64_t live_work(std::size_t upstream) const;
 
@@ -98,8 +96,14 @@ class upstream_health {
     std::atomic<std::uint32_t> weight{1};
   };
 
+  // Runs `f(state&, changes&)` on one upstream under the lock, then tells the changes outside it.
+  template <class F>
+  void change(std::size_t upstream, F&& f);
   void eject(std::size_t upstream, state& s, ejection_reason reason, steady_time now,
              steady_time until, config::millis duration, std::vector<health_change>& out);
+  // An upstream announced out and no longer blocked is announced back.
+  static void return_if_back(std::size_t upstream, state& s, steady_time now,
+                             std::vector<health_change>& out);
   static bool blocked(const state& s, steady_time now);
   void publish(std::size_t upstream, const state& s);
   void tell(const std::vector<health_change>& changes);
