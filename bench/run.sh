@@ -9,13 +9,17 @@
 # nginx (bench/nginx.conf.template) and tether on 127.0.0.1, runs every scenario against the
 # three targets interleaved, and stops everything it started, whatever happens. Scenario 7 also
 # starts a budget host and a member node (issue #7) and compares the member with tether.
+# Scenario 8 starts three nodes serving one model on three deployments (issue #29): all live, one
+# dead (a port nothing listens on) with ejection off, and one dead with ejection on.
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
 # the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share
 # CPU 1. Both proxies thus get the same single core. Environment: BUILD_DIR (default build/),
 # JOBS (2),
 # MOCK_PORT/NGINX_PORT/TETHER_PORT (18100..18102), TETHER_HOST_PORT/TETHER_BUDGET_PORT/
-# TETHER_MEMBER_PORT (18103..18105), SKIP_BUILD=1 (use the binaries as built), BENCH_LOG_DIR=dir
+# TETHER_MEMBER_PORT (18103..18105), TETHER_COLD_MEMBER_PORT (18106), REPLICAS_HEALTHY_PORT/
+# REPLICAS_DEAD_PORT/REPLICAS_EJECTING_PORT (18107..18109), DEAD_UPSTREAM_PORT (18110: never
+# listened on), SKIP_BUILD=1 (use the binaries as built), BENCH_LOG_DIR=dir
 # (keep the logs).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +33,11 @@ host_port="${TETHER_HOST_PORT:-18103}"
 budget_port="${TETHER_BUDGET_PORT:-18104}"
 member_port="${TETHER_MEMBER_PORT:-18105}"
 cold_port="${TETHER_COLD_MEMBER_PORT:-18106}"
+# Scenario 8: the three replica nodes, and the dead deployment's port (refused: keep it unused).
+replicas_healthy_port="${REPLICAS_HEALTHY_PORT:-18107}"
+replicas_dead_port="${REPLICAS_DEAD_PORT:-18108}"
+replicas_ejecting_port="${REPLICAS_EJECTING_PORT:-18109}"
+dead_upstream_port="${DEAD_UPSTREAM_PORT:-18110}"
 cap=8
 
 quick=0
@@ -103,7 +112,8 @@ trap 'exit 130' INT TERM
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for p in "$mock_port" "$nginx_port" "$tether_port" "$host_port" "$budget_port" "$member_port" \
-  "$cold_port"; do
+  "$cold_port" "$replicas_healthy_port" "$replicas_dead_port" "$replicas_ejecting_port" \
+  "$dead_upstream_port"; do
   port_free "$p" || { log "port $p is in use (set MOCK_PORT/NGINX_PORT/TETHER_PORT)"; exit 1; }
 done
 
@@ -152,6 +162,16 @@ member_pid=$started_pid
 start_tether tether-member-cold "$cold_port" --budget-host "127.0.0.1:$budget_port" \
   --lease-idle-ms 0
 cold_pid=$started_pid
+# Scenario 8's nodes (idle outside it).
+dead_upstream="127.0.0.1:$dead_upstream_port"
+start_tether tether-replicas-healthy "$replicas_healthy_port" --replicas healthy
+replicas_healthy_pid=$started_pid
+start_tether tether-replicas-dead "$replicas_dead_port" --replicas dead \
+  --dead-upstream "$dead_upstream"
+replicas_dead_pid=$started_pid
+start_tether tether-replicas-ejecting "$replicas_ejecting_port" --replicas ejecting \
+  --dead-upstream "$dead_upstream"
+replicas_ejecting_pid=$started_pid
 
 rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 # The results directory does not count: an earlier run's files there change no code under test.
@@ -168,6 +188,9 @@ status=0
   --target "tether=127.0.0.1:$tether_port@$tether_pid" \
   --cluster-member "127.0.0.1:$member_port@$member_pid" \
   --cluster-member-cold "127.0.0.1:$cold_port@$cold_pid" \
+  --replicas-healthy "127.0.0.1:$replicas_healthy_port@$replicas_healthy_pid" \
+  --replicas-dead "127.0.0.1:$replicas_dead_port@$replicas_dead_pid" \
+  --replicas-ejecting "127.0.0.1:$replicas_ejecting_port@$replicas_ejecting_pid" \
   --cap "$cap" --time-limit-s "$time_limit" --placement "$placement" \
   --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
 

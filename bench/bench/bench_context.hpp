@@ -31,13 +31,18 @@ struct target {
 
 struct bench_options {
   bool quick = false;
-  std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7};
+  std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7, 8};
   unsigned budget_cap = 8;
   // A tether node that takes its slots from another node's budget (scenario 7); not a target of
   // the other scenarios.
   std::optional<target> cluster_member;
   // A member configured with lease_idle_ms = 0: every acquire is a round trip to the host.
   std::optional<target> cluster_member_cold;
+  // Scenario 8's nodes, each serving bench_models::replicated on three deployments (see
+  // replica_config): all three live; one dead, never ejected; one dead, ejected after failures.
+  std::optional<target> replicas_healthy;
+  std::optional<target> replicas_dead;
+  std::optional<target> replicas_ejecting;
   steady::time_point hard_deadline;  // no phase starts after this
 };
 
@@ -56,11 +61,35 @@ struct bench_models {
   static constexpr double capped_work_ms = 20;
   static constexpr const char* capped_hang = "capped-mock-hang";
   static constexpr const char* capped_queued = "capped-mock-delay-50";
+  // Scenario 8: one model on three upstreams (replica_config); the mock answers it at once.
+  static constexpr const char* replicated = "mock-replicated";
 };
+
+// The shape of scenario 8's nodes, shared by the config they are started with and the scenario
+// that judges them. A refused connection is retried at once on another deployment, and an
+// ejection outlasts the scenario, so each ejection period is the whole run after it began.
+struct replica_shape {
+  static constexpr unsigned max_retries = 2;
+  static constexpr unsigned retry_backoff_ms = 0;
+  static constexpr unsigned eject_after_failures = 5;
+  static constexpr unsigned eject_base_ms = 30000;
+  static constexpr const char* dead_upstream = "dead";
+};
+
+// Which of scenario 8's nodes a config is for.
+enum class replica_mode { healthy, dead, ejecting };
 
 // `cluster`: a line of the [cluster] table (`budget_listen = "…"` or `budget_host = "…"`), or "".
 std::string tether_config(const std::string& listen, const std::string& mock, unsigned cap,
                           const std::string& cluster = "");
+
+// A node for scenario 8: bench_models::replicated on upstreams live-a and live-b (the mock) and a
+// third one, live-c (the mock) with `healthy`, else replica_shape::dead_upstream at `dead` (an
+// address nothing listens on); ejection after failures is off on every upstream with `dead`.
+// bench_models::immediate is served by live-a and live-b only, so warming the node up never
+// touches the dead upstream.
+std::string replica_config(const std::string& listen, const std::string& mock, replica_mode mode,
+                           const std::string& dead);
 
 class bench_context {
  public:

@@ -6,8 +6,11 @@
 //                [--quick] [--scenarios 1,2,...] [--time-limit-s S] [--cap N] [--placement TEXT]
 //                [--cluster-member HOST:PORT@PID]   (scenario 7: a node of a shared budget)
 //                [--cluster-member-cold HOST:PORT@PID]   (a member that keeps no leases)
+//                [--replicas-healthy HOST:PORT@PID --replicas-dead HOST:PORT@PID
+//                 --replicas-ejecting HOST:PORT@PID]   (scenario 8: a dead replica among three)
 //   tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]
 //                [--budget-listen HOST:PORT | --budget-host HOST:PORT [--lease-idle-ms N]]
+//                [--replicas healthy|dead|ejecting [--dead-upstream HOST:PORT]]
 //   tether-bench --render DIR/NAME.json      (rewrites NAME.md and NAME.svg from the JSON)
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -34,12 +37,15 @@ using namespace tether::bench;
 
 constexpr const char* usage =
     "usage: tether-bench --mock HOST:PORT --target NAME=HOST:PORT[@PID]... --out-dir DIR\n"
-    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7] [--time-limit-s S]\n"
+    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7,8] [--time-limit-s S]\n"
     "                    [--cap N] [--placement TEXT] [--cluster-member HOST:PORT[@PID]]\n"
     "                    [--cluster-member-cold HOST:PORT[@PID]]\n"
+    "                    [--replicas-healthy HOST:PORT[@PID] --replicas-dead HOST:PORT[@PID]\n"
+    "                     --replicas-ejecting HOST:PORT[@PID]]\n"
     "       tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]\n"
     "                    [--budget-listen HOST:PORT | --budget-host HOST:PORT "
-    "[--lease-idle-ms N]]\n";
+    "[--lease-idle-ms N]]\n"
+    "                    [--replicas healthy|dead|ejecting [--dead-upstream HOST:PORT]]\n";
 
 std::optional<tcp::endpoint> parse_endpoint(std::string_view text) {
   auto colon = text.rfind(':');
@@ -126,6 +132,8 @@ int main(int argc, char** argv) {
   bool print_config = false;
   std::string cluster;
   std::string lease_idle;
+  std::optional<replica_mode> replicas;
+  std::string dead_upstream;
   double time_limit_s = 540;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -211,6 +219,36 @@ int main(int argc, char** argv) {
       auto& slot = cold ? options.cluster_member_cold : options.cluster_member;
       slot = target{cold ? "tether-member-cold" : "tether-member", *ep, std::nullopt};
       if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
+    } else if (arg == "--replicas-healthy" || arg == "--replicas-dead" ||
+               arg == "--replicas-ejecting") {
+      auto at = value.find('@');
+      auto ep = parse_endpoint(std::string_view(value).substr(0, at));
+      if (!ep) {
+        std::cerr << "tether-bench: bad " << arg << " " << value << "\n";
+        return 2;
+      }
+      auto& slot = arg == "--replicas-healthy" ? options.replicas_healthy
+                   : arg == "--replicas-dead"  ? options.replicas_dead
+                                               : options.replicas_ejecting;
+      slot = target{std::string(arg.substr(2)), *ep, std::nullopt};
+      if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
+    } else if (arg == "--replicas") {
+      if (value == "healthy") {
+        replicas = replica_mode::healthy;
+      } else if (value == "dead") {
+        replicas = replica_mode::dead;
+      } else if (value == "ejecting") {
+        replicas = replica_mode::ejecting;
+      } else {
+        std::cerr << "tether-bench: bad --replicas " << value << "\n";
+        return 2;
+      }
+    } else if (arg == "--dead-upstream") {
+      if (!parse_endpoint(value)) {
+        std::cerr << "tether-bench: bad --dead-upstream " << value << "\n";
+        return 2;
+      }
+      dead_upstream = value;
     } else if (arg == "--placement") {
       placement = value;
     } else {
@@ -223,9 +261,17 @@ int main(int argc, char** argv) {
       std::cerr << usage;
       return 2;
     }
-    std::cout << tether_config(
-        listen, mock->address().to_string() + ":" + std::to_string(mock->port()),
-        options.budget_cap, cluster.empty() ? cluster : cluster + lease_idle);
+    const auto mock_text = mock->address().to_string() + ":" + std::to_string(mock->port());
+    if (replicas) {
+      if (*replicas != replica_mode::healthy && dead_upstream.empty()) {
+        std::cerr << "tether-bench: --replicas dead|ejecting needs --dead-upstream\n";
+        return 2;
+      }
+      std::cout << replica_config(listen, mock_text, *replicas, dead_upstream);
+      return 0;
+    }
+    std::cout << tether_config(listen, mock_text, options.budget_cap,
+                               cluster.empty() ? cluster : cluster + lease_idle);
     return 0;
   }
   if (!mock || targets.empty() || out_dir.empty() || stamp.empty()) {
@@ -282,6 +328,7 @@ int main(int argc, char** argv) {
   run(4, "deadline_storm", [&] { return run_deadline_storm(ctx); });
   run(5, "budget", [&] { return run_budget(ctx); });
   run(7, "shared_budget", [&] { return run_shared_budget(ctx); });
+  run(8, "dead_replica", [&] { return run_dead_replica(ctx); });
   // Last: it grows every proxy's memory for good.
   run(6, "memory", [&] { return run_memory(ctx, idle_kib); });
 

@@ -322,6 +322,75 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
       }
     }
   }
+  if (scenarios.contains("dead_replica") &&
+      at_path(root, {"scenarios", "dead_replica", "targets"}) != nullptr) {
+    auto cfg = [&](std::string_view k) {
+      return num(root, {"scenarios", "dead_replica", "config", k}, 0);
+    };
+    md << "\n## 8. A dead replica — one model on three deployments, one refusing connections "
+          "(tether only)\n\n"
+       << "Closed loop at concurrency " << cfg("concurrency") << ", " << cfg("requests_per_slice")
+       << " requests a slice, " << cfg("rounds")
+       << " rounds, three tether nodes taking turns: all three deployments live; the third "
+          "refusing connections with ejection off; the same with ejection on (after "
+       << cfg("eject_after_failures") << " failures, for " << cfg("eject_base_ms")
+       << " ms). `max_retries = " << cfg("max_retries")
+       << "`, `retry_backoff_ms = " << cfg("retry_backoff_ms")
+       << "`. Wasted attempts: tether's `tether_upstream_attempts_total{upstream=\"dead\","
+          "outcome=\"upstream_failed\"}` over the run.\n\n"
+       << "| node | requests | successes | p50 | p99 | p99.9 | max | req/s | wasted attempts | "
+          "per request | ejections | retries refused by the budget |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const char* t : {"healthy", "dead_no_ejection", "dead_ejecting"}) {
+      if (at_path(root, {"scenarios", "dead_replica", "targets", t}) == nullptr) continue;
+      auto v = [&](std::string_view a, int d = 3) {
+        return num(root, {"scenarios", "dead_replica", "targets", t, a}, d);
+      };
+      const bool dead = std::string_view(t) != "healthy";
+      md << "| " << t << " | " << v("requests", 0) << " | " << v("successes", 0) << " | "
+         << v("p50") << " | " << v("p99") << " | " << v("p999") << " | " << v("max") << " | "
+         << v("throughput_rps", 0) << " | " << (dead ? v("wasted_attempts", 0) : "–") << " | "
+         << (dead ? v("wasted_per_request", 4) : "–") << " | " << (dead ? v("ejections", 0) : "–")
+         << " | " << v("retries_refused_by_budget", 0) << " |\n";
+    }
+    auto first = [&](std::string_view t, std::string_view part, std::string_view k) {
+      return num(root, {"scenarios", "dead_replica", "targets", t, part, k}, 3);
+    };
+    md << "\np99 / the healthy node's p99: ejection off "
+       << num(root, {"scenarios", "dead_replica", "derived", "dead_no_ejection_p99_over_healthy"})
+       << ", ejection on "
+       << num(root, {"scenarios", "dead_replica", "derived", "dead_ejecting_p99_over_healthy"})
+       << ". With ejection on, the first " << cfg("first_requests")
+       << " requests (the ejection among them: "
+       << num(root,
+              {"scenarios", "dead_replica", "targets", "dead_ejecting",
+               "ejections_in_first_requests"},
+              0)
+       << " ejection, "
+       << num(root,
+              {"scenarios", "dead_replica", "targets", "dead_ejecting",
+               "wasted_attempts_first_requests"},
+              0)
+       << " wasted attempts) p50 / p99 / max " << first("dead_ejecting", "first_requests", "p50")
+       << " / " << first("dead_ejecting", "first_requests", "p99") << " / "
+       << first("dead_ejecting", "first_requests", "max") << "; the rest ("
+       << num(root,
+              {"scenarios", "dead_replica", "targets", "dead_ejecting",
+               "wasted_attempts_later_requests"},
+              0)
+       << " wasted attempts) " << first("dead_ejecting", "later_requests", "p50") << " / "
+       << first("dead_ejecting", "later_requests", "p99") << " / "
+       << first("dead_ejecting", "later_requests", "max") << ". The healthy node's first "
+       << cfg("first_requests") << ": " << first("healthy", "first_requests", "p50") << " / "
+       << first("healthy", "first_requests", "p99") << " / "
+       << first("healthy", "first_requests", "max")
+       << ". Wasted attempts with ejection on beyond `eject_after_failures` × ejection periods ("
+       << num(root, {"scenarios", "dead_replica", "derived", "dead_ejecting_ejection_periods"}, 0)
+       << "): "
+       << num(root, {"scenarios", "dead_replica", "derived", "dead_ejecting_wasted_over_threshold"},
+              0)
+       << " (attempts already on their way to the dead upstream when it was ejected).\n";
+  }
   if (scenarios.contains("memory")) {
     md << "\n## 6. Memory — concurrent slow streams (an event a second)\n\n";
     const auto* ceiling = at_path(root, {"scenarios", "memory", "config", "descriptor_ceiling"});

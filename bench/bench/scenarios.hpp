@@ -1,5 +1,6 @@
-// The six scenarios of issue #6. Each runs its load against the targets interleaved (the order
-// rotates every round) and returns its raw figures and verdicts as one JSON object:
+// The scenarios (the six of issue #6, and later ones). Each runs its load against the targets
+// interleaved (the order rotates every round) and returns its raw figures and verdicts as one JSON
+// object:
 //   {"name", "config", "targets": {<target>: {...}}, "derived": {...}, "checks": [...]}
 // A check is {"target", "what", "value", "limit", "met"}: the report lists them all.
 #pragma once
@@ -21,6 +22,9 @@ boost::json::object run_budget(bench_context& ctx);
 // A member node (options().cluster_member) against the standalone tether target: what acquiring
 // each slot from a remote budget actor adds.
 boost::json::object run_shared_budget(bench_context& ctx);
+// One model on three deployments, one of them refusing connections (issue #29), through the
+// nodes of options().replicas_*: what failing over costs with and without ejection.
+boost::json::object run_dead_replica(bench_context& ctx);
 // idle_kib: each proxy's RSS before the bench sent it anything.
 boost::json::object run_memory(bench_context& ctx, const std::map<std::string, double>& idle_kib);
 
