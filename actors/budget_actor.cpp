@@ -128,7 +128,8 @@ class budget {
   void carry_out(const slot_book::actions& act) {
     for (const auto& r : act.released) count_work(r.what, r.local, -1);
     if (act.queue_changed && stats_)
-      stats_->queue_depth_set(static_cast<std::int64_t>(book_.waiting_local()));
+      stats_->queue_depth_set(metrics::queue_owner::budget,
+                              static_cast<std::int64_t>(book_.waiting_local()));
     for (const auto& g : act.grants) {
       count_work(g.what, g.local, 1);
       if (stats_ && g.local) stats_->queue_wait(static_cast<double>(g.waited_ns) / 1e9);

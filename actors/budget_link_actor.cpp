@@ -81,6 +81,13 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     apply(book_.answered(lease, granted, reason, now_ns()));
   }
 
+  // The node drains (from its supervisor, at the drain's end): no waiter here or at the host is
+  // granted any more, and the node's own budget, which serves an outage, refuses too.
+  void drain_now() {
+    apply(book_.stop_taking_work("the gateway is shutting down"));
+    self_->send(local_budget_, drain_now_atom::value);
+  }
+
   void recalled(bool on) {
     if (remote_) apply(book_.recall(on));
   }
@@ -213,7 +220,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
       ask_locally(caf::actor_cast<caf::actor>(addr), claim.upstream, claim.key, claim.priority);
     }
     remote_claims_.clear();
-    stats_->queue_depth_set(0);
+    stats_->queue_depth_set(metrics::queue_owner::link, 0);
     stats_->cluster_connected_set(0);
     if (!reported_down_) {
       log_warn("lost the shared budget at " + where_ +
@@ -247,7 +254,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
       }
       for (auto id : act.returns) self_->send(remote_, lease_return_atom::value, id);
     }
-    stats_->queue_depth_set(static_cast<std::int64_t>(book_.waiting()));
+    stats_->queue_depth_set(metrics::queue_owner::link, static_cast<std::int64_t>(book_.waiting()));
     schedule_idle_tick();
   }
 
@@ -306,6 +313,7 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
         st->lease_answered(lease, granted, reason);
       },
       [st](recall_atom, bool on) { st->recalled(on); },
+      [st](drain_now_atom) { st->drain_now(); },
       [st](lease_tick_atom) { st->lease_tick(); },
       [st](slots_atom a) { return st->slots(a); },
       [st](reconnect_atom) { st->connect(); },

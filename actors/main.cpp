@@ -224,8 +224,6 @@ struct core_actors {
     local_budget =
         system.spawn(budget_actor, budget_limits_from(rt.cfg), rt.stats.get(), rt.timers.get());
     rt.budget = local_budget;
-    rt.supervisor =
-        system.spawn(supervisor_actor, rt.cfg.server.drain_timeout, local_budget, rt.timers.get());
     if (!cluster.budget_listen.empty()) {
       auto [host, port] = split_host_port(cluster.budget_listen);
       auto published = system.middleman().publish(local_budget, port, host.c_str(), true);
@@ -242,6 +240,10 @@ struct core_actors {
       rt.budget = system.spawn(budget_link_actor, local_budget, host, port, cluster.lease_idle,
                                rt.stats.get(), rt.timers.get());
     }
+    // After rt.budget is known: the drain's end is told to it (on a member, the link, which
+    // tells the node's own budget too).
+    rt.supervisor =
+        system.spawn(supervisor_actor, rt.cfg.server.drain_timeout, rt.budget, rt.timers.get());
     // Last: it subscribes to the cluster's health news through rt.budget, the link on a member.
     rt.health_monitor = system.spawn(health_actor, shared);
     return true;

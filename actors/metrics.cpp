@@ -177,7 +177,7 @@ std::string metrics::render() const {
                        escape_label(upstreams_[i]), upstream_work_[i].load());
   }
   header(out, "tether_queue_depth", "gauge", "Attempts waiting for a budget slot.");
-  out += fmt::format("tether_queue_depth {}\n", queue_depth_.load());
+  out += fmt::format("tether_queue_depth {}\n", queue_depth());
   header(out, "tether_late_work_seconds_total", "counter",
          "Upstream work that ran on after its caller left or its deadline passed.");
   for (std::size_t i = 0; i < upstreams_.size(); ++i) {

@@ -8,6 +8,10 @@ lease_book::actions lease_book::acquire(holder who, pool_key k, std::int64_t pri
                                         std::int64_t now_ns) {
   actions out;
   if (knows(who)) return out;
+  if (stopped_) {
+    out.refusals.push_back({who, stop_reason_});
+    return out;
+  }
   auto& p = pools_[k];
   if (!p.idle.empty()) {
     auto slot = p.idle.back();
@@ -149,6 +153,24 @@ lease_book::handover lease_book::drop_all() {
   ask_pool_.clear();
   recalled_ = false;
   return h;
+}
+
+lease_book::actions lease_book::stop_taking_work(const std::string& reason) {
+  actions out;
+  stopped_ = true;
+  stop_reason_ = reason;
+  keep_idle_ = false;
+  for (auto& [k, p] : pools_) {
+    for (const auto& [q, w] : p.waiting) {
+      out.refusals.push_back({w.who, reason});
+      waiting_by_.erase(w.who);
+    }
+    p.waiting.clear();
+    trim_asks(p, out);
+    for (const auto& slot : p.idle) out.returns.push_back(slot.id);
+    p.idle.clear();
+  }
+  return out;
 }
 
 std::size_t lease_book::idle() const {

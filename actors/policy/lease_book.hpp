@@ -80,6 +80,9 @@ class lease_book {
   actions expire_idle(std::int64_t now_ns, std::int64_t idle_ns);
   // The host is gone and every lease with it.
   handover drop_all();
+  // The node drains: every waiter is refused with `reason` and so is every later ask; queued asks
+  // are withdrawn and idle slots given back, and a slot whose work ends goes straight back.
+  actions stop_taking_work(const std::string& reason);
 
   bool knows(holder who) const { return busy_.count(who) > 0 || waiting_by_.count(who) > 0; }
   std::size_t busy() const { return busy_.size(); }
@@ -122,6 +125,8 @@ class lease_book {
   std::uint64_t next_seq_ = 0;
   bool recalled_ = false;
   bool keep_idle_ = true;
+  bool stopped_ = false;
+  std::string stop_reason_;
 };
 
 }  // namespace tether

@@ -677,5 +677,41 @@ TEST(LeaseBookTest, EveryLeaseIsBusyIdleOrReturnedExactlyOnceUnderRandomTraffic)
   EXPECT_GT(drops, 0u);
 }
 
+// A draining member: its queued callers are refused at once (not granted a slot the host hands
+// over meanwhile), its asks and idle slots go back to the host, the running work keeps its slot
+// until it ends and then returns it, and any later ask is refused.
+TEST(LeaseBookTest, StoppingRefusesTheWaitersReturnsWhatIsNotAtWorkAndRefusesLaterAsks) {
+  lease_book b;
+  auto busy = lease_one(b, 1, pool_a);
+  auto idle = lease_one(b, 2, pool_b);
+  b.holder_gone(2, 10);  // kept idle
+  ASSERT_EQ(b.idle(), 1u);
+  auto queued = b.acquire(3, pool_a, 20, 20);
+  ASSERT_EQ(queued.asks.size(), 1u);
+
+  auto s = b.stop_taking_work("the gateway is shutting down");
+  ASSERT_EQ(s.refusals.size(), 1u);
+  EXPECT_EQ(s.refusals[0].who, 3u);
+  EXPECT_EQ(s.refusals[0].reason, "the gateway is shutting down");
+  std::set<lease_book::lease> returned(s.returns.begin(), s.returns.end());
+  EXPECT_EQ(returned, (std::set<lease_book::lease>{queued.asks[0].id, idle}));
+  EXPECT_EQ(b.waiting(), 0u);
+  EXPECT_EQ(b.asks_out(), 0u);
+  EXPECT_EQ(b.idle(), 0u);
+  EXPECT_EQ(b.busy(), 1u);
+  // The host's late grant of the withdrawn ask is ignored.
+  EXPECT_TRUE(nothing(b.answered(queued.asks[0].id, true, "", 30)));
+
+  auto later = b.acquire(4, pool_a, 40, 40);
+  ASSERT_EQ(later.refusals.size(), 1u);
+  EXPECT_EQ(later.refusals[0].who, 4u);
+  EXPECT_TRUE(later.asks.empty());
+  EXPECT_FALSE(b.knows(4));
+
+  auto ended = b.holder_gone(1, 50);
+  EXPECT_EQ(ended.returns, std::vector<lease_book::lease>{busy});
+  EXPECT_EQ(b.idle(), 0u);
+}
+
 }  // namespace
 }  // namespace tether
