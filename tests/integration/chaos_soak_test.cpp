@@ -64,6 +64,8 @@ double ts_epoch_ms(const std::string& ts) {
   int milli = 0;
   if (std::sscanf(ts.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
                   &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &milli) != 7) {
+    // A line whose time cannot be read must not pass the checks that use it unnoticed.
+    ADD_FAILURE() << "an access line's ts is not an ISO-8601 UTC time: " << ts;
     return std::numeric_limits<double>::infinity();
   }
   tm.tm_year -= 1900;
