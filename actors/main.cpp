@@ -35,13 +35,14 @@ namespace {
 // glibc keeps 7 freed blocks of each size per thread for the next allocation of that size; a
 // request frees more than 7 of some sizes between allocations of them, and the rest take
 // malloc's slow path (_int_free, then _int_malloc). glibc reads its tunables only when a process
-// starts, so the gateway sets a larger count and starts itself again, once, before it does
-// anything else (same pid, arguments, CPU affinity). A GLIBC_TUNABLES set by whoever runs it is
-// left as it is, and if the restart fails tether runs as it is. The larger cache cuts the
-// instructions per request, more so with many callers at once.
-void restart_with_allocator_tunables(char** argv) {
-  if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
-  if (setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=64", 1) != 0) return;
+// starts, so the gateway sets a larger count (server.malloc_tcache_count) and starts itself
+// again, once, before it does anything else (same pid, arguments, CPU affinity). A
+// GLIBC_TUNABLES set by whoever runs it is left as it is, and if the restart fails tether runs as
+// it is. The larger cache cuts the instructions per request, more so with many callers at once.
+void restart_with_allocator_tunables(char** argv, std::uint32_t tcache_count) {
+  if (tcache_count == 0 || std::getenv("GLIBC_TUNABLES") != nullptr) return;
+  const auto tunables = "glibc.malloc.tcache_count=" + std::to_string(tcache_count);
+  if (setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0) return;
   // The binary's own path, not /proc/self/exe: the kernel names a process after the file it
   // executes, and ps, top and ss would show the gateway as "exe".
   char self[4096];
@@ -191,10 +192,19 @@ void drain_and_report(caf::actor_system& system, tether::gateway_runtime& rt) {
 // switches; with it, the waker finishes its batch first and the woken thread then takes many
 // messages at once, so a request costs far fewer context switches. Time slices still bound how
 // long a woken thread waits, so timers stay within a few milliseconds.
-void prefer_batch_scheduling() {
+// Returns what the threads run under, for the start-up line. (server.sched_batch = false leaves
+// the scheduling policy as the process was started with.)
+std::string prefer_batch_scheduling(bool wanted) {
+  if (!wanted) return "scheduling as started (sched_batch off)";
   sched_param batch{};
-  if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0)
-    tether::log_info("SCHED_BATCH not available");
+  if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0) return "SCHED_BATCH not available";
+  return "SCHED_BATCH";
+}
+
+// What the allocator runs with: the GLIBC_TUNABLES this process started with, if any.
+std::string allocator_line() {
+  const char* t = std::getenv("GLIBC_TUNABLES");
+  return t == nullptr ? std::string{"glibc malloc defaults"} : "GLIBC_TUNABLES " + std::string{t};
 }
 
 // tether's scheduler, whose first worker runs `io` (actors/scheduler.cpp says why), with `cores`
@@ -260,19 +270,21 @@ struct core_actors {
   }
 };
 
-std::string startup_line(const tether::gateway_runtime& rt, std::uint16_t port, unsigned cores) {
+std::string startup_line(const tether::gateway_runtime& rt, std::uint16_t port, unsigned cores,
+                         const std::string& scheduling) {
   std::string upstreams;
   for (const auto& u : rt.cfg.upstreams) upstreams += (upstreams.empty() ? "" : ", ") + u.name;
   return "tether " TETHER_VERSION " listening on " + rt.cfg.server.listen_host + ":" +
          std::to_string(port) + " (config " + rt.cfg.source_file + ", " + std::to_string(cores) +
-         " worker thread(s), upstreams " + upstreams + ")";
+         " worker thread(s), " + scheduling + ", " + allocator_line() + ", upstreams " + upstreams +
+         ")";
 }
 
 int serve(tether::config::gateway_config cfg) {
   using namespace tether;
   setup_logging(cfg.telemetry.log_format, cfg.telemetry.log_level);
   const sigset_t signals = block_stop_signals();
-  prefer_batch_scheduling();
+  const auto scheduling = prefer_batch_scheduling(cfg.server.sched_batch);
   const unsigned cores = usable_cpus();
   // Outlives the actor system: no actor may outlive the sockets it owns.
   net::io_runtime io{net::io_runtime::lent_thread};
@@ -304,7 +316,7 @@ int serve(tether::config::gateway_config cfg) {
     log_error(e.what());  // "cannot listen on HOST:PORT: why"
     return fail_start();
   }
-  log_info(startup_line(*rt, port, cores));
+  log_info(startup_line(*rt, port, cores, scheduling));
 
   reloader reloads{*system, io, gw, rt, core.local_budget};
   const int sig = serve_until_stopped(signals, reloads);
@@ -350,9 +362,10 @@ int main(int argc, char** argv) {
     args.erase(args.begin());
   }
   if (args.size() != 2 || args[0] != "--config") return usage(2);
-  if (!check) restart_with_allocator_tunables(argv);
   auto cfg = load_or_report(args[1]);
   if (!cfg) return 1;
+  // After the config is read (it says whether to), and before anything else is started.
+  if (!check) restart_with_allocator_tunables(argv, cfg->server.malloc_tcache_count);
   if (check) {
     std::fputs(tether::config::render_effective(*cfg).c_str(), stdout);
     // As comments, so that the output still loads as the same config.

@@ -23,6 +23,10 @@ struct server_config {
   millis header_timeout{10000};
   millis keepalive_timeout{60000};
   millis drain_timeout{30000};
+  // Process-wide settings, applied once at start: SCHED_BATCH for every thread, and glibc's
+  // per-thread cache of freed blocks (0 = glibc's own default, and no restart to apply it).
+  bool sched_batch = true;
+  std::uint32_t malloc_tcache_count = 64;
   bool operator==(const server_config&) const = default;
 };
 

@@ -169,6 +169,16 @@ class loader {
     return std::nullopt;
   }
 
+  std::optional<bool> read_bool(const toml::table& t, std::string_view key,
+                                std::string_view prefix) {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return std::nullopt;
+    if (const auto* b = n->as_boolean()) return b->get();
+    error(join_path(prefix, key), fmt::format("expected a boolean, got {}", type_name(n->type())),
+          *n);
+    return std::nullopt;
+  }
+
   // Integers within [min, max]; the bounds are the caller's documented judgement.
   std::optional<std::int64_t> read_int(const toml::table& t, std::string_view key,
                                        std::string_view prefix, std::int64_t min,
@@ -301,10 +311,10 @@ class loader {
 
   void read_server(const toml::table& t) {
     const std::string_view p = "server";
-    check_keys(
-        t, p,
-        {"listen", "max_request_bytes", "max_header_bytes", "max_header_fields", "max_json_depth",
-         "max_connections", "header_timeout_ms", "keepalive_timeout_ms", "drain_timeout_ms"});
+    check_keys(t, p,
+               {"listen", "max_request_bytes", "max_header_bytes", "max_header_fields",
+                "max_json_depth", "max_connections", "header_timeout_ms", "keepalive_timeout_ms",
+                "drain_timeout_ms", "sched_batch", "malloc_tcache_count"});
     auto& s = cfg_.server;
     if (auto listen = read_string(t, "listen", p)) {
       if (auto hp = parse_host_port(*listen, "server.listen", t.get("listen"), 0)) {
@@ -323,6 +333,9 @@ class loader {
     // 0 = no keep-alive (close after each response); 0 drain = cancel in-flight at once.
     read_ms(t, "keepalive_timeout_ms", p, s.keepalive_timeout, 0);
     read_ms(t, "drain_timeout_ms", p, s.drain_timeout, 0);
+    if (auto b = read_bool(t, "sched_batch", p)) s.sched_batch = *b;
+    // glibc refuses a tcache_count above 65535 (and keeps its default).
+    read_into(t, "malloc_tcache_count", p, s.malloc_tcache_count, 0, 65535);
   }
 
   // Reads whichever [request] keys `t` has; shared by [request] and the model overrides.

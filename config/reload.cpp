@@ -41,6 +41,8 @@ void compare_server(const server_config& a, const server_config& b, std::vector<
       {a.header_timeout != b.header_timeout, "server.header_timeout_ms"},
       {a.keepalive_timeout != b.keepalive_timeout, "server.keepalive_timeout_ms"},
       {a.drain_timeout != b.drain_timeout, "server.drain_timeout_ms"},
+      {a.sched_batch != b.sched_batch, "server.sched_batch"},
+      {a.malloc_tcache_count != b.malloc_tcache_count, "server.malloc_tcache_count"},
   };
   for (const auto& [changed, key] : keys) {
     if (changed) out.emplace_back(key);

@@ -85,6 +85,8 @@ std::string render_effective(const gateway_config& cfg) {
   line("header_timeout_ms", s.header_timeout.count());
   line("keepalive_timeout_ms", s.keepalive_timeout.count());
   line("drain_timeout_ms", s.drain_timeout.count());
+  line("sched_batch", s.sched_batch ? "true" : "false");
+  line("malloc_tcache_count", s.malloc_tcache_count);
 
   const auto& r = cfg.request;
   o += "\n[request]\n";

@@ -64,6 +64,8 @@ TEST(LoaderTest, MinimalFileLoadsWithDefaultsApplied) {
   EXPECT_EQ(cfg.server.listen_port, 8080);
   EXPECT_EQ(cfg.server.max_request_bytes, 4194304u);
   EXPECT_EQ(cfg.server.drain_timeout, millis(30000));
+  EXPECT_TRUE(cfg.server.sched_batch);
+  EXPECT_EQ(cfg.server.malloc_tcache_count, 64U);
   EXPECT_EQ(cfg.request.deadline, millis(300000));
   EXPECT_EQ(cfg.request.attempt_timeout, millis(120000));
   EXPECT_EQ(cfg.request.max_retries, 2u);
@@ -239,6 +241,19 @@ TEST(LoaderTest, EjectMaxBelowEjectBaseIsNamedOnEjectMax) {
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_THAT(r.errors[0], HasSubstr("upstreams[1].eject_base_ms: must not be negative"));
   expect_ok(u + "eject_base_ms = 300001\neject_max_ms = 300001\n");
+}
+
+TEST(LoaderTest, ProcessSettingsAreReadAndBoundedOrNamed) {
+  const auto cfg = expect_ok("[server]\nsched_batch = false\nmalloc_tcache_count = 0\n" + minimal);
+  EXPECT_FALSE(cfg.server.sched_batch);
+  EXPECT_EQ(cfg.server.malloc_tcache_count, 0U);
+  EXPECT_EQ(
+      expect_ok("[server]\nmalloc_tcache_count = 65535\n" + minimal).server.malloc_tcache_count,
+      65535U);
+  expect_error("[server]\nmalloc_tcache_count = 65536\n" + minimal, "server.malloc_tcache_count");
+  expect_error("[server]\nmalloc_tcache_count = -1\n" + minimal, "server.malloc_tcache_count");
+  expect_error("[server]\nsched_batch = \"yes\"\n" + minimal,
+               "server.sched_batch: expected a boolean, got a string");
 }
 
 TEST(LoaderTest, BadHealthPathIsNamed) {

@@ -1,7 +1,10 @@
 // The running gateway as an operator sees it in ps, top and ss.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "tests/integration/harness.hpp"
@@ -35,6 +38,39 @@ TEST(ProcessTest, TheStartLineNamesTheConfigFileTheThreadsAndTheUpstreams) {
   EXPECT_TRUE(std::regex_search(line->line, std::regex(R"([1-9]\d* worker thread\(s\))")))
       << line->line;
   EXPECT_NE(line->line.find("upstreams mock"), std::string::npos) << line->line;
+}
+
+std::string environ_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The two process-wide settings are the config's ([server] sched_batch, malloc_tcache_count),
+// and the start line says what the process runs with.
+TEST(ProcessTest, TheProcessWideSettingsAreTheConfigsAndTheStartLineSaysSo) {
+  if (std::getenv("GLIBC_TUNABLES") != nullptr) GTEST_SKIP() << "GLIBC_TUNABLES set by the runner";
+  mock_server mock;
+  {
+    gateway_process gw{gateway_config(mock, "", model_entry("m", "mock"))};
+    auto line = gw.process().wait_for_line(std::regex("listening on"), std::chrono::seconds(5));
+    ASSERT_TRUE(line);
+    EXPECT_NE(line->line.find("SCHED_BATCH, GLIBC_TUNABLES glibc.malloc.tcache_count=64"),
+              std::string::npos)
+        << line->line;
+    EXPECT_EQ(sched_getscheduler(gw.process().pid()), SCHED_BATCH);
+    EXPECT_NE(environ_of(gw.process().pid()).find("GLIBC_TUNABLES=glibc.malloc.tcache_count=64"),
+              std::string::npos);
+  }
+  gateway_process gw{gateway_config(mock, "", model_entry("m", "mock"), "",
+                                    "sched_batch = false\nmalloc_tcache_count = 0")};
+  auto line = gw.process().wait_for_line(std::regex("listening on"), std::chrono::seconds(5));
+  ASSERT_TRUE(line);
+  EXPECT_NE(line->line.find("scheduling as started (sched_batch off), glibc malloc defaults"),
+            std::string::npos)
+      << line->line;
+  EXPECT_EQ(sched_getscheduler(gw.process().pid()), SCHED_OTHER);
+  EXPECT_EQ(environ_of(gw.process().pid()).find("GLIBC_TUNABLES"), std::string::npos);
+  EXPECT_EQ(comm_of(gw.process().pid()), "tether");
 }
 
 TEST(ProcessTest, CheckPrintsEachPublicModelsRouteAsComments) {
