@@ -12,6 +12,7 @@
 #include "actors/actor_timers.hpp"
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
+#include "actors/policy/health_bulletin.hpp"
 #include "actors/policy/lease_book.hpp"
 
 namespace tether {
@@ -109,14 +110,16 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   }
 
   // Health news (actors/budget_actor.hpp): this node's health actors subscribe here, and the link
-  // subscribes to the host on their behalf each time it joins. Cut off from the host, a report
-  // goes nowhere: the node keeps its own view.
+  // subscribes to the host on their behalf each time it joins. Cut off from the host, the node
+  // keeps its own view; its ejections still running when it joins (again) are reported then, so
+  // an outage, or a new host with no record, loses none of its evidence.
   void subscribe_locally() {
     auto who = caf::actor_cast<caf::actor>(self_->current_sender());
     if (who && subscribers_.emplace(who.address(), who).second) self_->monitor(who);
   }
 
   void report(const std::string& upstream, std::int32_t reason, std::int64_t duration_ms) {
+    own_reports_.post(upstream, reason, duration_ms, now_ns());
     if (remote_) self_->send(remote_, health_report_atom::value, upstream, reason, duration_ms);
   }
 
@@ -147,6 +150,8 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     remote_ = caf::actor_cast<caf::actor>(ptr);
     self_->monitor(remote_);
     self_->send(remote_, health_subscribe_atom::value);
+    for (const auto& n : own_reports_.running(now_ns()))
+      self_->send(remote_, health_report_atom::value, n.upstream, n.reason, n.remaining_ms);
     if (ever_joined_) register_local_work();
     backoff_ = first_backoff;
     reported_down_ = false;
@@ -288,6 +293,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   // connection actors (alive: granted, or still queued there).
   std::unordered_map<caf::actor_addr, remote_claim> remote_claims_;
   std::unordered_map<caf::actor_addr, caf::actor> subscribers_;  // this node's health actors
+  health_bulletin own_reports_;  // this node's own ejections, told again at each join
   bool connecting_ = false;
   bool ever_joined_ = false;
   bool reported_down_ = false;

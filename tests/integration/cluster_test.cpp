@@ -259,5 +259,35 @@ TEST(ClusterHealthTest, OneMembersFailuresEjectADeploymentAndTheOtherNodesSendIt
   EXPECT_LE(metric(b.port(), dead_failed), 0);
 }
 
+// Evidence found while cut off is not lost: a member that ejects a deployment during the host's
+// outage reports it when it rejoins, and a host started afresh (with no record) passes it on.
+TEST(ClusterHealthTest, AnEjectionMadeWhileCutOffReachesTheOtherNodesWhenTheHostIsBack) {
+  mock_server mock;
+  const auto dead_port = free_port();
+  const auto budget_port = free_port();
+  const auto at_host = "budget_host = \"127.0.0.1:" + std::to_string(budget_port) + "\"";
+  const auto host_config = health_node_config(
+      mock, dead_port, "budget_listen = \"127.0.0.1:" + std::to_string(budget_port) + "\"");
+  auto host = std::make_unique<gateway_process>(host_config);
+  gateway_process a{health_node_config(mock, dead_port, at_host)};
+  gateway_process b{health_node_config(mock, dead_port, at_host)};
+  ASSERT_TRUE(await_metric(a.port(), "tether_cluster_connected", 1, 5s));
+  ASSERT_TRUE(await_metric(b.port(), "tether_cluster_connected", 1, 5s));
+  host->process().send_signal(SIGKILL);
+  host->process().wait_exit(5s);
+  ASSERT_TRUE(await_metric(a.port(), "tether_cluster_connected", 0, 5s));
+  ASSERT_TRUE(await_metric(b.port(), "tether_cluster_connected", 0, 5s));
+  for (int i = 0; i < 60 && metric(a.port(), dead_failed) < 2; ++i) {
+    ASSERT_EQ(request("POST", a.port(), "/v1/chat/completions", chat_body("m")).status, 200);
+  }
+  ASSERT_EQ(metric(a.port(), dead_healthy), 0);
+  EXPECT_EQ(metric(b.port(), dead_healthy), 1) << "cut off, B cannot have heard of it";
+  host = std::make_unique<gateway_process>(host_config);
+  ASSERT_TRUE(await_metric(a.port(), "tether_cluster_connected", 1, 10s));
+  ASSERT_TRUE(await_metric(b.port(), "tether_cluster_connected", 1, 10s));
+  EXPECT_TRUE(await_metric(b.port(), dead_healthy, 0, 5s));
+  EXPECT_TRUE(await_metric(host->port(), dead_healthy, 0, 5s));
+}
+
 }  // namespace
 }  // namespace tether::test
