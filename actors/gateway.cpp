@@ -12,6 +12,7 @@
 #include "actors/policy/deadline.hpp"
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/request_id.hpp"
+#include "actors/policy/surface.hpp"
 #include "actors/request_actor.hpp"
 #include "actors/response_headers.hpp"
 
@@ -28,9 +29,8 @@ class request_observer final : public net::exchange_observer {
   caf::actor req_;
 };
 
-bool is_model_path(const std::string& target) {
-  return target == "/v1/chat/completions" || target == "/v1/completions" ||
-         target == "/v1/embeddings";
+bool is_model_path(const std::string& path) {
+  return surface_of(path).has_value();
 }
 
 std::string path_of(const std::string& target) {
@@ -277,7 +277,8 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
 
   // The request's strings are moved, not copied: this is the last use of each here.
   request_spec spec;
-  spec.stream = info.stream && path != "/v1/embeddings";
+  spec.where = *surface_of(path);  // handle() let only model surfaces through
+  spec.stream = info.stream && can_stream(spec.where);
   spec.deadline = effective_deadline(rt_->cfg.effective_request(info.model).deadline, caller);
   if (caller.what == caller_budget::kind::valid) spec.caller_deadline = caller.value;
   spec.client_retry = client_retry_of(req);

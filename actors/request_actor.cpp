@@ -254,8 +254,8 @@ void request_state::send_error(const command& c) {
 
 // Mid-stream: cut between whole events, then one error event and the end of the stream.
 void request_state::interrupt_stream(const command& c) {
-  channel->send_chunk(net::make_error_event(
-      error_body(outcome::stream_interrupted, c.type, c.message, spec.request_id)));
+  auto e = stream_error_of(spec.where, c.type, c.message, spec.request_id);
+  channel->send_chunk(net::make_error_event(e.data, e.event));
   channel->end_stream();
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "actors/policy/surface.hpp"
 #include "actors/runtime.hpp"
 #include "net/downstream.hpp"
 
@@ -14,8 +15,9 @@ namespace tether {
 
 struct request_spec {
   std::string request_id;
-  std::string path;   // "/v1/chat/completions", ...
-  std::string model;  // public name
+  std::string path;               // "/v1/chat/completions", ...
+  surface where = surface::chat;  // the API `path` serves
+  std::string model;              // public name
   bool stream = false;
   std::string body;  // as received
   std::int64_t key = -1;

@@ -121,9 +121,11 @@ bool sse_framer::is_done_event(std::string_view event) {
   return has_data && data == "[DONE]";
 }
 
-std::string make_error_event(std::string_view json) {
+std::string make_error_event(std::string_view json, std::string_view name) {
   std::string event;
-  event.reserve(json.size() + 8);
+  event.reserve(json.size() + name.size() + 16);
+  if (!name.empty()) event.append("event: ").append(name).append("\n");
+  const auto head = event.size();
   // JSON may carry raw line breaks as whitespace between tokens; each becomes its own data line
   // so the event is not cut short and its data still parses as the same JSON.
   for_each_line(json, [&](std::string_view line) {
@@ -131,7 +133,7 @@ std::string make_error_event(std::string_view json) {
     event.append(line);
     event += '\n';
   });
-  if (event.empty()) event = "data: \n";
+  if (event.size() == head) event += "data: \n";
   event += '\n';
   return event;
 }

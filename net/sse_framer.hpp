@@ -49,8 +49,9 @@ class sse_framer {
   std::size_t max_event_bytes_;
 };
 
-// A complete SSE event carrying `json` as its data: "data: <json>\n\n". A newline inside `json`
-// starts another data line, so the event stays one event and its data stays `json`.
-std::string make_error_event(std::string_view json);
+// A complete SSE event carrying `json` as its data: "data: <json>\n\n", preceded by
+// "event: <name>\n" when `name` is not empty. A newline inside `json` starts another data line,
+// so the event stays one event and its data stays `json`.
+std::string make_error_event(std::string_view json, std::string_view name = {});
 
 }  // namespace tether::net

@@ -62,7 +62,7 @@ std::string router::describe(const config::gateway_config& cfg) const {
       out += cfg.upstreams.at(d.upstream).name + " (" + d.upstream_model + ")";
     }
     // Every deployment speaks the OpenAI API today, so every model serves the same surfaces.
-    out += "; surfaces chat, completions, embeddings; tries ";
+    out += "; surfaces chat, completions, embeddings, responses; tries ";
     const auto& chain = chain_of(model);
     for (std::size_t i = 0; i < chain.size(); ++i) {
       if (i > 0) out += " -> ";

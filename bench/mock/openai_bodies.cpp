@@ -18,7 +18,9 @@ std::int64_t unix_seconds() {
 }
 
 std::string id_for(const completion_context& ctx) {
-  const char* prefix = ctx.api == api_kind::chat ? "chatcmpl-mock-" : "cmpl-mock-";
+  const char* prefix = ctx.api == api_kind::chat        ? "chatcmpl-mock-"
+                       : ctx.api == api_kind::responses ? "resp_mock_"
+                                                        : "cmpl-mock-";
   return prefix + std::to_string(ctx.request_id);
 }
 
@@ -77,16 +79,153 @@ json::object completion_object(const completion_context& ctx, std::string_view t
 
 }  // namespace
 
+namespace {
+
+// The Responses API's usage: input/output tokens and their details.
+json::object responses_usage(const completion_context& ctx, std::int64_t output) {
+  const auto input = prompt_tokens(ctx);
+  return {{"input_tokens", input},
+          {"input_tokens_details", json::object{{"cached_tokens", 0}}},
+          {"output_tokens", output},
+          {"output_tokens_details", json::object{{"reasoning_tokens", 0}}},
+          {"total_tokens", input + output}};
+}
+
+std::string message_id(const completion_context& ctx) {
+  return "msg_mock_" + std::to_string(ctx.request_id);
+}
+
+json::object output_text(std::string_view text) {
+  return {{"type", "output_text"}, {"text", text}, {"annotations", json::array{}}};
+}
+
+json::object output_message(const completion_context& ctx, std::string_view status,
+                            json::array content) {
+  return {{"id", message_id(ctx)},
+          {"type", "message"},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", std::move(content)}};
+}
+
+// A `response` object: `status` "in_progress" (no output yet, no usage) or "completed".
+json::object response_object(const completion_context& ctx, std::string_view status,
+                             std::string_view text) {
+  const bool done = status == "completed";
+  json::array output;
+  if (done) output.push_back(output_message(ctx, "completed", json::array{output_text(text)}));
+  return {{"id", id_for(ctx)},
+          {"object", "response"},
+          {"created_at", unix_seconds()},
+          {"status", status},
+          {"error", nullptr},
+          {"incomplete_details", nullptr},
+          {"model", ctx.model},
+          {"output", std::move(output)},
+          {"parallel_tool_calls", true},
+          {"tool_choice", "auto"},
+          {"tools", json::array{}},
+          {"usage", done ? json::value(responses_usage(ctx, 5)) : json::value(nullptr)}};
+}
+
+std::string named_event(std::string_view name, json::object data) {
+  std::string out("event: ");
+  out.append(name).append("\ndata: ").append(json::serialize(data)).append("\n\n");
+  return out;
+}
+
+}  // namespace
+
 std::string completion_body(const completion_context& ctx) {
+  if (ctx.api == api_kind::responses) {
+    return json::serialize(response_object(ctx, "completed", full_text(ctx)));
+  }
   return json::serialize(completion_object(ctx, full_text(ctx)));
 }
 
 std::string padded_completion_body(const completion_context& ctx, std::size_t total_bytes) {
   auto text = full_text(ctx);
-  const auto base = json::serialize(completion_object(ctx, text)).size();
+  auto object_of = [&](std::string_view t) {
+    return ctx.api == api_kind::responses ? response_object(ctx, "completed", t)
+                                          : completion_object(ctx, t);
+  };
+  const auto base = json::serialize(object_of(text)).size();
   // 'x' needs no escaping, so each one adds exactly one byte to the serialized body.
   if (total_bytes > base) text.append(total_bytes - base, 'x');
-  return json::serialize(completion_object(ctx, text));
+  return json::serialize(object_of(text));
+}
+
+std::string stream_piece_events(const completion_context& ctx, std::uint32_t index,
+                                std::uint32_t count) {
+  if (ctx.api != api_kind::responses) {
+    std::string out("data: ");
+    out.append(stream_chunk_body(ctx, index, count)).append("\n\n");
+    return out;
+  }
+  // Four opening events, then one delta per piece, then four closing ones.
+  constexpr std::int64_t opening = 4;
+  std::string out;
+  const auto item = message_id(ctx);
+  auto seq = [](std::int64_t n) { return json::value(n); };
+  if (index == 0) {
+    auto created = response_object(ctx, "in_progress", "");
+    out += named_event(
+        "response.created",
+        {{"type", "response.created"}, {"sequence_number", seq(0)}, {"response", created}});
+    out += named_event("response.in_progress", {{"type", "response.in_progress"},
+                                                {"sequence_number", seq(1)},
+                                                {"response", std::move(created)}});
+    out += named_event("response.output_item.added",
+                       {{"type", "response.output_item.added"},
+                        {"sequence_number", seq(2)},
+                        {"output_index", 0},
+                        {"item", output_message(ctx, "in_progress", json::array{})}});
+    out += named_event("response.content_part.added", {{"type", "response.content_part.added"},
+                                                       {"sequence_number", seq(3)},
+                                                       {"item_id", item},
+                                                       {"output_index", 0},
+                                                       {"content_index", 0},
+                                                       {"part", output_text("")}});
+  }
+  out += named_event("response.output_text.delta", {{"type", "response.output_text.delta"},
+                                                    {"sequence_number", seq(opening + index)},
+                                                    {"item_id", item},
+                                                    {"output_index", 0},
+                                                    {"content_index", 0},
+                                                    {"delta", piece_text(ctx, index, count)},
+                                                    {"logprobs", json::array{}}});
+  if (index + 1 != count) return out;
+  std::string text;
+  for (std::uint32_t i = 0; i < count; ++i) text += piece_text(ctx, i, count);
+  auto n = opening + count;
+  out += named_event("response.output_text.done", {{"type", "response.output_text.done"},
+                                                   {"sequence_number", seq(n)},
+                                                   {"item_id", item},
+                                                   {"output_index", 0},
+                                                   {"content_index", 0},
+                                                   {"text", text},
+                                                   {"logprobs", json::array{}}});
+  out += named_event("response.content_part.done", {{"type", "response.content_part.done"},
+                                                    {"sequence_number", seq(n + 1)},
+                                                    {"item_id", item},
+                                                    {"output_index", 0},
+                                                    {"content_index", 0},
+                                                    {"part", output_text(text)}});
+  out += named_event("response.output_item.done",
+                     {{"type", "response.output_item.done"},
+                      {"sequence_number", seq(n + 2)},
+                      {"output_index", 0},
+                      {"item", output_message(ctx, "completed", json::array{output_text(text)})}});
+  auto completed = response_object(ctx, "completed", text);
+  completed["usage"] = responses_usage(ctx, count);
+  out += named_event("response.completed", {{"type", "response.completed"},
+                                            {"sequence_number", seq(n + 3)},
+                                            {"response", std::move(completed)}});
+  return out;
+}
+
+std::string_view stream_end_events(const completion_context& ctx) {
+  return ctx.api == api_kind::responses ? std::string_view{} : std::string_view{"data: [DONE]\n\n"};
 }
 
 std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index,

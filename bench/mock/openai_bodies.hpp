@@ -1,4 +1,5 @@
-// Response bodies shaped exactly like OpenAI's, so that official SDKs parse them. The mock never
+// Response bodies shaped exactly like OpenAI's (chat, completions, embeddings, Responses), so
+// that official SDKs parse them. The mock never
 // echoes a prompt: completion text names the request's position number instead.
 #pragma once
 
@@ -10,7 +11,7 @@
 
 namespace tether::mock {
 
-enum class api_kind { chat, completion, embedding };
+enum class api_kind { chat, completion, embedding, responses };
 
 struct completion_context {
   api_kind api = api_kind::chat;
@@ -21,7 +22,7 @@ struct completion_context {
 
 std::string error_body(std::string_view message, std::string_view type, std::string_view code);
 
-// A whole (non-streaming) chat.completion or text_completion object.
+// A whole (non-streaming) chat.completion, text_completion or (Responses) response object.
 std::string completion_body(const completion_context& ctx);
 
 // The same, its text padded so that the serialized body is total_bytes long (or the unpadded
@@ -33,6 +34,20 @@ std::string padded_completion_body(const completion_context& ctx, std::size_t to
 // one finish_reason "stop".
 std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index,
                               std::uint32_t count);
+
+// Streamed piece `index` of `count` as the SSE bytes to send ("event:"/"data:" lines and the
+// blank line ending each event). Chat and completions: one data-only event of
+// stream_chunk_body. Responses: the events the Responses API sends around the piece's
+// `response.output_text.delta` (the first piece opens with `response.created`,
+// `response.in_progress`, `response.output_item.added`, `response.content_part.added`; the last
+// closes with the matching `.done` events and `response.completed`), each with its
+// sequence_number.
+std::string stream_piece_events(const completion_context& ctx, std::uint32_t index,
+                                std::uint32_t count);
+
+// The SSE bytes that end a whole stream after its last piece: "data: [DONE]" for chat and
+// completions, nothing for Responses (whose `response.completed` is the end).
+std::string_view stream_end_events(const completion_context& ctx);
 
 // A `list` of `embedding` objects: one per input string (or token array).
 std::string embeddings_body(const completion_context& ctx, std::size_t inputs);

@@ -83,15 +83,10 @@ std::string chunk_frame(std::string_view payload) {
   return out;
 }
 
-std::string sse_event(std::string_view data) {
-  std::string event("data: ");
-  event.append(data).append("\n\n");
-  return chunk_frame(event);
-}
-
-const std::string& done_and_last_chunk() {
-  static const std::string bytes = sse_event("[DONE]") + "0\r\n\r\n";
-  return bytes;
+// The stream's end marker (if its API has one) and the body's last chunk.
+std::string stream_end_and_last_chunk(const completion_context& ctx) {
+  auto end = stream_end_events(ctx);
+  return (end.empty() ? std::string() : chunk_frame(end)) + "0\r\n\r\n";
 }
 
 std::optional<std::uint64_t> query_number(std::string_view query, std::string_view key) {
@@ -308,6 +303,8 @@ class session : public std::enable_shared_from_this<session<Stream>> {
       ctx_.api = api_kind::completion;
     } else if (path == "/v1/embeddings") {
       ctx_.api = api_kind::embedding;
+    } else if (path == "/v1/responses") {
+      ctx_.api = api_kind::responses;
     } else {
       return send_whole(404, error_body("no such path", "invalid_request_error", "unknown_url"));
     }
@@ -407,8 +404,8 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     }
     if (!streaming_) return send_whole(200, completion_body(ctx_));
     send_stream_head();
-    enqueue({sse_event(stream_chunk_body(ctx_, 0, 1)), true, false});
-    enqueue({done_and_last_chunk(), false, true});
+    enqueue({chunk_frame(stream_piece_events(ctx_, 0, 1)), true, false});
+    enqueue({stream_end_and_last_chunk(ctx_), false, true});
   }
 
   void start_stream(std::uint32_t chunks, std::chrono::milliseconds interval) {
@@ -427,10 +424,10 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     timer_.async_wait([self = this->shared_from_this(), k](error_code ec) {
       if (ec || self->closed_) return;
       self->enqueue(
-          {sse_event(stream_chunk_body(self->ctx_, k, self->stream_chunks_)), true, false});
+          {chunk_frame(stream_piece_events(self->ctx_, k, self->stream_chunks_)), true, false});
       if (k + 1 == self->stream_chunks_) {
         if (self->broken_) return self->schedule_break();
-        self->enqueue({done_and_last_chunk(), false, true});
+        self->enqueue({stream_end_and_last_chunk(self->ctx_), false, true});
       } else {
         self->schedule_tick(k + 1);
       }
@@ -464,7 +461,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     head_fields head;
     if (streaming_) {
       head.content_type = "text/event-stream";
-      drip_body_ = "data: " + stream_chunk_body(ctx_, 0, 1) + "\n\ndata: [DONE]\n\n";
+      drip_body_ = stream_piece_events(ctx_, 0, 1) + std::string(stream_end_events(ctx_));
     } else {
       drip_body_ = ctx_.api == api_kind::embedding ? embeddings_body(ctx_, embedding_inputs_)
                                                    : completion_body(ctx_);

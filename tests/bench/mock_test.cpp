@@ -133,6 +133,62 @@ TEST_F(MockTest, CompletionsStreamSendsTextCompletionEvents) {
   EXPECT_EQ(events[2], "[DONE]");
 }
 
+TEST_F(MockTest, ResponsesWithoutStreamAnswerACompletedResponseObject) {
+  auto response =
+      post("/v1/responses", R"({"model":"mock","input":"a secret prompt","max_output_tokens":9})");
+
+  ASSERT_EQ(response.status, 200);
+  auto body = response.json().as_object();
+  EXPECT_EQ(body.at("object"), "response");
+  EXPECT_EQ(body.at("status"), "completed");
+  EXPECT_EQ(body.at("model"), "mock");
+  EXPECT_EQ(std::string(body.at("id").as_string()).rfind("resp_", 0), 0u);
+  const auto& message = body.at("output").as_array().at(0).as_object();
+  EXPECT_EQ(message.at("type"), "message");
+  EXPECT_EQ(message.at("role"), "assistant");
+  const auto& part = message.at("content").as_array().at(0).as_object();
+  EXPECT_EQ(part.at("type"), "output_text");
+  std::string text(part.at("text").as_string());
+  EXPECT_EQ(text.find("secret"), std::string::npos) << "the mock never echoes a prompt";
+  const auto& usage = body.at("usage").as_object();
+  EXPECT_EQ(count(usage, "total_tokens"),
+            count(usage, "input_tokens") + count(usage, "output_tokens"));
+}
+
+TEST_F(MockTest, ResponsesStreamSendsTheResponsesEventsWithTheirNamesAndNoDone) {
+  stream_options options;
+  options.timeout = 5s;
+  auto result =
+      stream_request("POST", mock_.port(), "/v1/responses",
+                     R"({"model":"mock-stream-3x20","input":"hi","stream":true})", {}, options);
+
+  ASSERT_EQ(result.end, stream_end::complete);
+  EXPECT_EQ(*result.header("content-type"), "text/event-stream");
+  auto events = result.sse_events();
+  std::vector<std::string> names;
+  for (const auto& e : events) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "response.created", "response.in_progress", "response.output_item.added",
+                       "response.content_part.added", "response.output_text.delta",
+                       "response.output_text.delta", "response.output_text.delta",
+                       "response.output_text.done", "response.content_part.done",
+                       "response.output_item.done", "response.completed"}));
+  std::string deltas;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    auto data = json::parse(events[i].data).as_object();
+    EXPECT_EQ(std::string(data.at("type").as_string()), events[i].name) << "event " << i;
+    EXPECT_EQ(count(data, "sequence_number"), static_cast<std::int64_t>(i));
+    if (events[i].name == "response.output_text.delta") deltas += data.at("delta").as_string();
+  }
+  auto done = json::parse(events[7].data).as_object();
+  EXPECT_EQ(std::string(done.at("text").as_string()), deltas);
+  auto completed = json::parse(events.back().data).at("response").as_object();
+  EXPECT_EQ(completed.at("status"), "completed");
+  EXPECT_EQ(count(completed.at("usage").as_object(), "output_tokens"), 3);
+  // The three pieces are the simulated work: one per interval, counted as chunks sent.
+  EXPECT_EQ(count(log_entry(mock_.stats(), 0), "chunks_sent"), 3);
+}
+
 TEST_F(MockTest, FailModelAnswersThatStatusWithOpenAIErrorBody) {
   auto response = post("/v1/chat/completions", chat_body("mock-fail-503"));
 

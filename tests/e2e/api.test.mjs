@@ -153,6 +153,64 @@ describe('openai SDK through tether', {timeout: 120_000}, () => {
     assert.equal(entry.outcome, 'ok');
   });
 
+  test('responses.create without stream returns the response and its output text', test_timeout,
+       async () => {
+         const {data, response, request_id} =
+             await client.responses.create({model: 'gpt-test', input: 'Say something'})
+                 .withResponse();
+
+         assert.equal(response.status, 200);
+         assert.equal(data.object, 'response');
+         assert.equal(data.status, 'completed');
+         assert.match(data.id, /^resp_/);
+         // output_text is the SDK's own reading of the output items.
+         assert.match(data.output_text, /mock response/);
+         assert.equal(data.usage.total_tokens, data.usage.input_tokens + data.usage.output_tokens);
+         assert.equal(response.headers.get('x-tether-outcome'), 'ok');
+
+         const entry = await stack.wait_for_access(request_id);
+         assert.equal(entry.path, '/v1/responses');
+         assert.equal(entry.model, 'gpt-test');
+         assert.equal(entry.outcome, 'ok');
+         const upstream = upstream_requests(await stack.mock_stats(), request_id);
+         assert.equal(upstream.length, 1);
+         assert.equal(upstream[0].path, '/v1/responses');
+         assert.equal(upstream[0].model, 'mock');
+       });
+
+  test('responses.create with stream yields each event as it arrives', test_timeout, async () => {
+    const {data: stream, request_id} =
+        await client.responses.create({model: 'short-stream', input: 'count', stream: true})
+            .withResponse();
+    const types = [];
+    const deltas = [];
+    const arrivals = [];
+    let completed = null;
+    for await (const event of stream) {
+      types.push(event.type);
+      if (event.type === 'response.output_text.delta') {
+        deltas.push(event.delta);
+        arrivals.push(performance.now());
+      }
+      if (event.type === 'response.completed') completed = event.response;
+    }
+
+    assert.equal(types[0], 'response.created');
+    assert.equal(types.at(-1), 'response.completed');
+    assert.equal(deltas.length, 5);
+    deltas.forEach((piece, i) => assert.match(piece, new RegExp(`piece ${i + 1}/5`)));
+    assert.equal(completed.status, 'completed');
+    assert.equal(completed.output[0].content[0].text, deltas.join(''));
+    // mock-stream-5x100: a delta every 100 ms, so a buffered body would arrive all at once.
+    assert.ok(
+        arrivals.at(-1) - arrivals[0] >= 200,
+        `deltas arrived within ${arrivals.at(-1) - arrivals[0]} ms of each other`);
+    const entry = await stack.wait_for_access(request_id);
+    assert.equal(entry.path, '/v1/responses');
+    assert.equal(entry.stream, true);
+    assert.equal(entry.outcome, 'ok');
+  });
+
   test('models list names every configured model', test_timeout, async () => {
     const ids = [];
     for await (const model of client.models.list()) {

@@ -1,7 +1,7 @@
 // The SSE framer (net/sse_framer.hpp), fed in pieces the input chooses. Invariants: the events
 // are, concatenated, a prefix of the input and the buffered tail is the rest; the same events
 // come out whatever the chunking; each event is one whole event on its own; none exceeds the
-// limit; and make_error_event always makes exactly one event.
+// limit; and make_error_event always makes exactly one event, named or not.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -84,5 +84,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto out = check.feed(error_event);
   for (auto& f : check.finish()) out.push_back(std::move(f));
   TETHER_FUZZ_CHECK(out.size() == 1 && out[0] == error_event);
+  // And so is the named one the Responses surface ends with.
+  const auto named = tether::net::make_error_event(input, "error");
+  sse_framer named_check{named.size()};
+  auto named_out = named_check.feed(named);
+  for (auto& f : named_check.finish()) named_out.push_back(std::move(f));
+  TETHER_FUZZ_CHECK(named_out.size() == 1 && named_out[0] == named);
   return 0;
 }

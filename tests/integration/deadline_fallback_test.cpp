@@ -25,12 +25,15 @@ std::string body_for(const std::string& path, const std::string& model, bool str
   if (path == "/v1/embeddings") return R"({"model":")" + model + R"(","input":"hello"})";
   if (path == "/v1/completions")
     return R"({"model":")" + model + R"(","prompt":"hello","stream":)" + s + "}";
+  if (path == "/v1/responses")
+    return R"({"model":")" + model + R"(","input":"hello","stream":)" + s + "}";
   return chat_body(model, stream);
 }
 
 std::string short_name(const std::string& path) {
   if (path == "/v1/embeddings") return "embeddings";
   if (path == "/v1/completions") return "completions";
+  if (path == "/v1/responses") return "responses";
   return "chat";
 }
 
@@ -91,18 +94,18 @@ TEST_P(DeadlineAcrossFallbacks, TheRequestsDeadlineWinsOverAFallbacksLongerOne) 
   EXPECT_TRUE(await_metric(gw.port(), "tether_upstream_work_in_flight{upstream=\"mock\"}", 0, 5s));
 }
 
-INSTANTIATE_TEST_SUITE_P(EverySurface, DeadlineAcrossFallbacks,
-                         ::testing::Values(deadline_case{"/v1/chat/completions", false},
-                                           deadline_case{"/v1/chat/completions", true},
-                                           deadline_case{"/v1/completions", false},
-                                           deadline_case{"/v1/completions", true},
-                                           deadline_case{"/v1/embeddings", false},
-                                           deadline_case{"/v1/embeddings", true}),
-                         [](const ::testing::TestParamInfo<deadline_case>& info) {
-                           return short_name(info.param.path) + (info.param.from_header
-                                                                     ? "_caller_deadline"
-                                                                     : "_configured_deadline");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    EverySurface, DeadlineAcrossFallbacks,
+    ::testing::Values(deadline_case{"/v1/chat/completions", false},
+                      deadline_case{"/v1/chat/completions", true},
+                      deadline_case{"/v1/completions", false},
+                      deadline_case{"/v1/completions", true},
+                      deadline_case{"/v1/embeddings", false}, deadline_case{"/v1/embeddings", true},
+                      deadline_case{"/v1/responses", false}, deadline_case{"/v1/responses", true}),
+    [](const ::testing::TestParamInfo<deadline_case>& info) {
+      return short_name(info.param.path) +
+             (info.param.from_header ? "_caller_deadline" : "_configured_deadline");
+    });
 
 // ---- the attempt timeout of a stream that sent its head and nothing more ----------------------
 
@@ -136,8 +139,13 @@ TEST_P(StreamingAttemptTimeout, AHeadWithoutABodyIsRetriedAndTheCallerGetsAnOrdi
     ASSERT_EQ(r.status, 200) << r.body;
     ASSERT_NE(r.header("content-type"), nullptr);
     EXPECT_EQ(r.header("content-type")->rfind("text/event-stream", 0), 0u);
-    EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos) << r.body;
-    EXPECT_EQ(r.body.find("\"error\""), std::string::npos) << r.body;
+    // A stream's end: [DONE] on chat and completions, response.completed on Responses.
+    const bool responses = std::string(c.path) == "/v1/responses";
+    EXPECT_NE(r.body.find(responses ? "event: response.completed" : "data: [DONE]"),
+              std::string::npos)
+        << r.body;
+    // No error event (a Responses object carries "error":null of its own).
+    EXPECT_EQ(r.body.find(responses ? "event: error" : "\"error\""), std::string::npos) << r.body;
   } else {
     ASSERT_EQ(r.status, 504) << r.body;
     EXPECT_EQ(str(r.json().at("error").at("code")), "upstream_timeout");
@@ -171,15 +179,15 @@ TEST_P(StreamingAttemptTimeout, AHeadWithoutABodyIsRetriedAndTheCallerGetsAnOrdi
   EXPECT_EQ(line->at("attempts").as_array().size(), 1 + max_retries + (c.fallback ? 1u : 0u));
 }
 
-INSTANTIATE_TEST_SUITE_P(StreamingSurfaces, StreamingAttemptTimeout,
-                         ::testing::Values(drip_case{"/v1/chat/completions", false},
-                                           drip_case{"/v1/chat/completions", true},
-                                           drip_case{"/v1/completions", false},
-                                           drip_case{"/v1/completions", true}),
-                         [](const ::testing::TestParamInfo<drip_case>& info) {
-                           return short_name(info.param.path) +
-                                  (info.param.fallback ? "_then_fallback" : "_every_try");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    StreamingSurfaces, StreamingAttemptTimeout,
+    ::testing::Values(drip_case{"/v1/chat/completions", false},
+                      drip_case{"/v1/chat/completions", true}, drip_case{"/v1/completions", false},
+                      drip_case{"/v1/completions", true}, drip_case{"/v1/responses", false},
+                      drip_case{"/v1/responses", true}),
+    [](const ::testing::TestParamInfo<drip_case>& info) {
+      return short_name(info.param.path) + (info.param.fallback ? "_then_fallback" : "_every_try");
+    });
 
 }  // namespace
 }  // namespace tether::test

@@ -74,11 +74,11 @@ void PrintTo(const matrix_case& c, std::ostream* os) {
 
 // Embeddings never stream; the two stream-only phases exist only where a stream does.
 std::vector<matrix_case> all_cases() {
-  const std::vector<surface> surfaces{{"chat", "/v1/chat/completions", false},
-                                      {"chat_stream", "/v1/chat/completions", true},
-                                      {"completions", "/v1/completions", false},
-                                      {"completions_stream", "/v1/completions", true},
-                                      {"embeddings", "/v1/embeddings", false}};
+  const std::vector<surface> surfaces{
+      {"chat", "/v1/chat/completions", false},    {"chat_stream", "/v1/chat/completions", true},
+      {"completions", "/v1/completions", false},  {"completions_stream", "/v1/completions", true},
+      {"embeddings", "/v1/embeddings", false},    {"responses", "/v1/responses", false},
+      {"responses_stream", "/v1/responses", true}};
   std::vector<matrix_case> out;
   for (auto p : {phase::queued, phase::connecting_tls, phase::connecting_tcp,
                  phase::waiting_headers, phase::headers_no_body, phase::before_first_event,
@@ -98,6 +98,8 @@ std::string body_for(const surface& s, const std::string& model) {
     return R"({"model":")" + model + R"(","input":"hello"})";
   if (std::string(s.path) == "/v1/completions")
     return R"({"model":")" + model + R"(","prompt":"hello","stream":)" + stream + "}";
+  if (std::string(s.path) == "/v1/responses")
+    return R"({"model":")" + model + R"(","input":"hello","stream":)" + stream + "}";
   return chat_body(model, s.stream);
 }
 

@@ -106,6 +106,48 @@ TEST_F(GatewayTest, CompletionsAnswerStreamingAndNot) {
   EXPECT_EQ(str(mock_log(mock_.stats()).back().at("path")), "/v1/completions");
 }
 
+TEST_F(GatewayTest, ResponsesAnswerWholeAndAsAStreamOfNamedEventsRelayedAsTheyCome) {
+  start();
+  auto r = request("POST", gw_->port(), "/v1/responses",
+                   R"({"model":"chat","input":"say something","store":false})",
+                   {{"x-request-id", "resp-1"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(str(r.json().at("object")), "response");
+  EXPECT_EQ(str(r.json().at("status")), "completed");
+  ASSERT_NE(r.header("x-tether-outcome"), nullptr);
+  EXPECT_EQ(*r.header("x-tether-outcome"), "ok");
+  auto seen = mock_log(mock_.stats());
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(str(seen[0].at("path")), "/v1/responses");
+  EXPECT_EQ(str(seen[0].at("model")), "mock");  // rewritten to upstream_model
+  auto line = access_line(*gw_, "resp-1");
+  ASSERT_TRUE(line);
+  EXPECT_EQ(str(line->at("path")), "/v1/responses");
+  EXPECT_EQ(str(line->at("outcome")), "ok");
+
+  stream_options opts;
+  opts.timeout = 5s;
+  auto s = stream_request("POST", gw_->port(), "/v1/responses",
+                          R"({"model":"streamer","input":"x","stream":true})", {}, opts);
+  ASSERT_EQ(s.status, 200);
+  ASSERT_EQ(s.end, stream_end::complete);
+  auto events = s.sse_events();
+  // Four opening events, five deltas a hundred milliseconds apart, four closing ones.
+  ASSERT_EQ(events.size(), 13u) << s.body;
+  EXPECT_EQ(events.front().name, "response.created");
+  EXPECT_EQ(events.back().name, "response.completed");
+  EXPECT_EQ(s.body.find("[DONE]"), std::string::npos) << "the gateway adds nothing of its own";
+  auto times = s.sse_event_times();
+  ASSERT_EQ(times.size(), 13u);
+  auto first = std::chrono::duration<double, std::milli>(times.front() - s.sent_at).count();
+  auto spread = std::chrono::duration<double, std::milli>(times[8] - times[4]).count();
+  EXPECT_LT(first, 300.0);
+  EXPECT_GT(spread, 300.0);
+
+  auto get = request("GET", gw_->port(), "/v1/responses", "");
+  EXPECT_EQ(get.status, 405);
+}
+
 TEST_F(GatewayTest, EmbeddingsAnswerWithVectors) {
   start();
   auto r = request("POST", gw_->port(), "/v1/embeddings", R"({"model":"chat","input":["a","b"]})");

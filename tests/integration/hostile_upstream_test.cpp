@@ -131,6 +131,34 @@ TEST_F(HostileUpstreamTest, SseStreamStoppingMidEventEndsWithStreamInterruptedAn
   expect_still_serves();
 }
 
+TEST_F(HostileUpstreamTest, AResponsesStreamThatBreaksEndsWithTheResponsesApisErrorEvent) {
+  for (const std::string mode : {"sse-cut", "reset"}) {
+    const std::string id = "responses-" + mode;
+    stream_options options;
+    options.timeout = 15s;
+    auto r = stream_request("POST", gw_->port(), "/v1/responses",
+                            R"({"model":")" + mode + R"(","input":"hi","stream":true})",
+                            {{"x-request-id", id}}, options);
+    ASSERT_EQ(r.status, 200) << mode;
+    EXPECT_EQ(r.end, stream_end::complete) << mode;
+    // The mock's three pieces (four opening events, three deltas, four closing ones), whole, and
+    // then its break: the gateway relays the whole events and ends with its own error event.
+    auto events = r.sse_events();
+    ASSERT_EQ(events.size(), 12u) << r.body;
+    for (std::size_t i = 0; i < 11; ++i) EXPECT_EQ(events[i].name.rfind("response.", 0), 0u);
+    EXPECT_EQ(events[6].name, "response.output_text.delta");
+    EXPECT_EQ(events.back().name, "error");
+    auto error = boost::json::parse(events.back().data);
+    EXPECT_EQ(str(error.at("type")), "error");
+    EXPECT_EQ(str(error.at("code")), "stream_interrupted");
+    EXPECT_NE(str(error.at("message")).find("upstream"), std::string::npos) << events.back().data;
+    EXPECT_EQ(r.body.find("cut-mid-event"), std::string::npos) << "half an event was relayed";
+    expect_ended(id, "stream_interrupted");
+  }
+  EXPECT_EQ(mock_requests(), 2) << "a committed stream is never retried";
+  expect_still_serves();
+}
+
 TEST_F(HostileUpstreamTest, InvalidChunkMidStreamEndsWithStreamInterrupted) {
   auto r = post_stream("badchunk", "badchunk-1");
   expect_interrupted_stream(r, 3);

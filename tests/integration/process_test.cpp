@@ -88,7 +88,7 @@ TEST(ProcessTest, CheckPrintsEachPublicModelsRouteAsComments) {
   ASSERT_EQ(p.wait_exit(std::chrono::seconds(10)), std::optional<int>(0)) << p.output();
   const auto out = p.output();
   EXPECT_NE(out.find("# route big: deployments a (big-a), b (big-b); surfaces chat, completions, "
-                     "embeddings; tries big -> small\n"),
+                     "embeddings, responses; tries big -> small\n"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("# route small: deployments b (small);"), std::string::npos) << out;

@@ -160,5 +160,14 @@ TEST(SseFramerTest, ErrorEventWithLineBreaksInJsonStaysOneEvent) {
   EXPECT_EQ(framer.feed(event).size(), 1u);
 }
 
+TEST(SseFramerTest, NamedErrorEventCarriesItsEventLineBeforeTheData) {
+  const std::string json = R"({"type":"error","code":"stream_interrupted"})";
+  const std::string event = make_error_event(json, "error");
+  EXPECT_EQ(event, "event: error\ndata: " + json + "\n\n");
+  sse_framer framer;
+  EXPECT_EQ(framer.feed(event), events{event});
+  EXPECT_EQ(make_error_event("", "error"), "event: error\ndata: \n\n");
+}
+
 }  // namespace
 }  // namespace tether::net

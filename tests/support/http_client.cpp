@@ -302,24 +302,38 @@ void for_each_sse_event(const std::string& body, Fn fn) {
 
 }  // namespace
 
-std::vector<std::string> stream_result::sse_data() const {
-  std::vector<std::string> out;
+std::vector<stream_result::sse_event> stream_result::sse_events() const {
+  std::vector<sse_event> out;
   for_each_sse_event(body, [&](std::string_view event, std::size_t) {
-    std::string data;
+    sse_event e;
     bool any = false;
     while (!event.empty()) {
       auto nl = event.find('\n');
       auto line = event.substr(0, nl);
       event = nl == std::string_view::npos ? std::string_view{} : event.substr(nl + 1);
+      auto field_value = [&](std::string_view field) {
+        line.remove_prefix(field.size());
+        if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+        return line;
+      };
+      if (line.substr(0, 6) == "event:") {
+        e.name = std::string(field_value("event:"));
+        continue;
+      }
       if (line.substr(0, 5) != "data:") continue;
-      line.remove_prefix(5);
-      if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
-      if (any) data.push_back('\n');
-      data.append(line);
+      auto value = field_value("data:");
+      if (any) e.data.push_back('\n');
+      e.data.append(value);
       any = true;
     }
-    if (any) out.push_back(std::move(data));
+    if (any) out.push_back(std::move(e));
   });
+  return out;
+}
+
+std::vector<std::string> stream_result::sse_data() const {
+  std::vector<std::string> out;
+  for (auto& e : sse_events()) out.push_back(std::move(e.data));
   return out;
 }
 

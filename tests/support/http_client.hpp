@@ -114,6 +114,12 @@ struct stream_result {
   const std::string* header(std::string_view name) const;
   // The payloads of the complete SSE `data:` events in the body, in order.
   std::vector<std::string> sse_data() const;
+  // The same events with the name each one's `event:` line gave it ("" when none).
+  struct sse_event {
+    std::string name;
+    std::string data;
+  };
+  std::vector<sse_event> sse_events() const;
   // For each complete SSE event, the arrival time of the piece that completed it.
   std::vector<test_clock::time_point> sse_event_times() const;
 };

@@ -38,9 +38,9 @@ TEST(RouterTest, DescribeNamesEachModelsDeploymentsAndTheChainItMayTry) {
   router r{cfg};
   EXPECT_EQ(r.describe(cfg),
             "route llama: deployments a (llama-on-a), b (llama-on-b); surfaces chat, completions, "
-            "embeddings; tries llama -> small\n"
-            "route small: deployments b (small); surfaces chat, completions, embeddings; tries "
-            "small\n");
+            "embeddings, responses; tries llama -> small\n"
+            "route small: deployments b (small); surfaces chat, completions, embeddings, "
+            "responses; tries small\n");
 }
 
 // a → {b, c}, b → {d, c}: depth first (a b d c), each model once, whatever the repeats.
