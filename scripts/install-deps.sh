@@ -7,12 +7,14 @@ want_e2e=0
 want_fuzz=0
 want_package=0
 want_tidy=0
+want_bench=0
 for arg in "$@"; do
   case "$arg" in
     --e2e) want_e2e=1 ;;
     --fuzz) want_fuzz=1 ;;
     --package) want_package=1 ;;
     --tidy) want_tidy=1 ;;
+    --bench) want_bench=1 ;;
   esac
 done
 
@@ -34,6 +36,10 @@ fi
 # scripts/check-monitoring.sh: promtool).
 if [ "$want_package" = 1 ]; then
   packages+=(lintian prometheus)
+fi
+# bench/run.sh's baseline: the mock behind nginx, the cost a proxy in front of it adds.
+if [ "$want_bench" = 1 ]; then
+  packages+=(nginx-light)
 fi
 if [ "$want_e2e" = 1 ] && ! command -v npm >/dev/null 2>&1; then
   packages+=(nodejs npm)
