@@ -38,6 +38,12 @@ std::string path_of(const std::string& target) {
   return q == std::string::npos ? target : target.substr(0, q);
 }
 
+// The gateway's own error body, in the shape of the surface at `path` (OpenAI's elsewhere).
+std::string error_body_at(const std::string& path, int status, outcome o, std::string_view message,
+                          std::string_view request_id) {
+  return error_body_on(surface_of(path).value_or(surface::chat), status, o, message, request_id);
+}
+
 net::header_list json_headers(const std::string& request_id) {
   return {{"content-type", "application/json"}, {"x-request-id", request_id}};
 }
@@ -79,18 +85,27 @@ std::string sha256_hex(std::string_view data) {
 
 gateway::gateway(caf::actor_system& system, runtime_ptr rt) : system_(system), rt_(std::move(rt)) {}
 
-std::int64_t gateway::match_key(const net::incoming_request& req) const {
-  const auto* auth = net::find_header(req.headers, "authorization");
-  if (auth == nullptr) return -1;
-  std::string_view v = *auth;
-  // The scheme is case-insensitive (RFC 7235 §2.1); the token is what follows the spaces.
-  constexpr std::string_view bearer = "bearer";
-  if (v.size() <= bearer.size() || v[bearer.size()] != ' ') return -1;
-  for (std::size_t i = 0; i < bearer.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(v[i])) != bearer[i]) return -1;
+// The token of `Authorization: Bearer K`, or else of `x-api-key: K` (how the Anthropic SDK
+// sends it); empty: neither.
+std::string_view presented_key(const net::incoming_request& req) {
+  if (const auto* auth = net::find_header(req.headers, "authorization")) {
+    std::string_view v = *auth;
+    // The scheme is case-insensitive (RFC 7235 §2.1); the token is what follows the spaces.
+    constexpr std::string_view bearer = "bearer";
+    if (v.size() <= bearer.size() || v[bearer.size()] != ' ') return {};
+    for (std::size_t i = 0; i < bearer.size(); ++i) {
+      if (std::tolower(static_cast<unsigned char>(v[i])) != bearer[i]) return {};
+    }
+    v.remove_prefix(bearer.size());
+    while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+    return v;
   }
-  v.remove_prefix(bearer.size());
-  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+  if (const auto* key = net::find_header(req.headers, "x-api-key")) return *key;
+  return {};
+}
+
+std::int64_t gateway::match_key(const net::incoming_request& req) const {
+  const auto v = presented_key(req);
   if (v.empty()) return -1;
   auto digest = sha256_hex(v);
   std::int64_t found = -1;
@@ -106,12 +121,12 @@ void gateway::answer_model_refusal(const net::incoming_request& req, const std::
                                    const std::string& model, outcome o, const std::string& message,
                                    net::response_channel& channel) {
   int status = status_of(o);
+  const auto path = path_of(req.target);
   channel.send_full(status, error_headers(request_id, status, o),
-                    error_body(o, message, request_id));
+                    error_body_at(path, status, o, message, request_id));
   auto elapsed =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - req.arrival)
           .count();
-  const auto path = path_of(req.target);
   access_record r;
   r.request_id = request_id;
   r.model = model;
@@ -146,8 +161,9 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
   if (req.method != "POST") {
     auto headers = error_headers(request_id, 405, outcome::bad_request);
     headers.push_back({"allow", "POST"});
-    channel->send_full(405, std::move(headers),
-                       error_body(outcome::bad_request, path + " accepts POST only", request_id));
+    channel->send_full(
+        405, std::move(headers),
+        error_body_at(path, 405, outcome::bad_request, path + " accepts POST only", request_id));
     return nullptr;
   }
   return start_model_request(std::move(req), std::move(request_id), std::move(path),
@@ -249,10 +265,19 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
     return nullptr;
   }
   auto info = std::get<model_request_info>(std::move(inspected));
+  const auto where = *surface_of(path);  // handle() let only model surfaces through
   if (!rt_->routes->knows(info.model)) {
     // The label stays bounded: an unknown name is never a label value.
     answer_model_refusal(req, request_id, "", outcome::unknown_model,
                          "the model does not exist on this gateway", *channel);
+    return nullptr;
+  }
+  if (!rt_->routes->serves(info.model, where)) {
+    answer_model_refusal(req, request_id, "", outcome::unknown_model,
+                         "the model is not served on " + std::string(path_of(where)) +
+                             " by this gateway (no deployment of it serves the " +
+                             std::string(name_of(where)) + " surface)",
+                         *channel);
     return nullptr;
   }
   if (key >= 0) {
@@ -277,7 +302,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
 
   // The request's strings are moved, not copied: this is the last use of each here.
   request_spec spec;
-  spec.where = *surface_of(path);  // handle() let only model surfaces through
+  spec.where = where;
   spec.stream = info.stream && can_stream(spec.where);
   spec.deadline = effective_deadline(rt_->cfg.effective_request(info.model).deadline, caller);
   if (caller.what == caller_budget::kind::valid) spec.caller_deadline = caller.value;
@@ -289,6 +314,11 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   spec.key = key;
   spec.arrival = req.arrival;
   if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
+  if (is_anthropic(where)) {
+    if (const auto* v = net::find_header(req.headers, "anthropic-version"))
+      spec.anthropic_version = *v;
+    if (const auto* v = net::find_header(req.headers, "anthropic-beta")) spec.anthropic_beta = *v;
+  }
   auto actor = system_.spawn(request_actor, rt_, std::move(channel), std::move(spec));
   caf::anon_send(rt_->supervisor, adopt_atom::value, actor);
   return std::make_shared<request_observer>(std::move(actor));

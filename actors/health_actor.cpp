@@ -10,6 +10,7 @@
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/upstream_health.hpp"
+#include "actors/upstream_auth.hpp"
 
 namespace tether {
 namespace {
@@ -148,7 +149,7 @@ struct health_state {
       net::upstream_request req;
       req.method = "GET";
       req.target = c.path;
-      if (!u.api_key.empty()) req.headers.push_back({"authorization", "Bearer " + u.api_key});
+      add_upstream_auth(req.headers, u);
       req.close_at = std::chrono::steady_clock::now() + u.connect_timeout;
       auto events = std::make_shared<probe_events>(self->address(), upstream);
       c.probe = rt->upstreams[upstream]->start(std::move(req), events, nullptr);

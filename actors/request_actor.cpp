@@ -23,6 +23,7 @@
 #include "actors/policy/request_lifecycle.hpp"
 #include "actors/request_trace.hpp"
 #include "actors/response_headers.hpp"
+#include "actors/upstream_auth.hpp"
 #include "net/sse_framer.hpp"
 
 namespace tether {
@@ -180,10 +181,10 @@ void request_state::start_attempt(const command& c) {
   req.body =
       dep.upstream_model == spec.model ? spec.body : rewrite_model(spec.body, dep.upstream_model);
   req.close_at = c.close_at;
-  req.headers.reserve(6);  // the most pushed below: one allocation instead of four
+  req.headers.reserve(8);  // the most pushed below: one allocation instead of four
   req.headers.push_back({"content-type", "application/json"});
   if (spec.stream) req.headers.push_back({"accept", "text/event-stream"});
-  if (!up.api_key.empty()) req.headers.push_back({"authorization", "Bearer " + up.api_key});
+  add_upstream_auth(req.headers, up, spec.anthropic_version, spec.anthropic_beta);
   req.headers.push_back({"x-request-id", spec.request_id});
   if (c.deadline_left) {
     // A chained gateway inherits what is left of this request's budget.
@@ -248,7 +249,7 @@ void request_state::start_stream(const command& c, net::header_list& headers) {
 void request_state::send_error(const command& c) {
   channel->send_full(
       c.status, error_headers(spec.request_id, c.status, c.result, c.retry_after, caller_left()),
-      error_body(c.result, c.message, spec.request_id));
+      error_body_on(spec.where, c.status, c.result, c.message, spec.request_id));
   if (!first_byte_ns) first_byte_ns = now_ns();
 }
 
@@ -330,7 +331,7 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
   trace.emplace(rt->tracer.get(), spec.traceparent.empty() ? nullptr : &spec.traceparent,
                 arrival_ns);
   life.emplace(rt->cfg, *rt->routes, *rt->retries, *rt->health, rt->routes->chain_of(spec.model),
-               request_deadline{spec.arrival, spec.deadline});
+               spec.where, request_deadline{spec.arrival, spec.deadline});
   rt->stats->requests_in_flight_add(1);
 }
 

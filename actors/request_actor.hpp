@@ -27,6 +27,9 @@ struct request_spec {
   std::optional<std::int64_t> client_retry;  // the SDK's x-stainless-retry-count, for the log
   std::chrono::steady_clock::time_point arrival;
   std::string traceparent;
+  // The caller's anthropic-version and anthropic-beta (Anthropic surfaces only), passed on.
+  std::string anthropic_version;
+  std::string anthropic_beta;
 };
 
 caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,

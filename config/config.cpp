@@ -2,6 +2,10 @@
 
 namespace tether::config {
 
+std::string_view name_of(upstream_api api) {
+  return api == upstream_api::anthropic ? "anthropic" : "openai";
+}
+
 const upstream_config* gateway_config::find_upstream(const std::string& name) const {
   for (const auto& u : upstreams) {
     if (u.name == name && !u.retired) return &u;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "config/surface.hpp"
+
 namespace tether::config {
 
 using millis = std::chrono::milliseconds;
@@ -71,10 +73,24 @@ struct upstream_url {
   std::string path_prefix;  // "" or "/something"
 };
 
+// The API an upstream speaks: which surfaces it serves by default and how it is sent the key.
+enum class upstream_api { openai, anthropic };
+std::string_view name_of(upstream_api api);
+// openai: chat, completions, embeddings, responses; anthropic: messages, count_tokens.
+constexpr surface_set default_surfaces(upstream_api api) {
+  return api == upstream_api::anthropic
+             ? static_cast<surface_set>(bit_of(surface::messages) | bit_of(surface::count_tokens))
+             : static_cast<surface_set>(bit_of(surface::chat) | bit_of(surface::completions) |
+                                        bit_of(surface::embeddings) | bit_of(surface::responses));
+}
+
 struct upstream_config {
   std::string name;
   std::string base_url;  // as written, for display
   upstream_url url;
+  upstream_api api = upstream_api::openai;
+  // What its deployments serve: the api's defaults, or the `surfaces` list as written.
+  surface_set surfaces = default_surfaces(upstream_api::openai);
   std::string api_key_env;  // name of the env variable, may be empty
   std::string api_key;      // resolved at load; never printed
   std::uint32_t max_in_flight = 64;

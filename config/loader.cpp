@@ -466,7 +466,7 @@ class loader {
       check_keys(*t, p,
                  {"name", "base_url", "api_key_env", "max_in_flight", "connect_timeout_ms",
                   "idle_timeout_ms", "weight", "eject_after_failures", "eject_base_ms",
-                  "eject_max_ms", "health_path", "health_interval_ms"});
+                  "eject_max_ms", "health_path", "health_interval_ms", "api", "surfaces"});
       upstream_config u;
       if (auto name = read_string(*t, "name", p)) {
         u.name = *name;
@@ -509,12 +509,58 @@ class loader {
           }
         }
       }
+      read_api(*t, p, u);
       read_into(*t, "max_in_flight", p, u.max_in_flight, 1, u32_max);
       read_ms(*t, "connect_timeout_ms", p, u.connect_timeout, 1);
       read_ms(*t, "idle_timeout_ms", p, u.idle_timeout, 1);
       read_health(*t, p, u);
       cfg_.upstreams.push_back(std::move(u));
     }
+  }
+
+  // `api` and `surfaces`: what the upstream's deployments serve. An OpenAI-API server may list
+  // any surface (vLLM and llama.cpp serve /v1/messages too); an Anthropic one only its own.
+  void read_api(const toml::table& t, const std::string& p, upstream_config& u) {
+    if (auto api = read_string(t, "api", p)) {
+      if (*api == "openai") {
+        u.api = upstream_api::openai;
+      } else if (*api == "anthropic") {
+        u.api = upstream_api::anthropic;
+      } else {
+        error(p + ".api", fmt::format("expected \"openai\" or \"anthropic\", got \"{}\"", *api),
+              *t.get("api"));
+      }
+    }
+    u.surfaces = default_surfaces(u.api);
+    const toml::node* at = t.get("surfaces");
+    if (at == nullptr) return;
+    auto names = read_string_list(t, "surfaces", p);
+    if (!names) return;
+    const auto where = p + ".surfaces";
+    if (names->empty()) {
+      error(where, "must list at least one surface (leave it out for the api's defaults)", *at);
+      return;
+    }
+    surface_set set = 0;
+    for (const auto& name : *names) {
+      const auto s = surface_named(name);
+      if (!s) {
+        error(where,
+              fmt::format("\"{}\" is not a surface (expected one of {})", name,
+                          names_of(static_cast<surface_set>((1U << surface_count) - 1))),
+              *at);
+      } else if (!serves(default_surfaces(u.api), *s) && u.api == upstream_api::anthropic) {
+        error(where,
+              fmt::format("\"{}\" is not served by an api = \"anthropic\" upstream (it serves {})",
+                          name, names_of(default_surfaces(u.api))),
+              *at);
+      } else if (serves(set, *s)) {
+        error(where, fmt::format("\"{}\" is listed twice", name), *at);
+      } else {
+        set = static_cast<surface_set>(set | bit_of(*s));
+      }
+    }
+    u.surfaces = set;
   }
 
   // The health keys (docs/contract.md, "Upstream health and load-aware routing").
@@ -686,6 +732,26 @@ class loader {
         } else {
           out.push_back(fb);
         }
+      }
+    }
+
+    // A fallback serves every surface its model does: a request falls back on the surface it
+    // came in on, and a model that cannot answer there would turn a failure into a 404.
+    std::map<std::string, surface_set> serves_of;
+    for (const auto& m : models) {
+      if (const auto* up = cfg_.find_upstream(m.upstream))
+        serves_of[m.name] = static_cast<surface_set>(serves_of[m.name] | up->surfaces);
+    }
+    for (const auto& [name, k] : first) {
+      const toml::node* at = entries[k].table->get("fallbacks");
+      for (const auto& fb : edges[name]) {
+        const auto missing = static_cast<surface_set>(serves_of[name] & ~serves_of[fb]);
+        if (missing == 0) continue;
+        error(fmt::format("models[{}].fallbacks", entries[k].index),
+              fmt::format("\"{}\" does not serve {} (which \"{}\" serves): a fallback chain stays "
+                          "on the request's surface",
+                          fb, names_of(missing), name),
+              at ? &at->source() : nullptr);
       }
     }
 

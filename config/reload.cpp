@@ -26,7 +26,8 @@ bool same_health(const upstream_config& a, const upstream_config& b) {
 
 bool same_upstream(const upstream_config& a, const upstream_config& b) {
   return same_endpoint(a, b) && same_health(a, b) && a.base_url == b.base_url &&
-         a.api_key == b.api_key && a.api_key_env == b.api_key_env;
+         a.api_key == b.api_key && a.api_key_env == b.api_key_env && a.api == b.api &&
+         a.surfaces == b.surfaces;
 }
 
 void compare_server(const server_config& a, const server_config& b, std::vector<std::string>& out) {

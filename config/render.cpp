@@ -117,6 +117,17 @@ std::string render_effective(const gateway_config& cfg) {
       o += fmt::format("api_key_env = {}  # key: {}\n", quote(u.api_key_env),
                        u.api_key.empty() ? "missing" : "set");
     }
+    line("api", quote(std::string(name_of(u.api))));
+    {
+      std::string list;
+      for (std::size_t i = 0; i < surface_count; ++i) {
+        const auto s = static_cast<surface>(i);
+        if (!serves(u.surfaces, s)) continue;
+        if (!list.empty()) list += ", ";
+        list += quote(std::string(name_of(s)));
+      }
+      line("surfaces", "[" + list + "]");
+    }
     line("max_in_flight", u.max_in_flight);
     line("connect_timeout_ms", u.connect_timeout.count());
     line("idle_timeout_ms", u.idle_timeout.count());

@@ -32,7 +32,7 @@ lifecycle_command make(kind k) {
 
 request_lifecycle::request_lifecycle(const config::gateway_config& cfg, const router& routes,
                                      retry_budget& retries, upstream_health& health,
-                                     const std::vector<std::string>& chain,
+                                     const std::vector<std::string>& chain, surface where,
                                      request_deadline deadline, retry_policy::jitter_source jitter,
                                      random_source random)
     : cfg_(cfg),
@@ -40,6 +40,7 @@ request_lifecycle::request_lifecycle(const config::gateway_config& cfg, const ro
       retries_(retries),
       health_(health),
       chain_(&chain),
+      where_(where),
       deadline_(deadline),
       jitter_(std::move(jitter)),
       random_(random ? std::move(random) : random_source{route_random}) {
@@ -296,7 +297,7 @@ bool request_lifecycle::choose_deployment(steady_time now) {
     const auto tried = pos == chain_pos_
                            ? std::span<const std::size_t>{tried_.data(), tried_.size()}
                            : std::span<const std::size_t>{};
-    auto pick = routes_.choose((*chain_)[pos], tried, health_, now, random_());
+    auto pick = routes_.choose((*chain_)[pos], where_, tried, health_, now, random_());
     if (!pick.deployment) continue;
     if (pick.healthy) {
       if (pos != chain_pos_) move_to_model(pos);
@@ -334,7 +335,7 @@ void request_lifecycle::after_failure(const attempt_report& report, std::string_
     // A Retry-After is that deployment's word (it is cooling down now): a retry that another
     // deployment in service can take waits only the usual backoff.
     const auto& model = (*chain_)[chain_pos_];
-    if (routes_.any_in_service(model, health_, now)) {
+    if (routes_.any_in_service(model, where_, health_, now)) {
       auto plain = report;
       plain.retry_after.reset();
       const auto usual = policy.decide(plain, model_attempts_, remaining, has_fallback);

@@ -87,7 +87,7 @@ class request_lifecycle {
   // budget, the upstreams' health and the configuration outlive the lifecycle. `random` feeds
   // the router's draws (default: route_random).
   request_lifecycle(const config::gateway_config& cfg, const router& routes, retry_budget& retries,
-                    upstream_health& health, const std::vector<std::string>& chain,
+                    upstream_health& health, const std::vector<std::string>& chain, surface where,
                     request_deadline deadline, retry_policy::jitter_source jitter = {},
                     random_source random = {});
   ~request_lifecycle();
@@ -145,6 +145,7 @@ class request_lifecycle {
   retry_budget& retries_;
   upstream_health& health_;
   const std::vector<std::string>* chain_;
+  surface where_;  // the request's surface: only deployments serving it are tried
   request_deadline deadline_;
   retry_policy::jitter_source jitter_;
   random_source random_;

@@ -17,6 +17,7 @@ router::router(const config::gateway_config& cfg) {
     for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
       if (cfg.upstreams[u].name == m.upstream) d.upstream = u;
     }
+    d.serves = cfg.upstreams.at(d.upstream).surfaces;
     d.upstream_model = m.upstream_model.empty() ? m.name : m.upstream_model;
     if (!by_model_.count(m.name)) {
       public_models_.push_back(m.name);
@@ -61,8 +62,9 @@ std::string router::describe(const config::gateway_config& cfg) const {
       if (i > 0) out += ", ";
       out += cfg.upstreams.at(d.upstream).name + " (" + d.upstream_model + ")";
     }
-    // Every deployment speaks the OpenAI API today, so every model serves the same surfaces.
-    out += "; surfaces chat, completions, embeddings, responses; tries ";
+    surface_set all = 0;
+    for (auto idx : deps) all = static_cast<surface_set>(all | deployments_[idx].serves);
+    out += "; surfaces " + names_of(all) + "; tries ";
     const auto& chain = chain_of(model);
     for (std::size_t i = 0; i < chain.size(); ++i) {
       if (i > 0) out += " -> ";
@@ -73,21 +75,33 @@ std::string router::describe(const config::gateway_config& cfg) const {
   return out;
 }
 
-bool router::any_in_service(const std::string& model, const upstream_health& health,
+bool router::serves(const std::string& model, surface s) const {
+  auto it = by_model_.find(model);
+  if (it == by_model_.end()) return false;
+  return std::any_of(it->second.begin(), it->second.end(),
+                     [&](std::size_t idx) { return tether::serves(deployments_[idx].serves, s); });
+}
+
+bool router::any_in_service(const std::string& model, surface where, const upstream_health& health,
                             std::chrono::steady_clock::time_point now) const {
   auto it = by_model_.find(model);
   if (it == by_model_.end()) return false;
   return std::any_of(it->second.begin(), it->second.end(), [&](std::size_t idx) {
-    return health.available(deployments_[idx].upstream, now);
+    return tether::serves(deployments_[idx].serves, where) &&
+           health.available(deployments_[idx].upstream, now);
   });
 }
 
-route_choice router::choose(const std::string& model, std::span<const std::size_t> tried,
-                            const upstream_health& health,
+route_choice router::choose(const std::string& model, surface where,
+                            std::span<const std::size_t> tried, const upstream_health& health,
                             std::chrono::steady_clock::time_point now, std::uint64_t random) const {
   auto it = by_model_.find(model);
   if (it == by_model_.end() || it->second.empty()) return {};
-  const auto& candidates = it->second;
+  boost::container::small_vector<std::size_t, 8> candidates;
+  for (auto idx : it->second) {
+    if (tether::serves(deployments_[idx].serves, where)) candidates.push_back(idx);
+  }
+  if (candidates.empty()) return {};
   auto untried = [&](std::size_t idx) {
     return std::find(tried.begin(), tried.end(), idx) == tried.end();
   };

@@ -25,6 +25,7 @@ struct deployment {
   std::string model;           // public name
   std::size_t upstream = 0;    // index into gateway_config::upstreams
   std::string upstream_model;  // what the upstream is sent
+  surface_set serves = 0;      // its upstream's surfaces
 };
 
 struct route_choice {
@@ -40,6 +41,8 @@ class router {
   explicit router(const config::gateway_config& cfg);
 
   bool knows(const std::string& model) const { return by_model_.count(model) > 0; }
+  // Whether some deployment of the model serves the surface.
+  bool serves(const std::string& model, surface s) const;
   // Public model names in configuration order, each once.
   const std::vector<std::string>& public_models() const { return public_models_; }
   const std::vector<std::string>& fallbacks_of(const std::string& model) const;
@@ -54,11 +57,12 @@ class router {
   std::string describe(const config::gateway_config& cfg) const;
 
   // `random`: 64 random bits, for the two draws.
-  route_choice choose(const std::string& model, std::span<const std::size_t> tried,
+  // Only deployments serving `where` are candidates.
+  route_choice choose(const std::string& model, surface where, std::span<const std::size_t> tried,
                       const upstream_health& health, std::chrono::steady_clock::time_point now,
                       std::uint64_t random) const;
-  // Whether any deployment of the model has its upstream in service at `now`.
-  bool any_in_service(const std::string& model, const upstream_health& health,
+  // Whether any deployment of the model serving `where` has its upstream in service at `now`.
+  bool any_in_service(const std::string& model, surface where, const upstream_health& health,
                       std::chrono::steady_clock::time_point now) const;
 
  private:

@@ -4,6 +4,8 @@
 
 #include <boost/json.hpp>
 
+#include "bench/mock/anthropic_bodies.hpp"
+
 namespace tether::mock {
 namespace {
 
@@ -24,17 +26,9 @@ std::string id_for(const completion_context& ctx) {
   return prefix + std::to_string(ctx.request_id);
 }
 
-std::string full_text(const completion_context& ctx) {
-  return "This is mock response #" + std::to_string(ctx.request_id) + ".";
-}
-
-std::string piece_text(const completion_context& ctx, std::uint32_t index, std::uint32_t count) {
-  return "#" + std::to_string(ctx.request_id) + " piece " + std::to_string(index + 1) + "/" +
-         std::to_string(count) + " ";
-}
-
-std::int64_t prompt_tokens(const completion_context& ctx) {
-  return static_cast<std::int64_t>(ctx.prompt_bytes / 4 + 1);
+// Anthropic's paths, whose bodies anthropic_bodies.cpp makes.
+bool is_anthropic(const completion_context& ctx) {
+  return ctx.api == api_kind::messages || ctx.api == api_kind::count_tokens;
 }
 
 json::object usage(std::int64_t prompt, std::int64_t completion) {
@@ -53,9 +47,34 @@ json::object envelope(const completion_context& ctx, std::string_view object) {
 
 }  // namespace
 
+std::string full_text(const completion_context& ctx) {
+  return "This is mock response #" + std::to_string(ctx.request_id) + ".";
+}
+
+std::string piece_text(const completion_context& ctx, std::uint32_t index, std::uint32_t count) {
+  return "#" + std::to_string(ctx.request_id) + " piece " + std::to_string(index + 1) + "/" +
+         std::to_string(count) + " ";
+}
+
+std::int64_t prompt_tokens(const completion_context& ctx) {
+  return static_cast<std::int64_t>(ctx.prompt_bytes / 4 + 1);
+}
+
 std::string error_body(std::string_view message, std::string_view type, std::string_view code) {
   json::object error{{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}};
   return json::serialize(json::object{{"error", std::move(error)}});
+}
+
+std::string error_body_for(const completion_context& ctx, unsigned status, std::string_view message,
+                           std::string_view type, std::string_view code) {
+  if (is_anthropic(ctx)) return anthropic_error_body(status, message);
+  return error_body(message, type, code);
+}
+
+std::string named_event(std::string_view name, const json::object& data) {
+  std::string out("event: ");
+  out.append(name).append("\ndata: ").append(json::serialize(data)).append("\n\n");
+  return out;
 }
 
 namespace {
@@ -128,15 +147,10 @@ json::object response_object(const completion_context& ctx, std::string_view sta
           {"usage", done ? json::value(responses_usage(ctx, 5)) : json::value(nullptr)}};
 }
 
-std::string named_event(std::string_view name, json::object data) {
-  std::string out("event: ");
-  out.append(name).append("\ndata: ").append(json::serialize(data)).append("\n\n");
-  return out;
-}
-
 }  // namespace
 
 std::string completion_body(const completion_context& ctx) {
+  if (is_anthropic(ctx)) return messages_body(ctx);
   if (ctx.api == api_kind::responses) {
     return json::serialize(response_object(ctx, "completed", full_text(ctx)));
   }
@@ -144,6 +158,7 @@ std::string completion_body(const completion_context& ctx) {
 }
 
 std::string padded_completion_body(const completion_context& ctx, std::size_t total_bytes) {
+  if (is_anthropic(ctx)) return padded_messages_body(ctx, total_bytes);
   auto text = full_text(ctx);
   auto object_of = [&](std::string_view t) {
     return ctx.api == api_kind::responses ? response_object(ctx, "completed", t)
@@ -157,6 +172,7 @@ std::string padded_completion_body(const completion_context& ctx, std::size_t to
 
 std::string stream_piece_events(const completion_context& ctx, std::uint32_t index,
                                 std::uint32_t count) {
+  if (is_anthropic(ctx)) return messages_stream_piece_events(ctx, index, count);
   if (ctx.api != api_kind::responses) {
     std::string out("data: ");
     out.append(stream_chunk_body(ctx, index, count)).append("\n\n");
@@ -225,7 +241,13 @@ std::string stream_piece_events(const completion_context& ctx, std::uint32_t ind
 }
 
 std::string_view stream_end_events(const completion_context& ctx) {
-  return ctx.api == api_kind::responses ? std::string_view{} : std::string_view{"data: [DONE]\n\n"};
+  if (ctx.api == api_kind::responses || is_anthropic(ctx)) return {};
+  return "data: [DONE]\n\n";
+}
+
+std::string_view half_stream_event(const completion_context& ctx) {
+  if (is_anthropic(ctx)) return messages_half_event();
+  return R"(data: {"choices":[{"delta":{"content":"cut-mid-event)";
 }
 
 std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index,

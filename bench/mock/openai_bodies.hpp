@@ -1,6 +1,7 @@
 // Response bodies shaped exactly like OpenAI's (chat, completions, embeddings, Responses), so
 // that official SDKs parse them. The mock never
-// echoes a prompt: completion text names the request's position number instead.
+// echoes a prompt: completion text names the request's position number instead. The functions
+// below that take a completion_context answer Anthropic's APIs too, through anthropic_bodies.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,8 @@
 
 namespace tether::mock {
 
-enum class api_kind { chat, completion, embedding, responses };
+// messages and count_tokens are Anthropic's /v1/messages and /v1/messages/count_tokens.
+enum class api_kind { chat, completion, embedding, responses, messages, count_tokens };
 
 struct completion_context {
   api_kind api = api_kind::chat;
@@ -22,7 +24,20 @@ struct completion_context {
 
 std::string error_body(std::string_view message, std::string_view type, std::string_view code);
 
-// A whole (non-streaming) chat.completion, text_completion or (Responses) response object.
+// The error body of the request's API: OpenAI's error_body, or on Anthropic's paths Anthropic's
+// shape, whose type follows from the status (type and code are then unused).
+std::string error_body_for(const completion_context& ctx, unsigned status, std::string_view message,
+                           std::string_view type, std::string_view code);
+
+// What every API's bodies say, shared with anthropic_bodies.cpp: the whole text, the text of
+// streamed piece `index` of `count`, the prompt's token count, and one named SSE event.
+std::string full_text(const completion_context& ctx);
+std::string piece_text(const completion_context& ctx, std::uint32_t index, std::uint32_t count);
+std::int64_t prompt_tokens(const completion_context& ctx);
+std::string named_event(std::string_view name, const boost::json::object& data);
+
+// A whole (non-streaming) chat.completion, text_completion, (Responses) response or (Anthropic)
+// message object, or count_tokens' token count.
 std::string completion_body(const completion_context& ctx);
 
 // The same, its text padded so that the serialized body is total_bytes long (or the unpadded
@@ -41,13 +56,18 @@ std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index
 // `response.output_text.delta` (the first piece opens with `response.created`,
 // `response.in_progress`, `response.output_item.added`, `response.content_part.added`; the last
 // closes with the matching `.done` events and `response.completed`), each with its
-// sequence_number.
+// sequence_number. Messages (and count_tokens, streamed only by the hostile behaviours): the
+// Messages API's events (anthropic_bodies.hpp).
 std::string stream_piece_events(const completion_context& ctx, std::uint32_t index,
                                 std::uint32_t count);
 
 // The SSE bytes that end a whole stream after its last piece: "data: [DONE]" for chat and
-// completions, nothing for Responses (whose `response.completed` is the end).
+// completions, nothing for Responses and Messages (whose `response.completed` or `message_stop`
+// is the end).
 std::string_view stream_end_events(const completion_context& ctx);
+
+// Half an SSE event of the request's API, cut inside its JSON (mock-sse-cut's last bytes).
+std::string_view half_stream_event(const completion_context& ctx);
 
 // A `list` of `embedding` objects: one per input string (or token array).
 std::string embeddings_body(const completion_context& ctx, std::size_t inputs);

@@ -292,11 +292,11 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     record_ = stats_.request_started(ticket_, path, "", false, std::move(headers));
     ctx_ = completion_context{};
     ctx_.request_id = record_->id;
+    // Anthropic's paths answer even their routing errors in Anthropic's shape.
+    if (path.rfind("/v1/messages", 0) == 0) ctx_.api = api_kind::messages;
 
     if (path == "/v1/models" && method == http::verb::get) return send_whole(200, models_body());
-    if (method != http::verb::post) {
-      return send_whole(404, error_body("no such path", "invalid_request_error", "unknown_url"));
-    }
+    if (method != http::verb::post) return send_error(404, "no such path", "unknown_url");
     if (path == "/v1/chat/completions") {
       ctx_.api = api_kind::chat;
     } else if (path == "/v1/completions") {
@@ -305,8 +305,12 @@ class session : public std::enable_shared_from_this<session<Stream>> {
       ctx_.api = api_kind::embedding;
     } else if (path == "/v1/responses") {
       ctx_.api = api_kind::responses;
+    } else if (path == "/v1/messages") {
+      ctx_.api = api_kind::messages;
+    } else if (path == "/v1/messages/count_tokens") {
+      ctx_.api = api_kind::count_tokens;
     } else {
-      return send_whole(404, error_body("no such path", "invalid_request_error", "unknown_url"));
+      return send_error(404, "no such path", "unknown_url");
     }
     handle_model_request(request.body());
   }
@@ -316,17 +320,17 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     auto parsed = json::parse(body, ec);
     const auto* object = ec ? nullptr : parsed.if_object();
     if (object == nullptr) {
-      return send_whole(400, error_body("request body is not a JSON object",
-                                        "invalid_request_error", "invalid_json"));
+      return send_error(400, "request body is not a JSON object", "invalid_json");
     }
     const auto* model = object->if_contains("model");
     if (model == nullptr || !model->is_string()) {
-      return send_whole(400, error_body("missing model", "invalid_request_error", "missing_model"));
+      return send_error(400, "missing model", "missing_model");
     }
     model_ = std::string(model->as_string());
     const auto* stream = object->if_contains("stream");
-    streaming_ = ctx_.api != api_kind::embedding && stream != nullptr && stream->is_bool() &&
-                 stream->as_bool();
+    // Embeddings and count_tokens have no streaming form: their `stream` is ignored.
+    streaming_ = ctx_.api != api_kind::embedding && ctx_.api != api_kind::count_tokens &&
+                 stream != nullptr && stream->is_bool() && stream->as_bool();
     stats_.set_model(*record_, model_, streaming_);
     ctx_.model = model_;
     ctx_.prompt_bytes = body.size();
@@ -337,8 +341,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
 
     auto b = parse_behaviour(model_);
     if (!b) {
-      return send_whole(404, error_body("The model `" + model_ + "` does not exist",
-                                        "invalid_request_error", "model_not_found"));
+      return send_error(404, "The model `" + model_ + "` does not exist", "model_not_found");
     }
     switch (b->kind) {
       case behaviour_kind::immediate:
@@ -349,18 +352,17 @@ class session : public std::enable_shared_from_this<session<Stream>> {
         if (streaming_) return start_stream(b->chunks, b->delay);
         return answer_after(b->delay * b->chunks);
       case behaviour_kind::fail:
-        return send_whole(b->status, error_body("mock failure", "mock_error",
-                                                "mock_fail_" + std::to_string(b->status)));
+        return send_error(b->status, "mock failure", "mock_fail_" + std::to_string(b->status),
+                          "mock_error");
       case behaviour_kind::rate_limit:
-        return send_whole(429,
-                          error_body("mock rate limit", "rate_limit_error", "rate_limit_exceeded"),
+        return send_error(429, "mock rate limit", "rate_limit_exceeded", "rate_limit_error",
                           {{"retry-after", std::to_string(b->retry_after_seconds)}});
       case behaviour_kind::hang:
         planned_end_.reset();  // unbounded: work_owed_ms is null
         return;
       case behaviour_kind::flaky:
         if (flaky_request_fails(stats_.next_flaky_index(model_), b->percent)) {
-          return send_whole(503, error_body("mock flaky failure", "mock_error", "mock_flaky_503"));
+          return send_error(503, "mock flaky failure", "mock_flaky_503", "mock_error");
         }
         return answer();
       case behaviour_kind::bad_status:
@@ -444,9 +446,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
       switch (*self->broken_) {
         case behaviour_kind::sse_cut:
           // A whole chunk holding half an SSE event, and no last chunk.
-          return self->enqueue(
-              {chunk_frame(R"(data: {"choices":[{"delta":{"content":"cut-mid-event)"), false,
-               true});
+          return self->enqueue({chunk_frame(half_stream_event(self->ctx_)), false, true});
         case behaviour_kind::bad_chunk:
           return self->enqueue({"zz; not a chunk size\r\ngarbage\r\n", false, true});
         default:
@@ -512,6 +512,14 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     head.content_type = "text/event-stream";
     head.extra.emplace_back("cache-control", "no-cache");
     enqueue({format_head(head), false, false});
+  }
+
+  // An error in the shape of the request's API; type and code are OpenAI's fields (Anthropic's
+  // type follows from the status).
+  void send_error(unsigned status, std::string_view message, std::string_view code,
+                  std::string_view type = "invalid_request_error",
+                  std::vector<std::pair<std::string, std::string>> extra = {}) {
+    send_whole(status, error_body_for(ctx_, status, message, type, code), std::move(extra));
   }
 
   void send_whole(unsigned status, std::string body,

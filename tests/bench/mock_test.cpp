@@ -189,6 +189,229 @@ TEST_F(MockTest, ResponsesStreamSendsTheResponsesEventsWithTheirNamesAndNoDone) 
   EXPECT_EQ(count(log_entry(mock_.stats(), 0), "chunks_sent"), 3);
 }
 
+std::string messages_body(std::string_view model, bool stream = false) {
+  json::object body{
+      {"model", model},
+      {"max_tokens", 16},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", "a secret prompt"}}}}};
+  if (stream) body["stream"] = true;
+  return json::serialize(body);
+}
+
+std::string str(const json::value& v) {
+  return std::string(v.as_string());
+}
+
+// The mock's token count: a quarter of the request body's bytes, plus one.
+std::int64_t mock_tokens(const std::string& body) {
+  return static_cast<std::int64_t>(body.size() / 4 + 1);
+}
+
+TEST_F(MockTest, MessagesWithoutStreamAnswerAnAnthropicMessage) {
+  const auto sent = messages_body("mock");
+  auto response = request("POST", mock_.port(), "/v1/messages", sent,
+                          {{"x-api-key", "sk-ant-test"}, {"anthropic-version", "2023-06-01"}});
+
+  ASSERT_EQ(response.status, 200);
+  EXPECT_EQ(*response.header("content-type"), "application/json");
+  auto body = response.json().as_object();
+  auto entry = log_entry(mock_.stats(), 0);
+  const auto id = entry.at("id").to_number<std::int64_t>();
+  std::vector<std::string> keys;
+  for (const auto& field : body) keys.emplace_back(field.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"id", "type", "role", "content", "model", "stop_reason",
+                                            "stop_sequence", "usage"}));
+  EXPECT_EQ(str(body.at("id")), "msg_mock_" + std::to_string(id));
+  EXPECT_EQ(str(body.at("type")), "message");
+  EXPECT_EQ(str(body.at("role")), "assistant");
+  EXPECT_EQ(str(body.at("model")), "mock");
+  EXPECT_EQ(str(body.at("stop_reason")), "end_turn");
+  EXPECT_TRUE(body.at("stop_sequence").is_null());
+  const auto& content = body.at("content").as_array();
+  ASSERT_EQ(content.size(), 1u);
+  EXPECT_EQ(str(content[0].at("type")), "text");
+  auto text = str(content[0].at("text"));
+  EXPECT_EQ(text.find("secret"), std::string::npos) << "the mock never echoes a prompt";
+  EXPECT_NE(text.find("#" + std::to_string(id)), std::string::npos) << text;
+  const auto& usage = body.at("usage").as_object();
+  EXPECT_EQ(usage.size(), 2u);
+  EXPECT_EQ(count(usage, "input_tokens"), mock_tokens(sent));
+  EXPECT_EQ(count(usage, "output_tokens"), 5);
+  // What the upstream saw: Anthropic's authentication and version headers.
+  EXPECT_EQ(str(entry.at("path")), "/v1/messages");
+  EXPECT_EQ(str(entry.at("model")), "mock");
+  const auto& headers = entry.at("headers").as_object();
+  EXPECT_EQ(str(headers.at("x-api-key")), "sk-ant-test");
+  EXPECT_EQ(str(headers.at("anthropic-version")), "2023-06-01");
+}
+
+TEST_F(MockTest, MessagesHugeBodyPadsTheMessageText) {
+  auto response = post("/v1/messages", messages_body("mock-huge-1"));
+
+  ASSERT_EQ(response.status, 200);
+  EXPECT_EQ(response.body.size(), 1024u * 1024u);
+  auto body = response.json().as_object();
+  EXPECT_EQ(str(body.at("type")), "message");
+  EXPECT_EQ(str(body.at("content").at(0).at("text")).find("This is mock response #"), 0u);
+}
+
+TEST_F(MockTest, MessagesStreamSendsTheMessagesEventsInOrderAndNoDone) {
+  stream_options options;
+  options.timeout = 5s;
+  const auto sent = messages_body("mock-stream-3x20", true);
+  auto result = stream_request("POST", mock_.port(), "/v1/messages", sent, {}, options);
+
+  ASSERT_EQ(result.end, stream_end::complete);
+  EXPECT_EQ(*result.header("content-type"), "text/event-stream");
+  auto events = result.sse_events();
+  std::vector<std::string> names;
+  for (const auto& e : events) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"message_start", "content_block_start", "ping",
+                                             "content_block_delta", "content_block_delta",
+                                             "content_block_delta", "content_block_stop",
+                                             "message_delta", "message_stop"}));
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    auto data = json::parse(events[i].data).as_object();
+    EXPECT_EQ(str(data.at("type")), events[i].name) << "event " << i;
+  }
+  EXPECT_EQ(result.body.find("[DONE]"), std::string::npos);
+  ASSERT_EQ(events.size(), 9u);
+
+  auto message = json::parse(events[0].data).at("message").as_object();
+  auto id = log_entry(mock_.stats(), 0).at("id").to_number<std::int64_t>();
+  EXPECT_EQ(str(message.at("id")), "msg_mock_" + std::to_string(id));
+  EXPECT_EQ(str(message.at("type")), "message");
+  EXPECT_EQ(str(message.at("role")), "assistant");
+  EXPECT_TRUE(message.at("content").as_array().empty());
+  EXPECT_EQ(str(message.at("model")), "mock-stream-3x20");
+  EXPECT_TRUE(message.at("stop_reason").is_null());
+  EXPECT_TRUE(message.at("stop_sequence").is_null());
+  EXPECT_EQ(count(message.at("usage").as_object(), "input_tokens"), mock_tokens(sent));
+  EXPECT_EQ(count(message.at("usage").as_object(), "output_tokens"), 1);
+
+  auto block = json::parse(events[1].data).as_object();
+  EXPECT_EQ(count(block, "index"), 0);
+  EXPECT_EQ(str(block.at("content_block").at("type")), "text");
+  EXPECT_EQ(str(block.at("content_block").at("text")), "");
+  for (std::size_t i = 3; i < 6; ++i) {
+    auto delta = json::parse(events[i].data).as_object();
+    EXPECT_EQ(count(delta, "index"), 0);
+    EXPECT_EQ(str(delta.at("delta").at("type")), "text_delta");
+    EXPECT_NE(str(delta.at("delta").at("text")).find("piece " + std::to_string(i - 2) + "/3"),
+              std::string::npos);
+  }
+  EXPECT_EQ(count(json::parse(events[6].data).as_object(), "index"), 0);
+  auto end = json::parse(events[7].data).as_object();
+  EXPECT_EQ(str(end.at("delta").at("stop_reason")), "end_turn");
+  EXPECT_TRUE(end.at("delta").at("stop_sequence").is_null());
+  EXPECT_EQ(count(end.at("usage").as_object(), "output_tokens"), 3);
+  // The three pieces are the simulated work: one per interval, counted as chunks sent.
+  EXPECT_EQ(count(log_entry(mock_.stats(), 0), "chunks_sent"), 3);
+}
+
+TEST_F(MockTest, CountTokensAnswersInputTokensAndNeverStreams) {
+  const auto sent = messages_body("mock", true);
+  auto response = post("/v1/messages/count_tokens", sent);
+
+  ASSERT_EQ(response.status, 200);
+  EXPECT_EQ(*response.header("content-type"), "application/json");
+  EXPECT_EQ(response.body, R"({"input_tokens":)" + std::to_string(mock_tokens(sent)) + "}");
+  auto entry = log_entry(mock_.stats(), 0);
+  EXPECT_EQ(str(entry.at("path")), "/v1/messages/count_tokens");
+  EXPECT_EQ(entry.at("stream"), false);
+}
+
+TEST_F(MockTest, CountTokensHonoursTheDelayBehaviour) {
+  auto response = post("/v1/messages/count_tokens", messages_body("mock-delay-200"));
+
+  EXPECT_EQ(response.status, 200);
+  EXPECT_GE(response.elapsed.count(), 195.0);
+  EXPECT_TRUE(response.json().at("input_tokens").is_int64());
+}
+
+TEST_F(MockTest, MessagesFailuresAnswerAnthropicErrorBodies) {
+  struct expected {
+    std::string path;
+    std::string model;
+    int status;
+    std::string type;
+  };
+  for (const auto& e : std::vector<expected>{
+           {"/v1/messages", "mock-fail-400", 400, "invalid_request_error"},
+           {"/v1/messages", "mock-fail-401", 401, "authentication_error"},
+           {"/v1/messages", "mock-fail-403", 403, "permission_error"},
+           {"/v1/messages", "mock-fail-413", 413, "request_too_large"},
+           {"/v1/messages", "mock-fail-500", 500, "api_error"},
+           {"/v1/messages", "mock-fail-502", 502, "api_error"},
+           {"/v1/messages", "mock-fail-503", 503, "overloaded_error"},
+           {"/v1/messages", "mock-fail-529", 529, "overloaded_error"},
+           {"/v1/messages", "mock-flaky-100", 503, "overloaded_error"},
+           {"/v1/messages", "claude-not-a-mock", 404, "not_found_error"},
+           {"/v1/messages/count_tokens", "mock-fail-503", 503, "overloaded_error"},
+           {"/v1/messages/nowhere", "mock", 404, "not_found_error"},
+       }) {
+    auto response = post(e.path, messages_body(e.model));
+    EXPECT_EQ(response.status, e.status) << e.path << " " << e.model;
+    auto body = response.json().as_object();
+    EXPECT_EQ(body.size(), 2u) << response.body;
+    EXPECT_EQ(str(body.at("type")), "error") << response.body;
+    const auto& error = body.at("error").as_object();
+    EXPECT_EQ(error.size(), 2u) << response.body;
+    EXPECT_EQ(str(error.at("type")), e.type) << e.path << " " << e.model;
+    EXPECT_FALSE(str(error.at("message")).empty());
+  }
+}
+
+TEST_F(MockTest, MessagesRateLimitAnswers429WithRetryAfterAndAnthropicBody) {
+  auto response = post("/v1/messages", messages_body("mock-ratelimit-2", true));
+
+  EXPECT_EQ(response.status, 429);
+  ASSERT_NE(response.header("retry-after"), nullptr);
+  EXPECT_EQ(*response.header("retry-after"), "2");
+  EXPECT_EQ(str(response.json().at("type")), "error");
+  EXPECT_EQ(str(response.json().at("error").at("type")), "rate_limit_error");
+  EXPECT_EQ(str(response.json().at("error").at("message")), "mock rate limit");
+}
+
+TEST_F(MockTest, MessagesStreamCutMidEventEndsInHalfAContentBlockDelta) {
+  stream_options options;
+  options.timeout = 5s;
+  auto result = stream_request("POST", mock_.port(), "/v1/messages",
+                               messages_body("mock-sse-cut", true), {}, options);
+
+  EXPECT_EQ(result.status, 200);
+  EXPECT_EQ(result.end, stream_end::server_closed);
+  auto events = result.sse_events();
+  ASSERT_EQ(events.size(), 9u) << result.body;
+  EXPECT_EQ(events.front().name, "message_start");
+  EXPECT_EQ(events.back().name, "message_stop");
+  for (const auto& e : events) EXPECT_NO_THROW(json::parse(e.data)) << e.name;
+  // Whole events, then half of one in the Messages API's own shape, then the close.
+  auto tail = result.body.substr(result.body.rfind("event: "));
+  EXPECT_EQ(tail.rfind("event: content_block_delta\ndata: {\"type\":\"content_block_delta\"", 0),
+            0u)
+      << tail;
+  EXPECT_NE(tail.find("cut-mid-event"), std::string::npos);
+  EXPECT_EQ(result.body.find("[DONE]"), std::string::npos);
+}
+
+TEST_F(MockTest, ClientCloseDuringAMessagesHangIsRecorded) {
+  stream_options options;
+  options.close_after = 100ms;
+  auto result = stream_request("POST", mock_.port(), "/v1/messages",
+                               messages_body("mock-hang", true), {}, options);
+  ASSERT_EQ(result.end, stream_end::stopped);
+  EXPECT_EQ(result.status, 0) << "mock-hang never answers";
+
+  auto stats =
+      mock_.wait_for_stats([](const json::object& s) { return count(s, "closed_by_client") == 1; });
+  auto entry = log_entry(stats, 0);
+  EXPECT_EQ(str(entry.at("outcome")), "closed_by_client");
+  EXPECT_EQ(str(entry.at("path")), "/v1/messages");
+  EXPECT_EQ(entry.at("stream"), true);
+  EXPECT_TRUE(entry.at("work_owed_ms").is_null()) << "a hang owes unbounded work";
+}
+
 TEST_F(MockTest, FailModelAnswersThatStatusWithOpenAIErrorBody) {
   auto response = post("/v1/chat/completions", chat_body("mock-fail-503"));
 

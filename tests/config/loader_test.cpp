@@ -496,6 +496,85 @@ upstream = "a"
   EXPECT_EQ(cfg.models.at(0).fallbacks, (std::vector<std::string>{"b", "c"}));
 }
 
+// The upstreams' API decides what their deployments serve, unless `surfaces` lists it.
+TEST(LoaderTest, ApiAndSurfacesAreReadWithTheApisDefaults) {
+  const auto cfg = expect_ok(R"(
+[[upstreams]]
+name = "oai"
+base_url = "http://127.0.0.1:8000"
+[[upstreams]]
+name = "ant"
+base_url = "https://api.anthropic.com"
+api = "anthropic"
+[[upstreams]]
+name = "vllm"
+base_url = "http://127.0.0.1:8001"
+surfaces = ["chat", "messages", "count_tokens"]
+[[models]]
+name = "m"
+upstream = "oai"
+)");
+  ASSERT_EQ(cfg.upstreams.size(), 3U);
+  EXPECT_EQ(cfg.upstreams[0].api, upstream_api::openai);
+  EXPECT_EQ(names_of(cfg.upstreams[0].surfaces), "chat, completions, embeddings, responses");
+  EXPECT_EQ(cfg.upstreams[1].api, upstream_api::anthropic);
+  EXPECT_EQ(names_of(cfg.upstreams[1].surfaces), "messages, count_tokens");
+  EXPECT_EQ(cfg.upstreams[2].api, upstream_api::openai);
+  EXPECT_EQ(names_of(cfg.upstreams[2].surfaces), "chat, messages, count_tokens");
+}
+
+TEST(LoaderTest, BadApiOrSurfacesAreNamed) {
+  const std::string up = "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
+  expect_error(minimal + up + "api = \"gemini\"\n",
+               "upstreams[1].api: expected \"openai\" or \"anthropic\", got \"gemini\"");
+  expect_error(minimal + up + "surfaces = [\"chat\", \"images\"]\n",
+               "upstreams[1].surfaces: \"images\" is not a surface (expected one of chat, "
+               "completions, embeddings, responses, messages, count_tokens)");
+  expect_error(minimal + up + "surfaces = []\n", "upstreams[1].surfaces: must list at least one");
+  expect_error(minimal + up + "surfaces = [\"chat\", \"chat\"]\n",
+               "upstreams[1].surfaces: \"chat\" is listed twice");
+  expect_error(minimal + up + "api = \"anthropic\"\nsurfaces = [\"chat\"]\n",
+               "upstreams[1].surfaces: \"chat\" is not served by an api = \"anthropic\" upstream "
+               "(it serves messages, count_tokens)");
+}
+
+// A request falls back on its own surface: a fallback that cannot answer there is refused.
+TEST(LoaderTest, FallbackChainAcrossSurfacesIsRejected) {
+  const std::string two = R"(
+[[upstreams]]
+name = "oai"
+base_url = "http://127.0.0.1:8000"
+[[upstreams]]
+name = "ant"
+base_url = "http://127.0.0.1:8001"
+api = "anthropic"
+)";
+  expect_error(two + R"(
+[[models]]
+name = "claude"
+upstream = "ant"
+fallbacks = ["gpt"]
+[[models]]
+name = "gpt"
+upstream = "oai"
+)",
+               "models[0].fallbacks: \"gpt\" does not serve messages, count_tokens (which "
+               "\"claude\" serves): a fallback chain stays on the request's surface");
+  // A fallback serving more than its model is fine; the same surfaces too.
+  expect_ok(two + R"(
+[[models]]
+name = "claude"
+upstream = "ant"
+fallbacks = ["claude-2"]
+[[models]]
+name = "claude-2"
+upstream = "ant"
+[[models]]
+name = "claude-2"
+upstream = "oai"
+)");
+}
+
 TEST(LoaderTest, DuplicateUpstreamNameIsRejected) {
   expect_error(minimal + "[[upstreams]]\nname = \"a\"\nbase_url = \"http://other\"\n",
                "upstreams[1].name: duplicate upstream name \"a\" (first at upstreams[0])");

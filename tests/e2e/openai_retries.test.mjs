@@ -12,7 +12,7 @@ import {counting_fetch, hold_tiny_slot, margin_ms, one_call_config, start_stack,
 
 const test_timeout = {timeout: 30_000};
 
-// The three surfaces, each called as a user's code would, with per-call request options.
+// The four surfaces, each called as a user's code would, with per-call request options.
 const surfaces = {
   chat: (client, model, options) => client.chat.completions.create(
       {model, messages: [{role: 'user', content: 'hello'}]}, options),
@@ -20,6 +20,7 @@ const surfaces = {
       client.completions.create({model, prompt: 'hello'}, options),
   embeddings: (client, model, options) =>
       client.embeddings.create({model, input: 'hello'}, options),
+  responses: (client, model, options) => client.responses.create({model, input: 'hello'}, options),
 };
 
 describe('openai SDK at its default retries through tether', {timeout: 120_000}, () => {

@@ -27,13 +27,33 @@ std::string body_for(const std::string& path, const std::string& model, bool str
     return R"({"model":")" + model + R"(","prompt":"hello","stream":)" + s + "}";
   if (path == "/v1/responses")
     return R"({"model":")" + model + R"(","input":"hello","stream":)" + s + "}";
+  if (path == "/v1/messages" || path == "/v1/messages/count_tokens")
+    return R"({"model":")" + model +
+           R"(","max_tokens":16,"messages":[{"role":"user","content":"hello"}],"stream":)" + s +
+           "}";
   return chat_body(model, stream);
+}
+
+// The outcome a gateway error names, checked where each surface says it: the header always, and
+// the body's `code` on the OpenAI surfaces (an Anthropic body has the error's type instead).
+void expect_error_outcome(const http_response& r, const std::string& path,
+                          const std::string& outcome, const std::string& anthropic_type) {
+  ASSERT_NE(r.header("x-tether-outcome"), nullptr);
+  EXPECT_EQ(*r.header("x-tether-outcome"), outcome);
+  if (path.rfind("/v1/messages", 0) == 0) {
+    EXPECT_EQ(str(r.json().at("type")), "error") << r.body;
+    EXPECT_EQ(str(r.json().at("error").at("type")), anthropic_type) << r.body;
+  } else {
+    EXPECT_EQ(str(r.json().at("error").at("code")), outcome) << r.body;
+  }
 }
 
 std::string short_name(const std::string& path) {
   if (path == "/v1/embeddings") return "embeddings";
   if (path == "/v1/completions") return "completions";
   if (path == "/v1/responses") return "responses";
+  if (path == "/v1/messages") return "messages";
+  if (path == "/v1/messages/count_tokens") return "count_tokens";
   return "chat";
 }
 
@@ -68,7 +88,7 @@ TEST_P(DeadlineAcrossFallbacks, TheRequestsDeadlineWinsOverAFallbacksLongerOne) 
   auto r = request("POST", gw.port(), c.path, body_for(c.path, "first", false), headers, 8s);
   const double answered = epoch_ms_now();
   ASSERT_EQ(r.status, 504) << r.body;
-  EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
+  expect_error_outcome(r, c.path, "deadline_exceeded", "timeout_error");
   EXPECT_GE(r.elapsed.count(), deadline_ms);
   EXPECT_LT(r.elapsed.count(), deadline_ms + answer_slack_ms);
 
@@ -101,7 +121,10 @@ INSTANTIATE_TEST_SUITE_P(
                       deadline_case{"/v1/completions", false},
                       deadline_case{"/v1/completions", true},
                       deadline_case{"/v1/embeddings", false}, deadline_case{"/v1/embeddings", true},
-                      deadline_case{"/v1/responses", false}, deadline_case{"/v1/responses", true}),
+                      deadline_case{"/v1/responses", false}, deadline_case{"/v1/responses", true},
+                      deadline_case{"/v1/messages", false}, deadline_case{"/v1/messages", true},
+                      deadline_case{"/v1/messages/count_tokens", false},
+                      deadline_case{"/v1/messages/count_tokens", true}),
     [](const ::testing::TestParamInfo<deadline_case>& info) {
       return short_name(info.param.path) +
              (info.param.from_header ? "_caller_deadline" : "_configured_deadline");
@@ -139,16 +162,20 @@ TEST_P(StreamingAttemptTimeout, AHeadWithoutABodyIsRetriedAndTheCallerGetsAnOrdi
     ASSERT_EQ(r.status, 200) << r.body;
     ASSERT_NE(r.header("content-type"), nullptr);
     EXPECT_EQ(r.header("content-type")->rfind("text/event-stream", 0), 0u);
-    // A stream's end: [DONE] on chat and completions, response.completed on Responses.
-    const bool responses = std::string(c.path) == "/v1/responses";
-    EXPECT_NE(r.body.find(responses ? "event: response.completed" : "data: [DONE]"),
+    // A stream's end: [DONE] on chat and completions, response.completed on Responses,
+    // message_stop on Messages.
+    const std::string path = c.path;
+    const bool named = path == "/v1/responses" || path == "/v1/messages";
+    EXPECT_NE(r.body.find(path == "/v1/responses"  ? "event: response.completed"
+                          : path == "/v1/messages" ? "event: message_stop"
+                                                   : "data: [DONE]"),
               std::string::npos)
         << r.body;
     // No error event (a Responses object carries "error":null of its own).
-    EXPECT_EQ(r.body.find(responses ? "event: error" : "\"error\""), std::string::npos) << r.body;
+    EXPECT_EQ(r.body.find(named ? "event: error" : "\"error\""), std::string::npos) << r.body;
   } else {
     ASSERT_EQ(r.status, 504) << r.body;
-    EXPECT_EQ(str(r.json().at("error").at("code")), "upstream_timeout");
+    expect_error_outcome(r, c.path, "upstream_timeout", "timeout_error");
   }
   EXPECT_GE(r.elapsed.count(), attempt_ms * (1 + max_retries));
 
@@ -184,7 +211,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(drip_case{"/v1/chat/completions", false},
                       drip_case{"/v1/chat/completions", true}, drip_case{"/v1/completions", false},
                       drip_case{"/v1/completions", true}, drip_case{"/v1/responses", false},
-                      drip_case{"/v1/responses", true}),
+                      drip_case{"/v1/responses", true}, drip_case{"/v1/messages", false},
+                      drip_case{"/v1/messages", true}),
     [](const ::testing::TestParamInfo<drip_case>& info) {
       return short_name(info.param.path) + (info.param.fallback ? "_then_fallback" : "_every_try");
     });

@@ -74,11 +74,16 @@ void PrintTo(const matrix_case& c, std::ostream* os) {
 
 // Embeddings never stream; the two stream-only phases exist only where a stream does.
 std::vector<matrix_case> all_cases() {
-  const std::vector<surface> surfaces{
-      {"chat", "/v1/chat/completions", false},    {"chat_stream", "/v1/chat/completions", true},
-      {"completions", "/v1/completions", false},  {"completions_stream", "/v1/completions", true},
-      {"embeddings", "/v1/embeddings", false},    {"responses", "/v1/responses", false},
-      {"responses_stream", "/v1/responses", true}};
+  const std::vector<surface> surfaces{{"chat", "/v1/chat/completions", false},
+                                      {"chat_stream", "/v1/chat/completions", true},
+                                      {"completions", "/v1/completions", false},
+                                      {"completions_stream", "/v1/completions", true},
+                                      {"embeddings", "/v1/embeddings", false},
+                                      {"responses", "/v1/responses", false},
+                                      {"responses_stream", "/v1/responses", true},
+                                      {"messages", "/v1/messages", false},
+                                      {"messages_stream", "/v1/messages", true},
+                                      {"count_tokens", "/v1/messages/count_tokens", false}};
   std::vector<matrix_case> out;
   for (auto p : {phase::queued, phase::connecting_tls, phase::connecting_tcp,
                  phase::waiting_headers, phase::headers_no_body, phase::before_first_event,
@@ -100,6 +105,10 @@ std::string body_for(const surface& s, const std::string& model) {
     return R"({"model":")" + model + R"(","prompt":"hello","stream":)" + stream + "}";
   if (std::string(s.path) == "/v1/responses")
     return R"({"model":")" + model + R"(","input":"hello","stream":)" + stream + "}";
+  if (std::string(s.path).rfind("/v1/messages", 0) == 0)
+    return R"({"model":")" + model +
+           R"(","max_tokens":16,"messages":[{"role":"user","content":"hello"}],"stream":)" +
+           stream + "}";
   return chat_body(model, s.stream);
 }
 
@@ -114,8 +123,8 @@ constexpr double backoff_ms = 2500;
 constexpr double backoff_slack_ms = TETHER_SANITIZED ? 1500.0 : 500.0;
 
 std::string upstream_entry(const std::string& name, const std::string& base_url) {
-  return "[[upstreams]]\nname = \"" + name + "\"\nbase_url = \"" + base_url +
-         "\"\nmax_in_flight = 1\nconnect_timeout_ms = 60000\n\n";
+  return "[[upstreams]]\nname = \"" + name + "\"\nbase_url = \"" + base_url + "\"\n" +
+         every_surface + "\nmax_in_flight = 1\nconnect_timeout_ms = 60000\n\n";
 }
 
 std::string model_on(const std::string& name, const std::string& upstream,

@@ -20,14 +20,20 @@
 
 namespace tether::test {
 
-// A config with one upstream "mock" pointing at `mock`, the given [request] keys and models.
-// `models` is TOML for [[models]] entries; `extra` is appended (more sections).
+// Every surface: tether-mock speaks both APIs, as vLLM does (an OpenAI-API server listing
+// /v1/messages too), so one upstream serves every test's requests.
+inline constexpr const char* every_surface =
+    R"(surfaces = ["chat", "completions", "embeddings", "responses", "messages", "count_tokens"])";
+
+// A config with one upstream "mock" pointing at `mock` and serving every surface, the given
+// [request] keys and models. `models` is TOML for [[models]] entries; `extra` is appended (more
+// sections).
 inline std::string gateway_config(const mock_server& mock, const std::string& request_keys,
                                   const std::string& models, const std::string& extra = "",
                                   const std::string& server_keys = "") {
   return "[server]\nlisten = \"127.0.0.1:0\"\n" + server_keys + "\n\n[request]\n" + request_keys +
-         "\n\n[[upstreams]]\nname = \"mock\"\nbase_url = \"" + mock.url() +
-         "\"\nmax_in_flight = 64\n\n" + models + "\n" + extra +
+         "\n\n[[upstreams]]\nname = \"mock\"\nbase_url = \"" + mock.url() + "\"\n" + every_surface +
+         "\nmax_in_flight = 64\n\n" + models + "\n" + extra +
          "\n[telemetry]\nlog_format = \"json\"\n";
 }
 

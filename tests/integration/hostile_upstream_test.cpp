@@ -159,6 +159,38 @@ TEST_F(HostileUpstreamTest, AResponsesStreamThatBreaksEndsWithTheResponsesApisEr
   expect_still_serves();
 }
 
+TEST_F(HostileUpstreamTest, AMessagesStreamThatBreaksEndsWithTheMessagesApisErrorEvent) {
+  for (const std::string mode : {"sse-cut", "reset"}) {
+    const std::string id = "messages-" + mode;
+    stream_options options;
+    options.timeout = 15s;
+    auto r = stream_request(
+        "POST", gw_->port(), "/v1/messages",
+        R"({"model":")" + mode +
+            R"(","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"stream":true})",
+        {{"x-request-id", id}}, options);
+    ASSERT_EQ(r.status, 200) << mode;
+    EXPECT_EQ(r.end, stream_end::complete) << mode;
+    // The mock's three pieces (three opening events, three deltas, three closing ones), whole,
+    // and then its break: the gateway relays the whole events and ends with its own error event.
+    auto events = r.sse_events();
+    ASSERT_EQ(events.size(), 10u) << r.body;
+    EXPECT_EQ(events.front().name, "message_start");
+    EXPECT_EQ(events[3].name, "content_block_delta");
+    EXPECT_EQ(events[8].name, "message_stop");
+    EXPECT_EQ(events.back().name, "error");
+    auto error = boost::json::parse(events.back().data);
+    EXPECT_EQ(str(error.at("type")), "error");
+    EXPECT_EQ(str(error.at("error").at("type")), "api_error");
+    EXPECT_NE(str(error.at("error").at("message")).find("upstream"), std::string::npos)
+        << events.back().data;
+    EXPECT_EQ(r.body.find("cut-mid-event"), std::string::npos) << "half an event was relayed";
+    expect_ended(id, "stream_interrupted");
+  }
+  EXPECT_EQ(mock_requests(), 2) << "a committed stream is never retried";
+  expect_still_serves();
+}
+
 TEST_F(HostileUpstreamTest, InvalidChunkMidStreamEndsWithStreamInterrupted) {
   auto r = post_stream("badchunk", "badchunk-1");
   expect_interrupted_stream(r, 3);

@@ -69,6 +69,7 @@ class RequestLifecycleTest : public ::testing::Test {
                              retries_,
                              health_,
                              routes_.chain_of("llama"),
+                             surface::chat,
                              request_deadline{t0_, budget},
                              [](std::int64_t n) { return n; }};
   }

@@ -91,6 +91,34 @@ std::uint64_t draws(std::uint32_t first, std::uint32_t second) {
   return (static_cast<std::uint64_t>(second) << 32) | first;
 }
 
+// One name on an OpenAI-API upstream and an Anthropic one: each surface reaches only the
+// deployment that serves it, whatever the draws, and a surface neither serves has no route.
+TEST(RouterTest, OnlyDeploymentsServingTheRequestsSurfaceAreChosen) {
+  auto cfg = two_deployments();
+  cfg.upstreams[1].api = config::upstream_api::anthropic;
+  cfg.upstreams[1].surfaces = config::default_surfaces(config::upstream_api::anthropic);
+  router r{cfg};
+  load_board load;
+  upstream_health health{load.source()};
+  health.configure(cfg);
+  EXPECT_TRUE(r.serves("llama", surface::chat));
+  EXPECT_TRUE(r.serves("llama", surface::messages));
+  EXPECT_FALSE(r.serves("small", surface::chat));
+  EXPECT_TRUE(r.serves("small", surface::count_tokens));
+  for (std::uint32_t x = 0; x < 4; ++x) {
+    EXPECT_EQ(*r.choose("llama", surface::chat, {}, health, t0, draws(x, x + 1)).deployment, 0u);
+    EXPECT_EQ(*r.choose("llama", surface::messages, {}, health, t0, draws(x, x + 1)).deployment,
+              2u);
+  }
+  EXPECT_FALSE(r.choose("small", surface::responses, {}, health, t0, draws(0, 1)).deployment);
+  EXPECT_TRUE(r.any_in_service("llama", surface::messages, health, t0));
+  EXPECT_FALSE(r.any_in_service("small", surface::chat, health, t0));
+  EXPECT_EQ(r.describe(cfg),
+            "route llama: deployments a (llama-on-a), b (llama-on-b); surfaces chat, completions, "
+            "embeddings, responses, messages, count_tokens; tries llama -> small\n"
+            "route small: deployments b (small); surfaces messages, count_tokens; tries small\n");
+}
+
 TEST(RouterTest, OfTwoDrawsTheOneWithLessLiveWorkIsChosen) {
   auto cfg = two_deployments();
   router r{cfg};
@@ -99,12 +127,13 @@ TEST(RouterTest, OfTwoDrawsTheOneWithLessLiveWorkIsChosen) {
   health.configure(cfg);
   load.live[0] = 1;  // upstream a
   for (std::uint32_t x = 0; x < 4; ++x) {
-    EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(x, x + 1)).deployment, 2u) << x;
+    EXPECT_EQ(*r.choose("llama", surface::chat, {}, health, t0, draws(x, x + 1)).deployment, 2u)
+        << x;
   }
   load.live[1] = 3;
-  EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(1, 0)).deployment, 0u);
+  EXPECT_EQ(*r.choose("llama", surface::chat, {}, health, t0, draws(1, 0)).deployment, 0u);
   // The same deployment drawn twice is taken, however busy.
-  EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(1, 1)).deployment, 2u);
+  EXPECT_EQ(*r.choose("llama", surface::chat, {}, health, t0, draws(1, 1)).deployment, 2u);
 }
 
 TEST(RouterTest, WithNoLoadTheWeightsDecideTheShare) {
@@ -116,7 +145,7 @@ TEST(RouterTest, WithNoLoadTheWeightsDecideTheShare) {
   std::mt19937_64 gen{7};
   int on_a = 0;
   for (int i = 0; i < 4000; ++i) {
-    if (*r.choose("llama", {}, health, t0, gen()).deployment == 0u) ++on_a;
+    if (*r.choose("llama", surface::chat, {}, health, t0, gen()).deployment == 0u) ++on_a;
   }
   // The first draw wins every tie: a is drawn first 3 times in 4.
   EXPECT_NEAR(on_a / 4000.0, 0.75, 0.03);
@@ -131,9 +160,9 @@ TEST(RouterTest, LiveWorkIsComparedPerWeight) {
   health.configure(cfg);
   load.live[0] = 6;  // 6/4 = 1.5 per weight
   load.live[1] = 2;  // 2/1 = 2
-  EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(4, 0)).deployment, 0u);
+  EXPECT_EQ(*r.choose("llama", surface::chat, {}, health, t0, draws(4, 0)).deployment, 0u);
   load.live[0] = 9;  // 2.25
-  EXPECT_EQ(*r.choose("llama", {}, health, t0, draws(0, 4)).deployment, 2u);
+  EXPECT_EQ(*r.choose("llama", surface::chat, {}, health, t0, draws(0, 4)).deployment, 2u);
 }
 
 TEST(RouterTest, ARetryPrefersADeploymentNotTriedYetEvenIfBusier) {
@@ -145,9 +174,9 @@ TEST(RouterTest, ARetryPrefersADeploymentNotTriedYetEvenIfBusier) {
   load.live[1] = 2;
   const std::vector<std::size_t> first{0};
   const std::vector<std::size_t> both{0, 2};
-  EXPECT_EQ(*r.choose("llama", first, health, t0, draws(0, 0)).deployment, 2u);
+  EXPECT_EQ(*r.choose("llama", surface::chat, first, health, t0, draws(0, 0)).deployment, 2u);
   // All tried: back to the least busy.
-  EXPECT_EQ(*r.choose("llama", both, health, t0, draws(1, 0)).deployment, 0u);
+  EXPECT_EQ(*r.choose("llama", surface::chat, both, health, t0, draws(1, 0)).deployment, 0u);
 }
 
 TEST(RouterTest, AnEjectedUpstreamGetsNoAttemptWhileAnotherIsInService) {
@@ -159,14 +188,15 @@ TEST(RouterTest, AnEjectedUpstreamGetsNoAttemptWhileAnotherIsInService) {
   health.attempt_failed(0, t0);
   std::mt19937_64 gen{1};
   for (int i = 0; i < 50; ++i) {
-    auto c = r.choose("llama", {}, health, t0 + std::chrono::seconds(1), gen());
+    auto c = r.choose("llama", surface::chat, {}, health, t0 + std::chrono::seconds(1), gen());
     EXPECT_TRUE(c.healthy);
     EXPECT_EQ(*c.deployment, 2u);
   }
   // Its ejection over, it is drawn again.
   std::set<std::size_t> chosen;
   for (int i = 0; i < 50; ++i)
-    chosen.insert(*r.choose("llama", {}, health, t0 + std::chrono::seconds(6), gen()).deployment);
+    chosen.insert(*r.choose("llama", surface::chat, {}, health, t0 + std::chrono::seconds(6), gen())
+                       .deployment);
   EXPECT_EQ(chosen, (std::set<std::size_t>{0, 2}));
 }
 
@@ -180,11 +210,11 @@ TEST(RouterTest, WithEveryUpstreamOutTheOneBackSoonestIsNamed) {
   health.configure(cfg);
   health.attempt_failed(0, t0);
   health.attempt_failed(1, t0);
-  auto c = r.choose("llama", {}, health, t0 + std::chrono::milliseconds(10), 0);
+  auto c = r.choose("llama", surface::chat, {}, health, t0 + std::chrono::milliseconds(10), 0);
   EXPECT_FALSE(c.healthy);
   EXPECT_EQ(*c.deployment, 2u);  // b's ejection (1 s) ends before a's (5 s)
   EXPECT_EQ(c.available_at, t0 + std::chrono::seconds(1));
-  EXPECT_FALSE(r.choose("unknown", {}, health, t0, 0).deployment.has_value());
+  EXPECT_FALSE(r.choose("unknown", surface::chat, {}, health, t0, 0).deployment.has_value());
 }
 
 }  // namespace
