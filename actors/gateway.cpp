@@ -12,6 +12,7 @@
 #include "actors/policy/deadline.hpp"
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/request_id.hpp"
+#include "actors/policy/response_affinity.hpp"
 #include "actors/policy/surface.hpp"
 #include "actors/request_actor.hpp"
 #include "actors/response_headers.hpp"
@@ -314,6 +315,10 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   spec.key = key;
   spec.arrival = req.arrival;
   if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
+  if (where == surface::responses) {
+    if (auto previous = previous_response_id_of(spec.body))
+      spec.prefer_upstream = rt_->affinity->find(*previous);
+  }
   if (is_anthropic(where)) {
     if (const auto* v = net::find_header(req.headers, "anthropic-version"))
       spec.anthropic_version = *v;

@@ -21,6 +21,7 @@
 #include "actors/messages.hpp"
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/request_lifecycle.hpp"
+#include "actors/policy/response_affinity.hpp"
 #include "actors/request_trace.hpp"
 #include "actors/response_headers.hpp"
 #include "actors/upstream_auth.hpp"
@@ -75,6 +76,11 @@ struct request_state {
   std::optional<request_trace> trace;  // inline: one allocation fewer per request
   // Pending timers are cancelled when the state goes with the actor's behavior.
   std::optional<actor_timers> timers;
+  // Responses API: the upstream of the attempt started last, and whether the id of the response
+  // it relays has been learned for previous_response_id follow-ups.
+  std::size_t attempt_upstream = 0;
+  bool response_id_learned = false;
+  void learn_response_id(std::optional<std::string> id);
 
   double ms_since_arrival(std::int64_t ns) const {
     return static_cast<double>(ns - arrival_ns) / 1e6;
@@ -162,6 +168,7 @@ void request_state::start_attempt(const command& c) {
   const auto& dep = rt->routes->at(c.deployment);
   const auto& up = rt->cfg.upstreams[dep.upstream];
   const auto& settings = life->settings();
+  attempt_upstream = dep.upstream;
 
   attempt_spec a;
   a.stream = spec.stream;
@@ -231,7 +238,15 @@ void request_state::cancel_attempt(const command& c) {
                      nullptr);
 }
 
+void request_state::learn_response_id(std::optional<std::string> id) {
+  if (!id) return;
+  rt->affinity->learn(*id, attempt_upstream);
+  response_id_learned = true;
+}
+
 void request_state::send_response(const command& c, const held_response& held) {
+  if (spec.where == surface::responses && c.status >= 200 && c.status < 300)
+    learn_response_id(response_id_of(*held.body));
   auto out = pass_headers(std::move(*held.headers), spec.request_id);
   add_outcome_headers(out, c.status, c.result, std::nullopt, caller_left());
   channel->send_full(c.status, std::move(out), std::move(*held.body));
@@ -332,6 +347,7 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
                 arrival_ns);
   life.emplace(rt->cfg, *rt->routes, *rt->retries, *rt->health, rt->routes->chain_of(spec.model),
                spec.where, request_deadline{spec.arrival, spec.deadline});
+  if (spec.prefer_upstream) life->prefer_upstream(*spec.prefer_upstream);
   rt->stats->requests_in_flight_add(1);
 }
 
@@ -441,7 +457,11 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         st->run(st->life->on_stream_head(status), &held);
       },
       [st](attempt_event_atom, std::string& event) {
-        if (st->life->relays_events()) st->channel->send_chunk(std::move(event));
+        if (!st->life->relays_events()) return;
+        // The stream's first events carry the response object and its id.
+        if (st->spec.where == surface::responses && !st->response_id_learned)
+          st->learn_response_id(response_id_of_event(event));
+        st->channel->send_chunk(std::move(event));
       },
       [st](attempt_end_atom) { st->run(st->life->on_stream_end()); },
       [st](attempt_failed_atom, std::int32_t kind, std::string& message, bool committed) {

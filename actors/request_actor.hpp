@@ -30,6 +30,8 @@ struct request_spec {
   // The caller's anthropic-version and anthropic-beta (Anthropic surfaces only), passed on.
   std::string anthropic_version;
   std::string anthropic_beta;
+  // The upstream that made the response this one continues (previous_response_id), if known.
+  std::optional<std::size_t> prefer_upstream;
 };
 
 caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,

@@ -38,6 +38,7 @@ runtime_ptr build_runtime(config::gateway_config cfg, net::io_runtime& io) {
       [stats = rt->stats.get()](std::size_t i) { return stats->upstream_work(i); });
   rt->health->configure(rt->cfg);
   rt->stats->watch_health(rt->health);
+  rt->affinity = std::make_shared<response_affinity>(rt->cfg.request.response_affinity_max);
   rt->timers = net::make_io_timer_service(io);
   if (!rt->cfg.telemetry.otlp_endpoint.empty()) {
     net::otlp_options trace_opts;
@@ -62,6 +63,7 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
   rt->stats = running.stats;
   rt->retries = running.retries;
   rt->health = running.health;
+  rt->affinity = running.affinity;
   rt->timers = running.timers;
   rt->tracer = running.tracer;
   rt->budget = running.budget;
@@ -75,6 +77,7 @@ void share_limits_of(const gateway_runtime& next) {
   next.retries->reshape(next.cfg.upstreams.size(), next.cfg.request.min_retry_concurrency,
                         next.cfg.request.retry_budget_percent);
   next.health->configure(next.cfg);
+  next.affinity->set_capacity(next.cfg.request.response_affinity_max);
 }
 
 }  // namespace tether

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/metrics.hpp"
+#include "actors/policy/response_affinity.hpp"
 #include "actors/policy/retry_budget.hpp"
 #include "actors/policy/router.hpp"
 #include "actors/policy/upstream_health.hpp"
@@ -31,6 +32,8 @@ struct gateway_runtime {
   std::shared_ptr<metrics> stats;
   std::shared_ptr<retry_budget> retries;    // per upstream, asked before every retry
   std::shared_ptr<upstream_health> health;  // which upstreams take attempts, by index
+  // Responses API id → the upstream that made it (previous_response_id follow-ups go there).
+  std::shared_ptr<response_affinity> affinity;
   // By upstream index (a retired upstream's entry stays, so that indices stay).
   std::vector<std::shared_ptr<net::upstream_transport>> upstreams;
   std::shared_ptr<net::timer_service> timers;  // cancellable timers for the request actors

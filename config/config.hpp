@@ -45,6 +45,9 @@ struct request_config {
   // max(min_retry_concurrency, retry_budget_percent % of its requests in flight).
   std::uint32_t min_retry_concurrency = 3;
   std::uint32_t retry_budget_percent = 20;
+  // How many Responses API ids the gateway remembers the upstream of, for previous_response_id
+  // ([request] only; 0 = no affinity).
+  std::uint32_t response_affinity_max = 100000;
   bool operator==(const request_config&) const = default;
 };
 

@@ -369,13 +369,17 @@ class loader {
   }
 
   void read_request(const toml::table& t) {
-    check_keys(t, "request", {"min_retry_concurrency", "retry_budget_percent"}, true);
+    check_keys(t, "request",
+               {"min_retry_concurrency", "retry_budget_percent", "response_affinity_max"}, true);
     apply(read_request_keys(t, "request"), cfg_.request);
     // 0 and 0 admit no retry at all, a policy an operator may want; above 100 % a retry budget
     // would admit more retries than requests, which is no budget.
     read_into(t, "min_retry_concurrency", "request", cfg_.request.min_retry_concurrency, 0,
               u32_max);
     read_into(t, "retry_budget_percent", "request", cfg_.request.retry_budget_percent, 0, 100);
+    // Each entry is an id and an index: ten million is a few hundred MiB, past any real need.
+    read_into(t, "response_affinity_max", "request", cfg_.request.response_affinity_max, 0,
+              10000000);
   }
 
   void read_budget(const toml::table& t) {

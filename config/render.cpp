@@ -98,6 +98,7 @@ std::string render_effective(const gateway_config& cfg) {
   line("max_response_bytes", r.max_response_bytes);
   line("min_retry_concurrency", r.min_retry_concurrency);
   line("retry_budget_percent", r.retry_budget_percent);
+  line("response_affinity_max", r.response_affinity_max);
 
   const auto& b = cfg.budget;
   o += "\n[budget]\n";

@@ -291,6 +291,12 @@ void request_lifecycle::start_attempt(steady_time now) {
 // the chain after it that has one (its fallbacks at once: no attempt is spent on an upstream
 // known to be out); with none anywhere, the deployment back soonest.
 bool request_lifecycle::choose_deployment(steady_time now) {
+  if (preferred_upstream_ && chain_pos_ == 0 && health_.available(*preferred_upstream_, now)) {
+    if (auto dep = routes_.deployment_on(chain_->front(), where_, *preferred_upstream_)) {
+      next_deployment_ = *dep;
+      return true;
+    }
+  }
   std::optional<std::size_t> soonest_pos;
   route_choice soonest;
   for (auto pos = chain_pos_; pos < chain_->size(); ++pos) {

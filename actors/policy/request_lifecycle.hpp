@@ -96,6 +96,10 @@ class request_lifecycle {
 
   // Each event returns what to do, in order; the list is valid until the next event.
   const commands& start(steady_time now);
+  // Before start: the request continues a response that `upstream` made (previous_response_id),
+  // so every attempt on the requested model goes to its deployment there while that upstream is
+  // in service (the conversation's state is there); after that, or on a fallback, as usual.
+  void prefer_upstream(std::size_t upstream) { preferred_upstream_ = upstream; }
   const commands& on_response(int status, std::optional<millis> retry_after, steady_time now);
   const commands& on_stream_head(int status);
   const commands& on_stream_end();
@@ -146,6 +150,7 @@ class request_lifecycle {
   upstream_health& health_;
   const std::vector<std::string>* chain_;
   surface where_;  // the request's surface: only deployments serving it are tried
+  std::optional<std::size_t> preferred_upstream_;
   request_deadline deadline_;
   retry_policy::jitter_source jitter_;
   random_source random_;

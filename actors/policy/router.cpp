@@ -82,6 +82,17 @@ bool router::serves(const std::string& model, surface s) const {
                      [&](std::size_t idx) { return tether::serves(deployments_[idx].serves, s); });
 }
 
+std::optional<std::size_t> router::deployment_on(const std::string& model, surface where,
+                                                 std::size_t upstream) const {
+  auto it = by_model_.find(model);
+  if (it == by_model_.end()) return std::nullopt;
+  for (auto idx : it->second) {
+    const auto& d = deployments_[idx];
+    if (d.upstream == upstream && tether::serves(d.serves, where)) return idx;
+  }
+  return std::nullopt;
+}
+
 bool router::any_in_service(const std::string& model, surface where, const upstream_health& health,
                             std::chrono::steady_clock::time_point now) const {
   auto it = by_model_.find(model);

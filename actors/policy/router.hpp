@@ -61,6 +61,10 @@ class router {
   route_choice choose(const std::string& model, surface where, std::span<const std::size_t> tried,
                       const upstream_health& health, std::chrono::steady_clock::time_point now,
                       std::uint64_t random) const;
+  // The model's deployment serving `where` on that upstream, if it has one (the first, should
+  // there be several).
+  std::optional<std::size_t> deployment_on(const std::string& model, surface where,
+                                           std::size_t upstream) const;
   // Whether any deployment of the model serving `where` has its upstream in service at `now`.
   bool any_in_service(const std::string& model, surface where, const upstream_health& health,
                       std::chrono::steady_clock::time_point now) const;

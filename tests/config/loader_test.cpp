@@ -144,6 +144,16 @@ TEST(LoaderTest, RetryBudgetKeysAreReadWithEnvoysDefaults) {
   expect_error(minimal + "min_retry_concurrency = 1\n", "models[0].min_retry_concurrency");
 }
 
+TEST(LoaderTest, ResponseAffinityMaxIsReadBoundedAndNotAModelOverride) {
+  EXPECT_EQ(expect_ok(minimal).request.response_affinity_max, 100000u);
+  const auto cfg = expect_ok(minimal + "[request]\nresponse_affinity_max = 0\n");
+  EXPECT_EQ(cfg.request.response_affinity_max, 0u);
+  EXPECT_THAT(render_effective(cfg), HasSubstr("response_affinity_max = 0\n"));
+  expect_error(minimal + "[request]\nresponse_affinity_max = 10000001\n",
+               "request.response_affinity_max: must be between 0 and 10000000, got 10000001");
+  expect_error(minimal + "response_affinity_max = 5\n", "models[0].response_affinity_max");
+}
+
 TEST(LoaderTest, UpstreamHealthKeysDefault) {
   const auto cfg = expect_ok(minimal);
   const auto& u = cfg.upstreams.at(0);

@@ -1,5 +1,5 @@
 // A caller that gives up (an AbortController in the openai SDK) must cost the upstream nothing
-// more: tether closes the upstream connection within a second, on every surface, and logs the
+// more: tether closes the upstream connection within 100 ms, on every surface, and logs the
 // request as client_disconnected (499).
 import assert from 'node:assert/strict';
 import {after, before, describe, test} from 'node:test';
@@ -10,7 +10,8 @@ import {start_stack, upstream_requests} from './harness.mjs';
 const test_timeout = {
   timeout: 20_000
 };
-const cancel_bound_ms = 1_000;
+// The issue's bound from the caller's abort to the upstream's close; more under the sanitizers.
+const cancel_bound_ms = process.env.TETHER_SANITIZED === '1' ? 1_000 : 100;
 
 // The mock's record of this request once its connection was closed by the gateway, polled (the
 // close is an event in another process) until a bound well past the promise.
@@ -33,6 +34,8 @@ async function assert_cancelled_everywhere(stack, request_id, aborted_at, expect
   assert.equal(upstream.model, expect.upstream_model);
   assert.equal(upstream.path, expect.path);
   const close_ms = upstream.closed_ms - aborted_at;
+  console.log(`[ figures ] openai ${request_id}: upstream closed ${close_ms.toFixed(1)} ms after ` +
+              'the abort');
   assert.ok(
       close_ms <= cancel_bound_ms,
       `upstream closed ${close_ms.toFixed(1)} ms after the caller aborted`);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/policy/model_request.hpp"
+#include "actors/policy/response_affinity.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 namespace {
@@ -157,6 +158,19 @@ std::variant<tether::model_request_info, tether::body_error> reference_inspect(
   return info;
 }
 
+// A Responses follow-up's previous_response_id: exactly the document's top-level string member
+// (when 1–256 bytes), found whatever else the body holds.
+void check_previous_response_id(std::string_view body) {
+  boost::json::parse_options opts;
+  opts.max_depth = max_depth;
+  const auto doc = boost::json::parse(body, {}, opts).as_object();
+  std::optional<std::string> expected;
+  if (const auto* v = doc.if_contains("previous_response_id");
+      v != nullptr && v->is_string() && !v->get_string().empty() && v->get_string().size() <= 256)
+    expected = std::string(v->get_string());
+  TETHER_FUZZ_CHECK(tether::previous_response_id_of(body) == expected);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -175,6 +189,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (const auto* info = std::get_if<tether::model_request_info>(&result)) {
     check_rewrite(body, *info);
+    check_previous_response_id(body);
   } else {
     TETHER_FUZZ_CHECK(!std::get<tether::body_error>(result).message.empty());
   }

@@ -215,6 +215,24 @@ TEST_F(HostileUpstreamTest, BodyFarOverMaxResponseBytesIs502AndTheUpstreamIsCutO
   expect_still_serves();
 }
 
+// The same on the Anthropic surface, answered in its shape.
+TEST_F(HostileUpstreamTest, AHugeMessagesBodyIs502InAnthropicsShapeAndTheUpstreamIsCutOff) {
+  auto r =
+      request("POST", gw_->port(), "/v1/messages",
+              R"({"model":"huge-8","max_tokens":16,"messages":[{"role":"user","content":"x"}]})",
+              {{"x-request-id", "huge-messages"}}, 15s);
+  ASSERT_EQ(r.status, 502) << r.body.substr(0, 200);
+  EXPECT_EQ(str(r.json().at("type")), "error");
+  EXPECT_EQ(str(r.json().at("error").at("type")), "api_error");
+  EXPECT_NE(str(r.json().at("error").at("message")).find("max_response_bytes"), std::string::npos);
+  expect_ended("huge-messages", "upstream_failed");
+  auto stats =
+      mock_.wait_for_stats([](const auto& s) { return s.at("closed_by_client").as_int64() == 1; });
+  EXPECT_EQ(stats.at("requests").as_int64(), 1);
+  EXPECT_EQ(stats.at("closed_by_client").as_int64(), 1) << "the gateway read the whole body";
+  expect_still_serves();
+}
+
 TEST_F(HostileUpstreamTest, ResetMidStreamEndsWithStreamInterrupted) {
   auto r = post_stream("reset", "reset-1");
   expect_interrupted_stream(r, 3);

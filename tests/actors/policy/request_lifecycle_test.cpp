@@ -602,5 +602,58 @@ TEST_F(RequestLifecycleHealthTest, WithEveryDeploymentOutTheOneBackSoonestIsTrie
   EXPECT_EQ(lc.model(), "llama");
 }
 
+// previous_response_id (issue 28): "llama" on upstreams a and b; a request continuing a
+// response b made goes to b whatever the draws, its retry too; with b ejected, as usual.
+TEST(RequestLifecycleAffinityTest, APreferredUpstreamTakesEveryAttemptWhileInService) {
+  auto cfg = two_models();
+  auto on_b = cfg.models[0];
+  on_b.upstream = "b";
+  cfg.models.push_back(on_b);
+  router routes{cfg};
+  retry_budget retries{cfg.upstreams.size(), 3, 20};
+  upstream_health health;
+  health.configure(cfg);
+  const auto t0 = steady_time{} + 1000s;
+  std::uint64_t draw = 0;
+  auto make = [&] {
+    return request_lifecycle{cfg,
+                             routes,
+                             retries,
+                             health,
+                             routes.chain_of("llama"),
+                             surface::responses,
+                             request_deadline{t0, 10s},
+                             [](std::int64_t n) { return n; },
+                             [&draw] { return draw++ * 0x9e3779b97f4a7c15ULL; }};
+  };
+  for (int i = 0; i < 16; ++i) {
+    auto lc = make();
+    lc.prefer_upstream(1);
+    const auto* first = find(lc.start(t0), kind::start_attempt);
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(first->upstream, 1U) << i;
+    EXPECT_EQ(routes.at(first->deployment).model, "llama");
+    // The retry goes back to b, not to the untried a.
+    const auto* backoff =
+        find(lc.on_attempt_failed(attempt_end::timeout, "attempt timed out", false, t0),
+             kind::arm_backoff);
+    ASSERT_NE(backoff, nullptr);
+    const auto* retry = find(lc.on_backoff_due(backoff->generation, t0), kind::start_attempt);
+    ASSERT_NE(retry, nullptr);
+    EXPECT_EQ(retry->upstream, 1U) << i;
+    // The retry answers: b's run of failures ends (five in a row would eject it, below).
+    lc.on_response(200, std::nullopt, t0);
+  }
+  // b ejected: the request is routed as usual, to a.
+  for (std::uint32_t f = 0; f < cfg.upstreams[1].eject_after_failures; ++f)
+    health.attempt_failed(1, t0);
+  ASSERT_FALSE(health.available(1, t0 + 1ms));
+  auto lc = make();
+  lc.prefer_upstream(1);
+  const auto* first = find(lc.start(t0 + 1ms), kind::start_attempt);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->upstream, 0U);
+}
+
 }  // namespace
 }  // namespace tether
