@@ -76,9 +76,8 @@ struct request_state {
   std::optional<request_trace> trace;  // inline: one allocation fewer per request
   // Pending timers are cancelled when the state goes with the actor's behavior.
   std::optional<actor_timers> timers;
-  // Responses API: the upstream of the attempt started last, and whether the id of the response
-  // it relays has been learned for previous_response_id follow-ups.
-  std::size_t attempt_upstream = 0;
+  // Responses API: whether the id of the response relayed has been learned for
+  // previous_response_id follow-ups.
   bool response_id_learned = false;
   void learn_response_id(std::optional<std::string> id);
 
@@ -168,7 +167,6 @@ void request_state::start_attempt(const command& c) {
   const auto& dep = rt->routes->at(c.deployment);
   const auto& up = rt->cfg.upstreams[dep.upstream];
   const auto& settings = life->settings();
-  attempt_upstream = dep.upstream;
 
   attempt_spec a;
   a.stream = spec.stream;
@@ -240,7 +238,7 @@ void request_state::cancel_attempt(const command& c) {
 
 void request_state::learn_response_id(std::optional<std::string> id) {
   if (!id) return;
-  rt->affinity->learn(*id, attempt_upstream);
+  rt->affinity->learn(*id, life->current_upstream());
   response_id_learned = true;
 }
 

@@ -119,16 +119,12 @@ std::string render_effective(const gateway_config& cfg) {
                        u.api_key.empty() ? "missing" : "set");
     }
     line("api", quote(std::string(name_of(u.api))));
-    {
-      std::string list;
-      for (std::size_t i = 0; i < surface_count; ++i) {
-        const auto s = static_cast<surface>(i);
-        if (!serves(u.surfaces, s)) continue;
-        if (!list.empty()) list += ", ";
-        list += quote(std::string(name_of(s)));
-      }
-      line("surfaces", "[" + list + "]");
+    std::vector<std::string> served;
+    for (std::size_t i = 0; i < surface_count; ++i) {
+      const auto s = static_cast<surface>(i);
+      if (serves(u.surfaces, s)) served.emplace_back(name_of(s));
     }
+    line("surfaces", quote_list(served));
     line("max_in_flight", u.max_in_flight);
     line("connect_timeout_ms", u.connect_timeout.count());
     line("idle_timeout_ms", u.idle_timeout.count());

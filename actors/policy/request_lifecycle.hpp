@@ -100,6 +100,8 @@ class request_lifecycle {
   // so every attempt on the requested model goes to its deployment there while that upstream is
   // in service (the conversation's state is there); after that, or on a fallback, as usual.
   void prefer_upstream(std::size_t upstream) { preferred_upstream_ = upstream; }
+  // The upstream of the attempt started last (whose answer is the one being relayed).
+  std::size_t current_upstream() const { return current_upstream_; }
   const commands& on_response(int status, std::optional<millis> retry_after, steady_time now);
   const commands& on_stream_head(int status);
   const commands& on_stream_end();

@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import {after, before, describe, test} from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 
-import {counting_fetch, margin_ms, start_stack, upstream_requests} from './harness.mjs';
+import {counting_fetch, margin_ms, start_stack, upstream_requests, wait_for_upstream_close} from
+    './harness.mjs';
 
 const test_timeout = {timeout: 30_000};
 // The issue's bound from the caller's abort to the upstream's close; more under the sanitizers.
@@ -49,21 +50,6 @@ log_format = "json"
 }
 
 const user = (content) => [{role: 'user', content}];
-
-// The mock's record of this request once the gateway closed its connection, polled until a bound
-// well past the promise (the close is an event in another process).
-async function wait_for_upstream_close(stack, request_id, bound_ms = 3_000) {
-  const give_up = Date.now() + bound_ms;
-  let seen = [];
-  while (Date.now() < give_up) {
-    seen = upstream_requests(await stack.mock_stats(), request_id);
-    const closed = seen.find((entry) => entry.outcome === 'closed_by_client');
-    if (closed) return closed;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  assert.fail(`the upstream connection of ${request_id} was still open ${bound_ms} ms on: ` +
-              JSON.stringify(seen));
-}
 
 async function assert_cancelled(stack, request_id, aborted_at, expect) {
   const upstream = await wait_for_upstream_close(stack, request_id);

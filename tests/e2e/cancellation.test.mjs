@@ -5,29 +5,13 @@ import assert from 'node:assert/strict';
 import {after, before, describe, test} from 'node:test';
 import OpenAI from 'openai';
 
-import {start_stack, upstream_requests} from './harness.mjs';
+import {start_stack, upstream_requests, wait_for_upstream_close} from './harness.mjs';
 
 const test_timeout = {
   timeout: 20_000
 };
 // The issue's bound from the caller's abort to the upstream's close; more under the sanitizers.
 const cancel_bound_ms = process.env.TETHER_SANITIZED === '1' ? 1_000 : 100;
-
-// The mock's record of this request once its connection was closed by the gateway, polled (the
-// close is an event in another process) until a bound well past the promise.
-async function wait_for_upstream_close(stack, request_id, bound_ms = 3 * cancel_bound_ms) {
-  const give_up = Date.now() + bound_ms;
-  let seen = [];
-  while (Date.now() < give_up) {
-    seen = upstream_requests(await stack.mock_stats(), request_id);
-    const closed = seen.find((entry) => entry.outcome === 'closed_by_client');
-    if (closed) return closed;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  assert.fail(
-      `the upstream connection of ${request_id} was still open ${bound_ms} ms on: ` +
-      JSON.stringify(seen));
-}
 
 async function assert_cancelled_everywhere(stack, request_id, aborted_at, expect) {
   const upstream = await wait_for_upstream_close(stack, request_id);

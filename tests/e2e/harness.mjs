@@ -254,6 +254,21 @@ export function upstream_requests(stats, request_id) {
   return stats.log.filter((entry) => entry.headers['x-request-id'] === request_id);
 }
 
+// The mock's record of this request once the gateway closed its connection, polled (the close is
+// an event in another process) until a bound well past any promise; the caller checks when.
+export async function wait_for_upstream_close(stack, request_id, bound_ms = 3_000) {
+  const give_up = Date.now() + bound_ms;
+  let seen = [];
+  while (Date.now() < give_up) {
+    seen = upstream_requests(await stack.mock_stats(), request_id);
+    const closed = seen.find((entry) => entry.outcome === 'closed_by_client');
+    if (closed) return closed;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`the upstream connection of ${request_id} was still open ${bound_ms} ms on: ` +
+                  JSON.stringify(seen));
+}
+
 // The upstreams and models of the one-call-one-budget tests (issue 25): tether retries twice on
 // its own; `tiny` has one slot and no queue, so a second request while it is held is refused
 // with 503 overloaded.
