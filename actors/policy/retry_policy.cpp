@@ -9,9 +9,11 @@ namespace tether {
 namespace {
 constexpr millis max_backoff{30000};
 
+// Full jitter over [1, n] ms: a retry always waits on a timer, never goes out in the same
+// moment as the failure it answers (a draw of 0 did, one time in n + 1).
 std::int64_t default_jitter(std::int64_t n) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  return std::uniform_int_distribution<std::int64_t>{0, n}(rng);
+  return std::uniform_int_distribution<std::int64_t>{1, n}(rng);
 }
 }  // namespace
 
