@@ -201,6 +201,19 @@ std::string_view format_access_line_into(std::string& out, const access_record& 
   } else {
     l.raw("client_retry", "null");
   }
+  if (r.key) {
+    l.str("key", *r.key);
+  } else {
+    l.raw("key", "null");
+  }
+  for (const auto& [name, n] : {std::pair{"prompt_tokens", r.prompt_tokens},
+                                std::pair{"completion_tokens", r.completion_tokens}}) {
+    if (n) {
+      l.integer(name, static_cast<std::int64_t>(*n));
+    } else {
+      l.raw(name, "null");
+    }
+  }
   l.array("attempts");
   for (const auto& a : r.attempts) {
     l.object().str("upstream", a.upstream).str("model", a.model);

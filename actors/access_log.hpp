@@ -40,6 +40,10 @@ struct access_record {
   std::optional<double> cancel_latency_ms;
   // The SDK's own retry counter (x-stainless-retry-count): one user call's tries, seen together.
   std::optional<std::int64_t> client_retry;
+  std::optional<std::string_view> key;  // the gateway key's name; nullopt: no key
+  // What the upstream reported using (usage); nullopt: not reported.
+  std::optional<std::uint64_t> prompt_tokens;
+  std::optional<std::uint64_t> completion_tokens;
   std::span<const attempt_record> attempts;
 };
 

@@ -7,6 +7,7 @@
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/health_bulletin.hpp"
+#include "actors/policy/rate_book.hpp"
 #include "actors/policy/slot_book.hpp"
 
 namespace tether {
@@ -14,8 +15,15 @@ namespace tether {
 budget_limits budget_limits_from(const config::gateway_config& cfg) {
   budget_limits l;
   l.global = cfg.budget.max_in_flight;
-  for (const auto& u : cfg.upstreams) l.per_upstream.push_back(u.max_in_flight);
-  for (const auto& k : cfg.keys) l.per_key.push_back(k.max_in_flight);
+  for (const auto& u : cfg.upstreams) {
+    l.per_upstream.push_back(u.max_in_flight);
+    l.tokens_per_upstream.push_back(u.max_tokens_in_flight);
+  }
+  for (const auto& k : cfg.keys) {
+    l.per_key.push_back(k.max_in_flight);
+    l.rpm.push_back(k.rpm);
+    l.tpm.push_back(k.tpm);
+  }
   l.queue_max = cfg.budget.queue_max;
   l.queue_timeout = cfg.budget.queue_timeout;
   return l;
@@ -34,24 +42,44 @@ class budget {
       : self_(self),
         stats_(stats),
         queue_timeout_(limits.queue_timeout),
-        book_({limits.global, limits.per_upstream, limits.per_key, limits.queue_max}) {
+        book_({limits.global, limits.per_upstream, limits.per_key, limits.queue_max,
+               limits.tokens_per_upstream}),
+        rates_(rates_of(limits)) {
     if (timers) timers_.emplace(timers, self->address());
   }
 
+  static std::vector<rate_book::limits> rates_of(const budget_limits& limits) {
+    std::vector<rate_book::limits> out(std::max(limits.rpm.size(), limits.tpm.size()));
+    for (std::size_t k = 0; k < limits.rpm.size(); ++k) out[k].rpm = limits.rpm[k];
+    for (std::size_t k = 0; k < limits.tpm.size(); ++k) out[k].tpm = limits.tpm[k];
+    return out;
+  }
+
+  caf::message rate(std::int64_t key, std::uint64_t tokens) {
+    auto v = rates_.admit(key, tokens, now_ns());
+    return caf::make_message(v.admitted, v.never, v.retry_after_ms, v.charged_second,
+                             std::move(v.reason));
+  }
+
+  void rate_fix(std::int64_t key, std::int64_t second, std::uint64_t estimate,
+                std::uint64_t actual) {
+    rates_.correct(key, second, estimate, actual, now_ns());
+  }
+
   void acquire(const caf::actor& who, std::uint64_t upstream, std::int64_t key,
-               std::int64_t priority) {
+               std::int64_t priority, std::uint64_t tokens) {
     auto id = enter(who);
     if (book_.knows({id, 0})) return;  // asked again by a member after an outage: see the book
     handles_[id] = who;
     bool local = who.node() == self_->node();
-    carry_out(book_.acquire(id, upstream, key, priority, local, now_ns()));
+    carry_out(book_.acquire(id, upstream, key, priority, tokens, local, now_ns()));
   }
 
   void lease(const caf::actor& link, std::uint64_t id, std::uint64_t upstream, std::int64_t key,
-             std::int64_t priority) {
+             std::int64_t priority, std::uint64_t tokens) {
     auto owner = enter(link);
     handles_[owner] = link;
-    carry_out(book_.lease(owner, id, upstream, key, priority, now_ns()));
+    carry_out(book_.lease(owner, id, upstream, key, priority, tokens, now_ns()));
   }
 
   void lease_return(const caf::actor_addr& from, std::uint64_t lease) {
@@ -92,7 +120,9 @@ class budget {
 
   void set_limits(const budget_limits& limits) {
     queue_timeout_ = limits.queue_timeout;
-    carry_out(book_.set_caps({limits.global, limits.per_upstream, limits.per_key, limits.queue_max},
+    rates_.set_limits(rates_of(limits));
+    carry_out(book_.set_caps({limits.global, limits.per_upstream, limits.per_key, limits.queue_max,
+                              limits.tokens_per_upstream},
                              now_ns()));
   }
 
@@ -102,6 +132,7 @@ class budget {
     std::vector<caf::actor> who;
     std::vector<std::uint64_t> upstreams;
     std::vector<std::int64_t> keys;
+    std::vector<std::uint64_t> tokens;
     for (const auto& [addr, id] : owners_) {
       auto claim = book_.held_by({id, 0});
       if (!claim) continue;
@@ -110,8 +141,10 @@ class budget {
       who.push_back(std::move(a));
       upstreams.push_back(claim->upstream);
       keys.push_back(claim->key);
+      tokens.push_back(claim->tokens);
     }
-    return caf::make_message(std::move(who), std::move(upstreams), std::move(keys));
+    return caf::make_message(std::move(who), std::move(upstreams), std::move(keys),
+                             std::move(tokens));
   }
 
  private:
@@ -149,6 +182,7 @@ class budget {
     if (!stats_) return;
     if (local) stats_->upstream_work_add(c.upstream, delta);
     stats_->cluster_slots_set(c.upstream, book_.held_on_upstream(c.upstream));
+    if (c.tokens > 0) stats_->upstream_tokens_set(c.upstream, book_.tokens_on_upstream(c.upstream));
   }
 
   void answer(const slot_book::holder& h, bool granted, const std::string& reason) {
@@ -166,6 +200,7 @@ class budget {
   std::chrono::milliseconds queue_timeout_;
   std::optional<actor_timers> timers_;
   slot_book book_;
+  rate_book rates_;
   std::map<caf::actor_addr, slot_book::owner> owners_;
   std::unordered_map<slot_book::owner, caf::actor> handles_;
   slot_book::owner next_owner_ = 1;
@@ -180,14 +215,15 @@ caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, m
   auto st = std::make_shared<budget>(self, limits, stats, timers);
   self->set_down_handler([st](caf::down_msg& dm) { st->gone(dm.source); });
   return {
-      [self, st](acquire_atom, std::uint64_t upstream, std::int64_t key, std::int64_t priority) {
+      [self, st](acquire_atom, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
+                 std::uint64_t tokens) {
         if (auto who = caf::actor_cast<caf::actor>(self->current_sender()))
-          st->acquire(who, upstream, key, priority);
+          st->acquire(who, upstream, key, priority, tokens);
       },
       [self, st](lease_atom, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
-                 std::uint64_t lease) {
+                 std::uint64_t tokens, std::uint64_t lease) {
         auto link = caf::actor_cast<caf::actor>(self->current_sender());
-        if (link && lease != 0) st->lease(link, lease, upstream, key, priority);
+        if (link && lease != 0) st->lease(link, lease, upstream, key, priority, tokens);
       },
       [self, st](lease_return_atom, std::uint64_t lease) {
         st->lease_return(caf::actor_cast<caf::actor_addr>(self->current_sender()), lease);
@@ -199,14 +235,19 @@ caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, m
       [st](slots_atom) { return st->slots(); },
       [self, st](limits_atom, std::uint32_t global, std::vector<std::uint32_t>& per_upstream,
                  std::vector<std::uint32_t>& per_key, std::uint32_t queue_max,
-                 std::int64_t queue_timeout_ms) {
+                 std::int64_t queue_timeout_ms, std::vector<std::uint64_t>& tokens_per_upstream,
+                 std::vector<std::uint64_t>& rpm, std::vector<std::uint64_t>& tpm) {
         // A reload of this node's config; another node's word does not change this budget.
         if (self->current_sender() && self->current_sender()->node() != self->node()) return false;
         st->set_limits({global, std::move(per_upstream), std::move(per_key), queue_max,
-                        std::chrono::milliseconds(queue_timeout_ms)});
+                        std::chrono::milliseconds(queue_timeout_ms), std::move(tokens_per_upstream),
+                        std::move(rpm), std::move(tpm)});
         return true;
       },
       [st](holders_atom) { return st->holders(); },
+      [st](rate_atom, std::int64_t key, std::uint64_t tokens) { return st->rate(key, tokens); },
+      [st](rate_fix_atom, std::int64_t key, std::int64_t second, std::uint64_t estimate,
+           std::uint64_t actual) { st->rate_fix(key, second, estimate, actual); },
       [self, st](health_subscribe_atom) {
         st->subscribe(caf::actor_cast<caf::actor>(self->current_sender()));
       },

@@ -21,6 +21,9 @@ struct budget_limits {
   std::vector<std::uint32_t> per_key;  // 0 = no cap
   std::uint32_t queue_max = 2048;
   std::chrono::milliseconds queue_timeout{0};
+  std::vector<std::uint64_t> tokens_per_upstream;  // max_tokens_in_flight, 0 = no cap
+  std::vector<std::uint64_t> rpm;                  // per key, 0 = unlimited
+  std::vector<std::uint64_t> tpm;
 };
 
 budget_limits budget_limits_from(const config::gateway_config& cfg);
@@ -32,36 +35,47 @@ using lease_atom = caf::atom_constant<caf::atom("lease")>;
 using lease_grant_atom = caf::atom_constant<caf::atom("lease_ok")>;
 using lease_return_atom = caf::atom_constant<caf::atom("lease_ret")>;
 using recall_atom = caf::atom_constant<caf::atom("recall")>;
+// a request actor ⇄ its node's budget (on a member, the link relays to the host): per-key rates
+using rate_atom = caf::atom_constant<caf::atom("rate")>;
+using rate_fix_atom = caf::atom_constant<caf::atom("rate_fix")>;
 // a node's health actor ⇄ its budget (on a member, the link, which relays to and from the host)
 using health_subscribe_atom = caf::atom_constant<caf::atom("h_sub")>;
 using health_report_atom = caf::atom_constant<caf::atom("h_report")>;
 using health_news_atom = caf::atom_constant<caf::atom("h_news")>;
 
-// Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), priority: int64) from the
-// connection actor; answered later with (grant_atom, granted: bool, reason: string) sent to it.
+// Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), priority: int64, tokens:
+// uint64) from the connection actor (tokens: the token weight held with the slot, 0 where the
+// upstream has no token cap); answered later with (grant_atom, granted: bool, reason: string)
+// sent to it.
 // (slots_atom) → the number of slots held (for drain's leak report).
 // (limits_atom, global, per_upstream: vector<uint32>, per_key: vector<uint32>, queue_max,
-// queue_timeout_ms: int64) → true: a reload's caps, from now on (slot_book::set_caps); from this
+// queue_timeout_ms: int64, tokens_per_upstream: vector<uint64>, rpm: vector<uint64>, tpm:
+// vector<uint64>) → true: a reload's caps, from now on (slot_book::set_caps); from this
 // node only.
 // (drain_now_atom), from the supervisor at the drain's end: this node's waiters are refused and
 // its later asks too ("the gateway is shutting down"); members' leases are served as before.
-// (holders_atom) → (vector<actor> holders, vector<uint64> upstreams, vector<int64> keys): who holds
+// (holders_atom) → (vector<actor> holders, vector<uint64> upstreams, vector<int64> keys,
+// vector<uint64> tokens): who holds
 // a slot now (a cluster member that rejoins its budget host registers them there).
 // Leases, from a cluster member's link actor, which may hold many slots:
-// (lease_atom, upstream, key, priority, lease: uint64) asks for one slot under that id, answered
-// with (lease_grant_atom, lease, granted: bool, reason) sent to the link; (lease_return_atom,
-// lease) gives a held slot back or withdraws a queued ask. The link is monitored: its down_msg
-// frees all it holds. While anyone but that link waits in the queue, the link is sent
-// (recall_atom, true), and (recall_atom, false) when that is no longer so.
-// Upstream health across the cluster (the budget host relays it): (health_subscribe_atom) from a
-// node's health actor, or from a member's link on the host's behalf, is answered with a
-// (health_news_atom, upstream name, reason: int32, remaining_ms: int64) for every ejection still
-// running, then one for each reported later; (health_report_atom, upstream name, reason,
-// duration_ms) reports an ejection decided by the sender's own evidence, and goes to every
-// subscriber but the sender. Subscribers are monitored.
-// The work and queue gauges count this node's own connection actors only: a member counts the
-// work it runs itself, so the sum over the cluster's nodes is the cluster's work.
-// `timers` runs the queue timeouts (unused when limits.queue_timeout is 0).
+// (lease_atom, upstream, key, priority, tokens, lease: uint64) asks for one slot under that id,
+// answered with (lease_grant_atom, lease, granted: bool, reason) sent to the link;
+// (lease_return_atom, lease) gives a held slot back or withdraws a queued ask. The link is
+// monitored: its down_msg frees all it holds. While anyone but that link waits in the queue, the
+// link is sent (recall_atom, true), and (recall_atom, false) when that is no longer so. Rates
+// (actors/policy/rate_book.hpp): (rate_atom, key: int64, tokens: uint64) from a request actor whose
+// key has an rpm or tpm → (admitted: bool, never: bool, retry_after_ms: int64, charged_second:
+// int64, reason: string); the request is charged one request and `tokens`. (rate_fix_atom, key,
+// charged_second, estimate: uint64, actual: uint64) when it has ended: its tokens are corrected to
+// what the upstream reported it used. Upstream health across the cluster (the budget host relays
+// it): (health_subscribe_atom) from a node's health actor, or from a member's link on the host's
+// behalf, is answered with a (health_news_atom, upstream name, reason: int32, remaining_ms: int64)
+// for every ejection still running, then one for each reported later; (health_report_atom, upstream
+// name, reason, duration_ms) reports an ejection decided by the sender's own evidence, and goes to
+// every subscriber but the sender. Subscribers are monitored. The work and queue gauges count this
+// node's own connection actors only: a member counts the work it runs itself, so the sum over the
+// cluster's nodes is the cluster's work. `timers` runs the queue timeouts (unused when
+// limits.queue_timeout is 0).
 caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, metrics* stats,
                            net::timer_service* timers);
 

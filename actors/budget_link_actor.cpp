@@ -29,6 +29,7 @@ struct remote_claim {
   std::uint64_t upstream = 0;
   std::int64_t key = -1;
   std::int64_t priority = 0;
+  std::uint64_t tokens = 0;
 };
 
 class budget_link : public std::enable_shared_from_this<budget_link> {
@@ -59,10 +60,11 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
               [me = shared_from_this()](caf::error&) { me->unreachable(); });
   }
 
-  void acquire(acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t priority) {
+  void acquire(acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
+               std::uint64_t tokens) {
     if (!remote_) {
       // delegate keeps the connection actor as the sender: the budget monitors it directly.
-      self_->delegate(local_budget_, a, upstream, key, priority);
+      self_->delegate(local_budget_, a, upstream, key, priority, tokens);
       return;
     }
     auto holder = caf::actor_cast<caf::actor>(self_->current_sender());
@@ -72,7 +74,18 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
       holders_[id] = holder;
       self_->monitor(holder);
     }
-    apply(book_.acquire(id, {upstream, key}, priority, now_ns()));
+    apply(book_.acquire(id, {upstream, key, tokens}, priority, now_ns()));
+  }
+
+  // Rates are the host's to count, for the whole cluster; cut off from it, this node counts
+  // them alone. delegate: the answer goes straight back to the asking request actor.
+  void rate(rate_atom a, std::int64_t key, std::uint64_t tokens) {
+    self_->delegate(remote_ ? remote_ : local_budget_, a, key, tokens);
+  }
+
+  void rate_fix(rate_fix_atom a, std::int64_t key, std::int64_t second, std::uint64_t estimate,
+                std::uint64_t actual) {
+    self_->send(remote_ ? remote_ : local_budget_, a, key, second, estimate, actual);
   }
 
   void lease_answered(std::uint64_t lease, bool granted, const std::string& reason) {
@@ -181,20 +194,22 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   // any waiter), so the shared cap counts it until it ends. The holder ignores the grant.
   void register_local_work() {
     self_->request(local_budget_, std::chrono::seconds(2), holders_atom::value)
-        .then([me = shared_from_this()](std::vector<caf::actor>& who,
-                                        std::vector<std::uint64_t>& upstreams,
-                                        std::vector<std::int64_t>& keys) {
-          me->register_with_host(who, upstreams, keys);
+        .then([me = shared_from_this()](
+                  std::vector<caf::actor>& who, std::vector<std::uint64_t>& upstreams,
+                  std::vector<std::int64_t>& keys, std::vector<std::uint64_t>& tokens) {
+          me->register_with_host(who, upstreams, keys, tokens);
         });
   }
 
   void register_with_host(const std::vector<caf::actor>& who,
                           const std::vector<std::uint64_t>& upstreams,
-                          const std::vector<std::int64_t>& keys) {
+                          const std::vector<std::int64_t>& keys,
+                          const std::vector<std::uint64_t>& tokens) {
     if (!remote_) return;
     for (std::size_t i = 0; i < who.size(); ++i) {
-      caf::send_as(who[i], remote_, acquire_atom::value, upstreams[i], keys[i], std::int64_t{0});
-      remote_claims_.emplace(who[i].address(), remote_claim{upstreams[i], keys[i], 0});
+      caf::send_as(who[i], remote_, acquire_atom::value, upstreams[i], keys[i], std::int64_t{0},
+                   tokens[i]);
+      remote_claims_.emplace(who[i].address(), remote_claim{upstreams[i], keys[i], 0, tokens[i]});
       self_->monitor(who[i]);
     }
   }
@@ -214,15 +229,16 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     remote_ = nullptr;
     auto lost = book_.drop_all();
     for (const auto& c : lost.busy) {
-      stats_->upstream_work_add(c.pool.first, -1);  // the local budget counts it from now on
-      ask_locally(holders_[c.who], c.pool.first, c.pool.second, c.priority);
+      stats_->upstream_work_add(c.pool.upstream, -1);  // the local budget counts it from now on
+      ask_locally(holders_[c.who], c.pool, c.priority);
     }
     for (const auto& c : lost.waiting) {
-      ask_locally(holders_[c.who], c.pool.first, c.pool.second, c.priority);
+      ask_locally(holders_[c.who], c.pool, c.priority);
     }
     holders_.clear();
     for (const auto& [addr, claim] : remote_claims_) {
-      ask_locally(caf::actor_cast<caf::actor>(addr), claim.upstream, claim.key, claim.priority);
+      ask_locally(caf::actor_cast<caf::actor>(addr), {claim.upstream, claim.key, claim.tokens},
+                  claim.priority);
     }
     remote_claims_.clear();
     stats_->queue_depth_set(metrics::queue_owner::link, 0);
@@ -235,15 +251,18 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     connect();
   }
 
-  void ask_locally(const caf::actor& holder, std::uint64_t upstream, std::int64_t key,
+  void ask_locally(const caf::actor& holder, const lease_book::pool_key& pool,
                    std::int64_t priority) {
-    if (holder) caf::send_as(holder, local_budget_, acquire_atom::value, upstream, key, priority);
+    if (holder) {
+      caf::send_as(holder, local_budget_, acquire_atom::value, pool.upstream, pool.key, priority,
+                   pool.tokens);
+    }
   }
 
   // Carries out what the lease book decided.
   void apply(const lease_book::actions& act) {
     for (const auto& g : act.grants) {
-      stats_->upstream_work_add(g.pool.first, 1);
+      stats_->upstream_work_add(g.pool.upstream, 1);
       stats_->queue_wait(static_cast<double>(g.waited_ns) / 1e9);
       if (const auto& who = holders_[g.who])
         self_->send(who, grant_atom::value, true, std::string{});
@@ -252,10 +271,11 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
       if (const auto& who = holders_[r.who]) self_->send(who, grant_atom::value, false, r.reason);
       holders_.erase(r.who);
     }
-    for (const auto& e : act.work_ended) stats_->upstream_work_add(e.first, -1);
+    for (const auto& e : act.work_ended) stats_->upstream_work_add(e.upstream, -1);
     if (remote_) {
       for (const auto& a : act.asks) {
-        self_->send(remote_, lease_atom::value, a.pool.first, a.pool.second, a.priority, a.id);
+        self_->send(remote_, lease_atom::value, a.pool.upstream, a.pool.key, a.priority,
+                    a.pool.tokens, a.id);
       }
       for (auto id : act.returns) self_->send(remote_, lease_return_atom::value, id);
     }
@@ -312,9 +332,11 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
   self->set_down_handler([st](caf::down_msg& msg) { st->down(msg); });
   st->connect();
   return {
-      [st](acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t priority) {
-        st->acquire(a, upstream, key, priority);
-      },
+      [st](acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
+           std::uint64_t tokens) { st->acquire(a, upstream, key, priority, tokens); },
+      [st](rate_atom a, std::int64_t key, std::uint64_t tokens) { st->rate(a, key, tokens); },
+      [st](rate_fix_atom a, std::int64_t key, std::int64_t second, std::uint64_t estimate,
+           std::uint64_t actual) { st->rate_fix(a, key, second, estimate, actual); },
       [st](lease_grant_atom, std::uint64_t lease, bool granted, const std::string& reason) {
         st->lease_answered(lease, granted, reason);
       },

@@ -18,6 +18,8 @@ struct connection_spec {
   std::size_t upstream = 0;
   std::int64_t key = -1;      // gateway key index, -1 = none
   std::int64_t priority = 0;  // request arrival (ns): queue order
+  // The token weight the budget holds with the slot: 0 where the upstream has no token cap.
+  std::uint64_t tokens = 0;
   net::upstream_request request;
   // 0 = none. Enforced as the body arrives, on the io thread (relay_events), so the socket is
   // closed at the limit however far behind the actors run; an event stream relayed to a caller

@@ -14,6 +14,7 @@
 #include "actors/policy/request_id.hpp"
 #include "actors/policy/response_affinity.hpp"
 #include "actors/policy/surface.hpp"
+#include "actors/policy/token_weight.hpp"
 #include "actors/request_actor.hpp"
 #include "actors/response_headers.hpp"
 
@@ -281,6 +282,19 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
                          *channel);
     return nullptr;
   }
+  const auto prompt_tokens = estimate_prompt_tokens(req.body.size());
+  if (auto heavy =
+          rt_->routes->too_heavy(info.model, where, prompt_tokens, info.max_output_tokens)) {
+    // It could never be admitted: refused now rather than queued until its wait limit.
+    answer_model_refusal(
+        req, request_id, info.model, outcome::bad_request,
+        "the request's token weight (" + std::to_string(heavy->weight) +
+            ": its estimated prompt tokens and the output it may make) is more than the "
+            "upstream's whole max_tokens_in_flight (" +
+            std::to_string(heavy->cap) + "); ask for fewer output tokens or send less",
+        *channel);
+    return nullptr;
+  }
   if (key >= 0) {
     const auto& allowed = rt_->cfg.keys[key].models;
     bool ok = std::find(allowed.begin(), allowed.end(), "*") != allowed.end() ||
@@ -314,6 +328,13 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   spec.body = std::move(req.body);
   spec.key = key;
   spec.arrival = req.arrival;
+  spec.prompt_tokens = prompt_tokens;
+  spec.max_output_tokens = info.max_output_tokens;
+  if (key >= 0 && (rt_->cfg.keys[key].rpm > 0 || rt_->cfg.keys[key].tpm > 0)) {
+    spec.check_rate = true;
+    spec.rate_tokens = token_weight(prompt_tokens, spec.max_output_tokens,
+                                    rt_->routes->default_max_tokens(spec.model, where));
+  }
   if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
   if (where == surface::responses) {
     if (auto previous = previous_response_id_of(spec.body))

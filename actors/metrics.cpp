@@ -47,10 +47,12 @@ void histogram::render(std::string& out, const std::string& name, const std::str
 
 metrics::metrics(std::vector<std::string> upstream_names)
     : upstream_work_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)),
-      cluster_slots_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)) {
+      cluster_slots_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)),
+      upstream_tokens_(std::make_unique<std::atomic<std::uint64_t>[]>(config::max_upstreams)) {
   for (std::size_t i = 0; i < config::max_upstreams; ++i) {
     upstream_work_[i].store(0);
     cluster_slots_[i].store(0);
+    upstream_tokens_[i].store(0);
   }
   name_upstreams(std::move(upstream_names));
 }
@@ -88,6 +90,19 @@ void metrics::request_done(const std::string& model, outcome o, double seconds) 
   durations_[{model, o}].observe(seconds);
 }
 
+void metrics::rate_limited(const std::string& key) {
+  std::lock_guard lock{mutex_};
+  ++rate_limited_[key];
+}
+
+void metrics::tokens_used(const std::string& key, std::size_t upstream, std::uint64_t prompt,
+                          std::uint64_t completion) {
+  std::lock_guard lock{mutex_};
+  auto& t = tokens_[{key, upstream}];
+  t[0] += prompt;
+  t[1] += completion;
+}
+
 void metrics::queue_wait(double seconds) {
   std::lock_guard lock{mutex_};
   queue_wait_.observe(seconds);
@@ -121,6 +136,10 @@ void metrics::cluster_slots_set(std::size_t upstream, std::int64_t n) {
   if (upstream < config::max_upstreams) cluster_slots_[upstream].store(n);
 }
 
+void metrics::upstream_tokens_set(std::size_t upstream, std::uint64_t n) {
+  if (upstream < config::max_upstreams) upstream_tokens_[upstream].store(n);
+}
+
 std::int64_t metrics::cluster_slots(std::size_t upstream) const {
   return upstream < config::max_upstreams ? cluster_slots_[upstream].load() : 0;
 }
@@ -151,6 +170,21 @@ std::string metrics::render() const {
         out, "tether_request_duration_seconds",
         fmt::format("model=\"{}\",outcome=\"{}\"", escape_label(k.first), to_string(k.second)));
   }
+  header(out, "tether_rate_limited_total", "counter",
+         "Requests refused by their key's rpm or tpm (429 rate_limited), by key name.");
+  for (const auto& [key, n] : rate_limited_)
+    out += fmt::format("tether_rate_limited_total{{key=\"{}\"}} {}\n", escape_label(key), n);
+  header(out, "tether_tokens_total", "counter",
+         "Tokens the upstreams reported using (usage), by key name, upstream and kind.");
+  for (const auto& [k, t] : tokens_) {
+    if (k.second >= upstreams_.size()) continue;
+    const auto up = escape_label(upstreams_[k.second]);
+    const auto key = escape_label(k.first);
+    out += fmt::format(
+        "tether_tokens_total{{key=\"{0}\",upstream=\"{1}\",kind=\"prompt\"}} {2}\n"
+        "tether_tokens_total{{key=\"{0}\",upstream=\"{1}\",kind=\"completion\"}} {3}\n",
+        key, up, t[0], t[1]);
+  }
   header(out, "tether_queue_wait_seconds", "histogram",
          "Time an attempt waited for a budget slot.");
   queue_wait_.render(out, "tether_queue_wait_seconds", "");
@@ -175,6 +209,13 @@ std::string metrics::render() const {
   for (std::size_t i = 0; i < upstreams_.size(); ++i) {
     out += fmt::format("tether_upstream_work_in_flight{{upstream=\"{}\"}} {}\n",
                        escape_label(upstreams_[i]), upstream_work_[i].load());
+  }
+  header(out, "tether_upstream_tokens_in_flight", "gauge",
+         "Token weight the budget holds against the upstream's max_tokens_in_flight (on a budget "
+         "host: the whole cluster's).");
+  for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+    out += fmt::format("tether_upstream_tokens_in_flight{{upstream=\"{}\"}} {}\n",
+                       escape_label(upstreams_[i]), upstream_tokens_[i].load());
   }
   header(out, "tether_queue_depth", "gauge", "Attempts waiting for a budget slot.");
   out += fmt::format("tether_queue_depth {}\n", queue_depth());

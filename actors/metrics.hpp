@@ -45,6 +45,11 @@ class metrics {
   void upstream_ejected(std::size_t upstream, ejection_reason why);
 
   void request_done(const std::string& model, outcome o, double seconds);
+  // Per key name ("" for a gateway without keys): a request refused by the key's rpm or tpm,
+  // and the tokens an upstream reported using.
+  void rate_limited(const std::string& key);
+  void tokens_used(const std::string& key, std::size_t upstream, std::uint64_t prompt,
+                   std::uint64_t completion);
   void queue_wait(double seconds);
   void attempt_done(std::size_t upstream, outcome o);
   // A retry the retry budget admitted (started) or refused (budget_exhausted).
@@ -65,6 +70,8 @@ class metrics {
   void export_cluster_slots() { cluster_slots_exported_.store(true); }
   void cluster_slots_set(std::size_t upstream, std::int64_t n);
   std::int64_t cluster_slots(std::size_t upstream) const;
+  // The token weight the budget holds on the upstream (the host's: the whole cluster's).
+  void upstream_tokens_set(std::size_t upstream, std::uint64_t n);
 
   std::int64_t requests_in_flight() const { return requests_in_flight_.load(); }
   std::int64_t upstream_work(std::size_t upstream) const;
@@ -78,6 +85,9 @@ class metrics {
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, outcome>, std::uint64_t> requests_;
   std::map<std::pair<std::string, outcome>, histogram> durations_;
+  std::map<std::string, std::uint64_t> rate_limited_;
+  // (key, upstream) → prompt, completion tokens
+  std::map<std::pair<std::string, std::size_t>, std::array<std::uint64_t, 2>> tokens_;
   histogram queue_wait_;
   std::map<std::pair<std::size_t, outcome>, std::uint64_t> attempts_;
   std::vector<std::array<std::uint64_t, 2>> retries_;  // per upstream: started, budget_exhausted
@@ -90,6 +100,7 @@ class metrics {
   std::atomic<int> cluster_connected_{-1};  // -1: standalone, the gauge is not exported
   std::unique_ptr<std::atomic<std::int64_t>[]> cluster_slots_;
   std::atomic<bool> cluster_slots_exported_{false};
+  std::unique_ptr<std::atomic<std::uint64_t>[]> upstream_tokens_;
   std::array<std::uint64_t, 2> reloads_{};               // ok, error
   std::vector<std::array<std::uint64_t, 3>> ejections_;  // per upstream, by ejection_reason
   std::shared_ptr<const upstream_health> health_;

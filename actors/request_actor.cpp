@@ -18,10 +18,13 @@
 #include "actors/access_log.hpp"
 #include "actors/actor_timers.hpp"
 #include "actors/attempt_actor.hpp"
+#include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/request_lifecycle.hpp"
 #include "actors/policy/response_affinity.hpp"
+#include "actors/policy/token_weight.hpp"
+#include "actors/policy/usage.hpp"
 #include "actors/request_trace.hpp"
 #include "actors/response_headers.hpp"
 #include "actors/upstream_auth.hpp"
@@ -80,6 +83,18 @@ struct request_state {
   // previous_response_id follow-ups.
   bool response_id_learned = false;
   void learn_response_id(std::optional<std::string> id);
+  // What the upstream reported using, from the relayed body or the stream's events.
+  std::optional<token_usage> usage;
+  void note_usage(std::string_view text);
+  // The key's rate charge, once the budget admitted the request: the second it was made in.
+  std::optional<std::int64_t> rate_charged_second;
+  void ask_rate();
+  void rate_answered(bool admitted, bool never, std::int64_t retry_after_ms,
+                     std::optional<std::int64_t> charged_second, std::string reason);
+  void correct_rate_charge();
+  const std::string* key_name() const {
+    return spec.key >= 0 ? &rt->cfg.keys[static_cast<std::size_t>(spec.key)].name : nullptr;
+  }
 
   double ms_since_arrival(std::int64_t ns) const {
     return static_cast<double>(ns - arrival_ns) / 1e6;
@@ -132,6 +147,8 @@ void request_state::execute(const command& c, const held_response* held) {
     case kind::arm_deadline:
       timers->after(c.at - std::chrono::steady_clock::now(), deadline_atom::value);
       return;
+    case kind::check_admission:
+      return ask_rate();
     case kind::start_attempt:
       return start_attempt(c);
     case kind::cancel_attempt:
@@ -175,6 +192,9 @@ void request_state::start_attempt(const command& c) {
   a.connection.upstream = dep.upstream;
   a.connection.key = spec.key;
   a.connection.priority = arrival_wall_ns;
+  if (dep.token_cap > 0)
+    a.connection.tokens =
+        token_weight(spec.prompt_tokens, spec.max_output_tokens, dep.default_max_tokens);
   a.connection.max_response_bytes = settings.max_response_bytes;
   a.connection.stream = spec.stream;
   a.connection.affinity = channel->affinity();
@@ -245,6 +265,7 @@ void request_state::learn_response_id(std::optional<std::string> id) {
 void request_state::send_response(const command& c, const held_response& held) {
   if (spec.where == surface::responses && c.status >= 200 && c.status < 300)
     learn_response_id(response_id_of(*held.body));
+  if (c.status >= 200 && c.status < 300) note_usage(*held.body);
   auto out = pass_headers(std::move(*held.headers), spec.request_id);
   add_outcome_headers(out, c.status, c.result, std::nullopt, caller_left());
   channel->send_full(c.status, std::move(out), std::move(*held.body));
@@ -289,6 +310,59 @@ void request_state::caller_side_over() {
   rt->stats->requests_in_flight_add(-1);
 }
 
+void request_state::note_usage(std::string_view text) {
+  if (auto u = usage_of(text)) {
+    if (!usage) usage.emplace();
+    merge_usage(*usage, *u);
+  }
+}
+
+// Bounded: a budget host that never answers (lost with the message) must not hold the request;
+// the deadline, when there is one, ends the wait sooner.
+void request_state::ask_rate() {
+  self->request(rt->budget, std::chrono::seconds(5), rate_atom::value, spec.key, spec.rate_tokens)
+      .then(
+          [this](bool admitted, bool never, std::int64_t retry_after_ms,
+                 std::int64_t charged_second, std::string& reason) {
+            rate_answered(admitted, never, retry_after_ms, charged_second, std::move(reason));
+          },
+          // No verdict (the host was lost meanwhile): admitted uncounted, as the caps of a node
+          // cut off from its host are its own.
+          [this](caf::error&) { rate_answered(true, false, 0, std::nullopt, {}); });
+}
+
+void request_state::rate_answered(bool admitted, bool never, std::int64_t retry_after_ms,
+                                  std::optional<std::int64_t> charged_second, std::string reason) {
+  // Charged even when the caller is gone meanwhile: the request was made, and its correction
+  // (to nothing used) comes at the end.
+  if (admitted) rate_charged_second = charged_second;
+  if (!life->admitting()) return;
+  if (!admitted && !never) {
+    rt->stats->rate_limited(*key_name());
+  }
+  const auto why = never ? outcome::bad_request : outcome::rate_limited;
+  std::optional<milliseconds> retry_after;
+  if (!admitted && !never) retry_after = milliseconds(retry_after_ms);
+  run(life->on_admission(admitted, why, std::move(reason), retry_after,
+                         std::chrono::steady_clock::now()));
+}
+
+// The estimate charged at admission becomes what the upstream reported using; a request that
+// never reached an upstream used nothing; without a report the estimate stands.
+void request_state::correct_rate_charge() {
+  if (!rate_charged_second) return;
+  std::optional<std::uint64_t> actual;
+  if (usage) {
+    actual = usage->prompt.value_or(0) + usage->completion.value_or(0);
+  } else if (std::none_of(attempt_work.begin(), attempt_work.end(),
+                          [](const attempt_slot& a) { return a.held_slot; })) {
+    actual = 0;
+  }
+  if (!actual || *actual == spec.rate_tokens) return;
+  self->send(rt->budget, rate_fix_atom::value, spec.key, *rate_charged_second, spec.rate_tokens,
+             *actual);
+}
+
 // Every attempt and connection has ended: count, log, trace, quit.
 void request_state::finish() {
   const std::int64_t end_ns = now_ns();
@@ -318,6 +392,14 @@ void request_state::finish() {
   if (last_work_end_ns) r.work_ended_ms = ms_since_arrival(*last_work_end_ns);
   r.cancel_latency_ms = cancel_latency_ms;
   r.client_retry = spec.client_retry;
+  if (const auto* name = key_name()) r.key = *name;
+  if (usage) {
+    r.prompt_tokens = usage->prompt;
+    r.completion_tokens = usage->completion;
+    rt->stats->tokens_used(key_name() ? *key_name() : std::string{}, life->current_upstream(),
+                           usage->prompt.value_or(0), usage->completion.value_or(0));
+  }
+  correct_rate_charge();
   r.attempts = {attempts.data(), attempts.size()};
   rt->stats->request_done(spec.model, result, r.duration_ms / 1000.0);
   write_access_log(r);
@@ -346,6 +428,7 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
   life.emplace(rt->cfg, *rt->routes, *rt->retries, *rt->health, rt->routes->chain_of(spec.model),
                spec.where, request_deadline{spec.arrival, spec.deadline});
   if (spec.prefer_upstream) life->prefer_upstream(*spec.prefer_upstream);
+  if (spec.check_rate) life->await_admission();
   rt->stats->requests_in_flight_add(1);
 }
 
@@ -459,6 +542,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         // The stream's first events carry the response object and its id.
         if (st->spec.where == surface::responses && !st->response_id_learned)
           st->learn_response_id(response_id_of_event(event));
+        if (event.find("\"usage\"") != std::string::npos) st->note_usage(event);
         st->channel->send_chunk(std::move(event));
       },
       [st](attempt_end_atom) { st->run(st->life->on_stream_end()); },

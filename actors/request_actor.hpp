@@ -32,6 +32,14 @@ struct request_spec {
   std::string anthropic_beta;
   // The upstream that made the response this one continues (previous_response_id), if known.
   std::optional<std::size_t> prefer_upstream;
+  // The token weight's parts (actors/policy/token_weight.hpp): each attempt's weight adds its
+  // deployment's default_max_tokens when the body names no output limit.
+  std::uint64_t prompt_tokens = 0;
+  std::optional<std::uint64_t> max_output_tokens;
+  // The key has an rpm or tpm: no attempt starts before the budget admits the request, charged
+  // `rate_tokens` (its token weight on the model's first deployment).
+  bool check_rate = false;
+  std::uint64_t rate_tokens = 0;
 };
 
 caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,

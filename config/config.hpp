@@ -97,6 +97,10 @@ struct upstream_config {
   std::string api_key_env;  // name of the env variable, may be empty
   std::string api_key;      // resolved at load; never printed
   std::uint32_t max_in_flight = 64;
+  // 0 = off. Else the budget also holds each request's token weight (estimated prompt + the
+  // output it may make) against this cap until its connection actor exits: a model server's
+  // real capacity is its KV cache, tokens in flight, not requests.
+  std::uint64_t max_tokens_in_flight = 0;
   millis connect_timeout{2000};
   // How long a kept-alive connection may wait for its next request. Below the common model
   // servers' own keep-alive timeouts (uvicorn's, under vLLM, is 5 s), so that tether, not the
@@ -122,6 +126,9 @@ struct model_config {
   std::string upstream_model;  // defaults to name
   std::vector<std::string> fallbacks;
   request_overrides overrides;
+  // The output weight of a request that names no max_tokens / max_completion_tokens /
+  // max_output_tokens.
+  std::uint32_t default_max_tokens = 1024;
   bool operator==(const model_config&) const = default;
 };
 
@@ -130,7 +137,11 @@ struct key_config {
   std::string sha256_hex;           // lower-case hex digest of the bearer token
   std::vector<std::string> models;  // "*" = all
   std::uint32_t max_in_flight = 0;  // 0 = no per-key cap
-  bool retired = false;             // removed by a reload: kept in its place, matches no token
+  // Over a sliding minute, counted by the budget (the budget host's: the cluster's); 0 =
+  // unlimited. Tokens are prompt + completion: estimated at admission, corrected by usage.
+  std::uint64_t rpm = 0;
+  std::uint64_t tpm = 0;
+  bool retired = false;  // removed by a reload: kept in its place, matches no token
 };
 
 struct telemetry_config {

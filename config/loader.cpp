@@ -34,6 +34,8 @@ namespace {
 // live and keeps every sum of deadlines far from overflowing steady_clock arithmetic.
 constexpr std::int64_t max_duration_ms = 7LL * 24 * 60 * 60 * 1000;
 constexpr std::int64_t u32_max = std::numeric_limits<std::uint32_t>::max();
+// Token counts (caps, per-minute limits): far beyond any model server, far from overflowing a sum.
+constexpr std::int64_t max_token_count = std::int64_t{1} << 48;
 constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 
 const char* type_name(toml::node_type t) {
@@ -467,10 +469,11 @@ class loader {
     std::map<std::string, std::size_t> seen;
     for (const auto& [i, t] : tables) {
       const auto p = fmt::format("upstreams[{}]", i);
-      check_keys(*t, p,
-                 {"name", "base_url", "api_key_env", "max_in_flight", "connect_timeout_ms",
-                  "idle_timeout_ms", "weight", "eject_after_failures", "eject_base_ms",
-                  "eject_max_ms", "health_path", "health_interval_ms", "api", "surfaces"});
+      check_keys(
+          *t, p,
+          {"name", "base_url", "api_key_env", "max_in_flight", "connect_timeout_ms",
+           "idle_timeout_ms", "weight", "eject_after_failures", "eject_base_ms", "eject_max_ms",
+           "health_path", "health_interval_ms", "api", "surfaces", "max_tokens_in_flight"});
       upstream_config u;
       if (auto name = read_string(*t, "name", p)) {
         u.name = *name;
@@ -515,6 +518,7 @@ class loader {
       }
       read_api(*t, p, u);
       read_into(*t, "max_in_flight", p, u.max_in_flight, 1, u32_max);
+      read_into(*t, "max_tokens_in_flight", p, u.max_tokens_in_flight, 0, max_token_count);
       read_ms(*t, "connect_timeout_ms", p, u.connect_timeout, 1);
       read_ms(*t, "idle_timeout_ms", p, u.idle_timeout, 1);
       read_health(*t, p, u);
@@ -643,7 +647,8 @@ class loader {
     std::vector<model_entry> entries;
     for (const auto& [i, t] : tables) {
       const auto p = fmt::format("models[{}]", i);
-      check_keys(*t, p, {"name", "upstream", "upstream_model", "fallbacks"}, true);
+      check_keys(*t, p, {"name", "upstream", "upstream_model", "fallbacks", "default_max_tokens"},
+                 true);
       model_config m;
       if (auto name = read_string(*t, "name", p)) {
         m.name = *name;
@@ -682,6 +687,7 @@ class loader {
         }
       }
       m.overrides = read_request_keys(*t, p);
+      read_into(*t, "default_max_tokens", p, m.default_max_tokens, 0, u32_max);
       cfg_.models.push_back(std::move(m));
       entries.push_back(entry);
     }
@@ -793,7 +799,7 @@ class loader {
     std::map<std::string, std::size_t> digests;
     for (const auto& [i, t] : array_of_tables(root, "keys")) {
       const auto p = fmt::format("keys[{}]", i);
-      check_keys(*t, p, {"name", "sha256", "models", "max_in_flight"});
+      check_keys(*t, p, {"name", "sha256", "models", "max_in_flight", "rpm", "tpm"});
       key_config k;
       if (auto name = read_string(*t, "name", p)) {
         k.name = *name;
@@ -848,6 +854,8 @@ class loader {
         error(p + ".models", "missing required key (use [\"*\"] for every model)", &t->source());
       }
       read_into(*t, "max_in_flight", p, k.max_in_flight, 0, u32_max);  // 0 = no per-key cap
+      read_into(*t, "rpm", p, k.rpm, 0, max_token_count);              // 0 = unlimited
+      read_into(*t, "tpm", p, k.tpm, 0, max_token_count);
       cfg_.keys.push_back(std::move(k));
     }
   }

@@ -16,12 +16,13 @@ bool same_endpoint(const upstream_config& a, const upstream_config& b) {
          a.max_in_flight == b.max_in_flight;
 }
 
-// Its share of traffic and when it is ejected or checked: not part of the pool, so a change
-// needs no new connections (it is reported as "upstream X changed").
+// Its share of traffic, its token cap and when it is ejected or checked: not part of the pool,
+// so a change needs no new connections (it is reported as "upstream X changed").
 bool same_health(const upstream_config& a, const upstream_config& b) {
   return a.weight == b.weight && a.eject_after_failures == b.eject_after_failures &&
          a.eject_base == b.eject_base && a.eject_max == b.eject_max &&
-         a.health_path == b.health_path && a.health_interval == b.health_interval;
+         a.health_path == b.health_path && a.health_interval == b.health_interval &&
+         a.max_tokens_in_flight == b.max_tokens_in_flight;
 }
 
 bool same_upstream(const upstream_config& a, const upstream_config& b) {
@@ -130,7 +131,7 @@ void arrange_keys(const gateway_config& running, gateway_config& loaded, reload_
     if (old.retired) {
       plan.changes.push_back("key " + old.name + " added back");
     } else if (old.sha256_hex != it->sha256_hex || old.models != it->models ||
-               old.max_in_flight != it->max_in_flight) {
+               old.max_in_flight != it->max_in_flight || old.rpm != it->rpm || old.tpm != it->tpm) {
       plan.changes.push_back("key " + old.name + " changed");
     }
     arranged.push_back(std::move(*it));

@@ -126,6 +126,11 @@ std::string render_effective(const gateway_config& cfg) {
     }
     line("surfaces", quote_list(served));
     line("max_in_flight", u.max_in_flight);
+    if (u.max_tokens_in_flight == 0) {
+      o += "max_tokens_in_flight = 0  # no token cap\n";
+    } else {
+      line("max_tokens_in_flight", u.max_tokens_in_flight);
+    }
     line("connect_timeout_ms", u.connect_timeout.count());
     line("idle_timeout_ms", u.idle_timeout.count());
     line("weight", u.weight);
@@ -150,6 +155,7 @@ std::string render_effective(const gateway_config& cfg) {
     line("upstream", quote(m.upstream));
     line("upstream_model", quote(m.upstream_model));
     line("fallbacks", quote_list(m.fallbacks));
+    line("default_max_tokens", m.default_max_tokens);
     // Only the overrides written for this model are keys; the values it runs with are a
     // comment, so the output reloads with the same overrides and no more.
     const auto& v = m.overrides;
@@ -173,6 +179,8 @@ std::string render_effective(const gateway_config& cfg) {
     line("sha256", quote("<masked>"));
     line("models", quote_list(k.models));
     line("max_in_flight", k.max_in_flight);
+    line("rpm", k.rpm);
+    line("tpm", k.tpm);
   }
 
   const auto& t = cfg.telemetry;

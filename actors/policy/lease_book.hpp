@@ -30,8 +30,14 @@ class lease_book {
 
   using holder = std::uint64_t;
   using lease = std::uint64_t;
-  // Slots are interchangeable only within the same caps: (upstream, key; -1 = none).
-  using pool_key = std::pair<std::uint64_t, std::int64_t>;
+  // Slots are interchangeable only within the same caps: the same upstream, key (-1 = none) and
+  // token weight (0 where the upstream has no token cap).
+  struct pool_key {
+    std::uint64_t upstream = 0;
+    std::int64_t key = -1;
+    std::uint64_t tokens = 0;
+    auto operator<=>(const pool_key&) const = default;
+  };
 
   struct ask {
     lease id;

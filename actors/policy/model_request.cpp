@@ -135,6 +135,8 @@ class body_facts {
   bool model_is_string = false;
   std::string model;
   std::optional<value_kind> stream;  // the last top-level "stream" value
+  // The last value of each output-limit key, when it is a non-negative integer.
+  std::optional<std::uint64_t> output_limits[3];
 
   bool on_document_begin(boost::json::error_code&) { return true; }
   bool on_document_end(boost::json::error_code&) { return true; }
@@ -150,10 +152,13 @@ class body_facts {
     key_part(s);
     if (depth_ == 1) {
       const std::string_view key{key_, key_size_};
-      member_ = key_size_ > sizeof key_ ? member::other
-                : key == "model"        ? member::model
-                : key == "stream"       ? member::stream
-                                        : member::other;
+      member_ = key_size_ > sizeof key_          ? member::other
+                : key == "model"                 ? member::model
+                : key == "stream"                ? member::stream
+                : key == "max_tokens"            ? member::max_tokens
+                : key == "max_completion_tokens" ? member::max_completion_tokens
+                : key == "max_output_tokens"     ? member::max_output_tokens
+                                                 : member::other;
       if (member_ == member::model) ++models;
     }
     key_size_ = 0;
@@ -169,11 +174,15 @@ class body_facts {
     return true;
   }
   bool on_number_part(boost::json::string_view, boost::json::error_code&) { return true; }
-  bool on_int64(std::int64_t, boost::json::string_view, boost::json::error_code&) {
-    return value(value_kind::other);
+  bool on_int64(std::int64_t n, boost::json::string_view, boost::json::error_code&) {
+    value(value_kind::other);
+    if (n >= 0) output_limit(static_cast<std::uint64_t>(n));
+    return true;
   }
-  bool on_uint64(std::uint64_t, boost::json::string_view, boost::json::error_code&) {
-    return value(value_kind::other);
+  bool on_uint64(std::uint64_t n, boost::json::string_view, boost::json::error_code&) {
+    value(value_kind::other);
+    output_limit(n);
+    return true;
   }
   bool on_double(double, boost::json::string_view, boost::json::error_code&) {
     return value(value_kind::other);
@@ -186,7 +195,18 @@ class body_facts {
   bool on_comment(boost::json::string_view, boost::json::error_code&) { return true; }
 
  private:
-  enum class member { other, model, stream };
+  enum class member { other, model, stream, max_tokens, max_completion_tokens, max_output_tokens };
+
+  void output_limit(std::uint64_t n) {
+    if (depth_ == 1 && is_output_limit(member_)) output_limits[limit_index(member_)] = n;
+  }
+  static bool is_output_limit(member m) {
+    return m == member::max_tokens || m == member::max_completion_tokens ||
+           m == member::max_output_tokens;
+  }
+  static std::size_t limit_index(member m) {
+    return static_cast<std::size_t>(m) - static_cast<std::size_t>(member::max_tokens);
+  }
 
   // A value starts at the current depth: the document itself at 0, a top-level member's at 1.
   bool value(value_kind kind) {
@@ -197,6 +217,8 @@ class body_facts {
       model.clear();  // a string's parts follow
     } else if (member_ == member::stream) {
       stream = kind;
+    } else if (is_output_limit(member_)) {
+      output_limits[limit_index(member_)].reset();  // an integer sets it again (on_int64)
     }
     return true;
   }
@@ -211,7 +233,7 @@ class body_facts {
   }
   void key_part(boost::json::string_view s) {
     if (depth_ != 1) return;
-    // Only "model" and "stream" matter: a longer key is only counted, not kept.
+    // Only the few keys above matter: a longer key is only counted, not kept.
     if (key_size_ + s.size() <= sizeof key_) std::copy(s.begin(), s.end(), key_ + key_size_);
     key_size_ += s.size();
   }
@@ -225,7 +247,7 @@ class body_facts {
 
   std::size_t depth_ = 0;  // containers open
   member member_ = member::other;
-  char key_[6] = {};  // sizeof "stream"
+  char key_[21] = {};  // sizeof "max_completion_tokens"
   std::size_t key_size_ = 0;
   bool in_string_ = false;
 };
@@ -261,6 +283,10 @@ std::variant<model_request_info, body_error> inspect_model_request(std::string_v
     } else if (*facts.stream != kind::null) {
       return body_error{"`stream` must be a boolean"};
     }
+  }
+  for (const auto& limit : facts.output_limits) {
+    if (limit && (!info.max_output_tokens || *limit > *info.max_output_tokens))
+      info.max_output_tokens = limit;
   }
   return info;
 }

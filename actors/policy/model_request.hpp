@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -13,6 +14,10 @@ namespace tether {
 struct model_request_info {
   std::string model;
   bool stream = false;
+  // The largest of the top-level `max_tokens`, `max_completion_tokens` and `max_output_tokens`
+  // that is a non-negative integer (a repeated key's last value counts): the output the request
+  // may make, which its token weight reserves. Any other value is the upstream's to refuse.
+  std::optional<std::uint64_t> max_output_tokens;
 };
 
 struct body_error {

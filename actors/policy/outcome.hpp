@@ -18,6 +18,7 @@ enum class outcome {
   stream_interrupted,
   client_disconnected,
   overloaded,
+  rate_limited,
   headers_too_large,
   bad_request,
   unknown_model,

@@ -74,7 +74,28 @@ const request_lifecycle::commands& request_lifecycle::start(steady_time now) {
     c.at = *due;
     out_.push_back(std::move(c));
   }
+  if (admission_pending_) {
+    // The deadline runs while the verdict is on its way; the caller may leave meanwhile.
+    phase_ = phase::admitting;
+    out_.push_back(make(kind::check_admission));
+    return out_;
+  }
   start_attempt(now);
+  maybe_finish();
+  return out_;
+}
+
+const request_lifecycle::commands& request_lifecycle::on_admission(
+    bool admitted, outcome why, std::string message, std::optional<millis> retry_after,
+    steady_time now) {
+  begin();
+  if (phase_ != phase::admitting) return out_;  // answered meanwhile (deadline, caller, drain)
+  if (admitted) {
+    phase_ = phase::attempting;
+    start_attempt(now);
+  } else {
+    answer_error(why, std::move(message), retry_after);
+  }
   maybe_finish();
   return out_;
 }

@@ -10,7 +10,9 @@
 //     │         │   │  └─ retryable failure ──▶ ┘   (retry_policy, retry_budget)
 //     │         │   └─ committed stream ──▶ streaming ──▶ answered
 //     │         └─ response / final failure ───────────▶ answered
-//     └─ budget already spent (0) ─────────────────────▶ answered
+//     ├─ budget already spent (0) ─────────────────────▶ answered
+//     └─ key rate-limited ──▶ admitting ──(admitted)──▶ attempting
+//                               └──(refused: 429)─────▶ answered
 //   any state: deadline | client gone | drain ──▶ cancel the attempt ──▶ answered
 //   answered ──(every attempt and connection ended)──▶ finish
 //
@@ -44,6 +46,7 @@ class upstream_health;
 struct lifecycle_command {
   enum class kind : std::uint8_t {
     arm_deadline,      // at `at`: on_deadline
+    check_admission,   // ask the budget whether the key's rate admits the request: on_admission
     start_attempt,     // `attempt` on `deployment` (of `upstream`), per-try timeout `delay`
                        // (0 = none), `deadline_left` to pass on (nullopt = unbounded), its
                        // socket closed at `close_at` (the deadline; nullopt = unbounded)
@@ -100,6 +103,14 @@ class request_lifecycle {
   // so every attempt on the requested model goes to its deployment there while that upstream is
   // in service (the conversation's state is there); after that, or on a fallback, as usual.
   void prefer_upstream(std::size_t upstream) { preferred_upstream_ = upstream; }
+  // Before start: the request's key has a rate limit, so no attempt starts before the budget's
+  // verdict (on_admission).
+  void await_admission() { admission_pending_ = true; }
+  // The budget's verdict: admitted, the first attempt starts; refused, the caller is answered with
+  // `why` (rate_limited, or bad_request when it could never fit), `message` and `retry_after`.
+  const commands& on_admission(bool admitted, outcome why, std::string message,
+                               std::optional<millis> retry_after, steady_time now);
+  bool admitting() const { return phase_ == phase::admitting; }
   // The upstream of the attempt started last (whose answer is the one being relayed).
   std::size_t current_upstream() const { return current_upstream_; }
   const commands& on_response(int status, std::optional<millis> retry_after, steady_time now);
@@ -129,7 +140,7 @@ class request_lifecycle {
   std::uint32_t attempts_started() const { return attempts_started_; }
 
  private:
-  enum class phase { attempting, backing_off, streaming, answered };
+  enum class phase { admitting, attempting, backing_off, streaming, answered };
 
   commands& begin();
   void start_attempt(steady_time now);
@@ -153,6 +164,7 @@ class request_lifecycle {
   const std::vector<std::string>* chain_;
   surface where_;  // the request's surface: only deployments serving it are tried
   std::optional<std::size_t> preferred_upstream_;
+  bool admission_pending_ = false;
   request_deadline deadline_;
   retry_policy::jitter_source jitter_;
   random_source random_;

@@ -10,6 +10,7 @@ bool client_should_retry(outcome o, std::optional<std::chrono::milliseconds> ret
       // Another gateway behind the same address, or this one a moment later, has room.
       return true;
     case outcome::upstream_rate_limited:
+    case outcome::rate_limited:
       // Without a deadline of its own the caller may wait as long as asked; with one, only a
       // wait that ends inside it is worth a retry (an unknown wait is not known to fit).
       return !caller_left || (retry_after && *retry_after <= *caller_left);

@@ -5,6 +5,7 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include "actors/policy/token_weight.hpp"
 #include "actors/policy/upstream_health.hpp"
 
 namespace tether {
@@ -19,6 +20,8 @@ router::router(const config::gateway_config& cfg) {
     }
     d.serves = cfg.upstreams.at(d.upstream).surfaces;
     d.upstream_model = m.upstream_model.empty() ? m.name : m.upstream_model;
+    d.default_max_tokens = m.default_max_tokens;
+    d.token_cap = cfg.upstreams.at(d.upstream).max_tokens_in_flight;
     if (!by_model_.count(m.name)) {
       public_models_.push_back(m.name);
       fallbacks_[m.name] = m.fallbacks;
@@ -80,6 +83,32 @@ bool router::serves(const std::string& model, surface s) const {
   if (it == by_model_.end()) return false;
   return std::any_of(it->second.begin(), it->second.end(),
                      [&](std::size_t idx) { return tether::serves(deployments_[idx].serves, s); });
+}
+
+std::optional<token_overweight> router::too_heavy(const std::string& model, surface where,
+                                                  std::uint64_t prompt_tokens,
+                                                  std::optional<std::uint64_t> max_output) const {
+  auto it = by_model_.find(model);
+  if (it == by_model_.end()) return std::nullopt;
+  std::optional<token_overweight> closest;
+  for (auto idx : it->second) {
+    const auto& d = deployments_[idx];
+    if (!tether::serves(d.serves, where)) continue;
+    const auto weight = token_weight(prompt_tokens, max_output, d.default_max_tokens);
+    if (d.token_cap == 0 || weight <= d.token_cap) return std::nullopt;
+    if (!closest || d.token_cap > closest->cap) closest = token_overweight{weight, d.token_cap};
+  }
+  return closest;
+}
+
+std::uint32_t router::default_max_tokens(const std::string& model, surface where) const {
+  if (auto it = by_model_.find(model); it != by_model_.end()) {
+    for (auto idx : it->second) {
+      if (tether::serves(deployments_[idx].serves, where))
+        return deployments_[idx].default_max_tokens;
+    }
+  }
+  return deployment{}.default_max_tokens;
 }
 
 std::optional<std::size_t> router::deployment_on(const std::string& model, surface where,

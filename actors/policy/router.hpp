@@ -22,10 +22,19 @@ class upstream_health;
 
 struct deployment {
   std::size_t index = 0;
-  std::string model;           // public name
-  std::size_t upstream = 0;    // index into gateway_config::upstreams
-  std::string upstream_model;  // what the upstream is sent
-  surface_set serves = 0;      // its upstream's surfaces
+  std::string model;                        // public name
+  std::size_t upstream = 0;                 // index into gateway_config::upstreams
+  std::string upstream_model;               // what the upstream is sent
+  surface_set serves = 0;                   // its upstream's surfaces
+  std::uint32_t default_max_tokens = 1024;  // the output weight when a request names none
+  std::uint64_t token_cap = 0;              // its upstream's max_tokens_in_flight, 0 = none
+};
+
+// A request too heavy for every deployment that could serve it: its weight on the deployment
+// with the largest token cap, and that cap.
+struct token_overweight {
+  std::uint64_t weight = 0;
+  std::uint64_t cap = 0;
 };
 
 struct route_choice {
@@ -65,6 +74,13 @@ class router {
   // there be several).
   std::optional<std::size_t> deployment_on(const std::string& model, surface where,
                                            std::size_t upstream) const;
+  // nullopt when some deployment of the model serving `where` can hold a request of that many
+  // prompt tokens and that output limit (no token cap, or a cap its weight fits under).
+  std::optional<token_overweight> too_heavy(const std::string& model, surface where,
+                                            std::uint64_t prompt_tokens,
+                                            std::optional<std::uint64_t> max_output) const;
+  // The default_max_tokens of the model's first deployment serving `where` (1024 if none).
+  std::uint32_t default_max_tokens(const std::string& model, surface where) const;
   // Whether any deployment of the model serving `where` has its upstream in service at `now`.
   bool any_in_service(const std::string& model, surface where, const upstream_health& health,
                       std::chrono::steady_clock::time_point now) const;

@@ -7,25 +7,58 @@ namespace tether {
 
 slot_book::slot_book(caps limits) : caps_(std::move(limits)) {
   // Upstream 0 is counted even without caps: the claims beyond the list count there.
-  held_upstream_.assign(std::max<std::size_t>(caps_.per_upstream.size(), 1), 0);
+  held_upstream_.assign(
+      std::max({caps_.per_upstream.size(), caps_.tokens_per_upstream.size(), std::size_t{1}}), 0);
+  held_tokens_.assign(held_upstream_.size(), 0);
+  queued_upstream_.assign(held_upstream_.size(), 0);
   held_key_.assign(caps_.per_key.size(), 0);
 }
 
 slot_book::actions slot_book::set_caps(caps limits, std::int64_t now_ns) {
   caps_ = std::move(limits);
-  if (caps_.per_upstream.size() > held_upstream_.size())
-    held_upstream_.resize(caps_.per_upstream.size(), 0);
+  const auto upstreams = std::max(caps_.per_upstream.size(), caps_.tokens_per_upstream.size());
+  if (upstreams > held_upstream_.size()) {
+    held_upstream_.resize(upstreams, 0);
+    held_tokens_.resize(upstreams, 0);
+    queued_upstream_.resize(upstreams, 0);
+  }
   if (caps_.per_key.size() > held_key_.size()) held_key_.resize(caps_.per_key.size(), 0);
   actions out;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    auto why = never_fits(it->second.what);
+    if (!why) {
+      ++it;
+      continue;
+    }
+    auto w = dequeue(it++);
+    out.refusals.push_back({w.who, std::move(*why)});
+  }
   drain(now_ns, out);
   update_recalls(out);
   return out;
 }
 
-slot_book::claim slot_book::claim_for(std::uint64_t upstream, std::int64_t key) const {
-  claim c{static_cast<std::size_t>(upstream), key};
-  if (c.upstream >= caps_.per_upstream.size()) c.upstream = 0;
+slot_book::claim slot_book::claim_for(std::uint64_t upstream, std::int64_t key,
+                                      std::uint64_t tokens) const {
+  claim c{static_cast<std::size_t>(upstream), key, tokens};
+  if (c.upstream >= held_upstream_.size()) c.upstream = 0;
   return c;
+}
+
+std::uint64_t slot_book::token_cap(std::size_t upstream) const {
+  return upstream < caps_.tokens_per_upstream.size() ? caps_.tokens_per_upstream[upstream] : 0;
+}
+
+bool slot_book::tokens_fit(const claim& c) const {
+  const auto cap = token_cap(c.upstream);
+  return cap == 0 || (c.tokens <= cap && held_tokens_[c.upstream] <= cap - c.tokens);
+}
+
+std::optional<std::string> slot_book::never_fits(const claim& c) const {
+  const auto cap = token_cap(c.upstream);
+  if (cap == 0 || c.tokens <= cap) return std::nullopt;
+  return "a token weight of " + std::to_string(c.tokens) +
+         " is more than its upstream's whole max_tokens_in_flight (" + std::to_string(cap) + ")";
 }
 
 bool slot_book::fits(const claim& c) const {
@@ -37,7 +70,7 @@ bool slot_book::fits(const claim& c) const {
     auto cap = caps_.per_key[c.key];
     if (cap > 0 && held_key_[c.key] >= cap) return false;
   }
-  return true;
+  return tokens_fit(c);
 }
 
 std::optional<slot_book::claim> slot_book::held_by(holder h) const {
@@ -47,6 +80,10 @@ std::optional<slot_book::claim> slot_book::held_by(holder h) const {
 
 std::uint32_t slot_book::held_on_upstream(std::size_t upstream) const {
   return upstream < held_upstream_.size() ? held_upstream_[upstream] : 0;
+}
+
+std::uint64_t slot_book::tokens_on_upstream(std::size_t upstream) const {
+  return upstream < held_tokens_.size() ? held_tokens_[upstream] : 0;
 }
 
 std::uint32_t slot_book::held_on_key(std::int64_t key) const {
@@ -63,6 +100,7 @@ slot_book::lessee* slot_book::lessee_of(const holder& h) {
 void slot_book::take(holder h, const claim& c, bool local) {
   ++held_;
   ++held_upstream_[c.upstream];
+  held_tokens_[c.upstream] += c.tokens;
   // Only a key with a cap entry is counted: nothing else reads the count.
   if (c.key >= 0 && static_cast<std::size_t>(c.key) < held_key_.size()) ++held_key_[c.key];
   holders_.emplace(h, held_slot{c, local});
@@ -73,6 +111,7 @@ void slot_book::release(std::map<holder, held_slot>::iterator it, actions& out) 
   const auto& [h, slot] = *it;
   --held_;
   --held_upstream_[slot.what.upstream];
+  held_tokens_[slot.what.upstream] -= slot.what.tokens;
   if (slot.what.key >= 0 && static_cast<std::size_t>(slot.what.key) < held_key_.size())
     --held_key_[slot.what.key];
   if (auto* l = lessee_of(h)) --l->slots;
@@ -84,24 +123,27 @@ slot_book::waiter slot_book::dequeue(std::map<ticket, waiter>::iterator it) {
   auto w = it->second;
   queued_by_.erase(w.who);
   queue_.erase(it);
+  --queued_upstream_[w.what.upstream];
   if (auto* l = lessee_of(w.who)) --l->queued;
   if (w.local) --waiting_local_;
   return w;
 }
 
 slot_book::actions slot_book::acquire(owner who, std::uint64_t upstream, std::int64_t key,
-                                      std::int64_t priority, bool local, std::int64_t now_ns) {
+                                      std::int64_t priority, std::uint64_t tokens, bool local,
+                                      std::int64_t now_ns) {
   holder h{who, 0};
   if (knows(h)) return {};
-  return admit(h, claim_for(upstream, key), priority, local, now_ns);
+  return admit(h, claim_for(upstream, key, tokens), priority, local, now_ns);
 }
 
 slot_book::actions slot_book::lease(owner link, lease_id id, std::uint64_t upstream,
-                                    std::int64_t key, std::int64_t priority, std::int64_t now_ns) {
+                                    std::int64_t key, std::int64_t priority, std::uint64_t tokens,
+                                    std::int64_t now_ns) {
   holder h{link, id};
   if (id == 0 || knows(h)) return {};
   lessees_.try_emplace(link);
-  return admit(h, claim_for(upstream, key), priority, false, now_ns);
+  return admit(h, claim_for(upstream, key, tokens), priority, false, now_ns);
 }
 
 slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bool local,
@@ -111,9 +153,16 @@ slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bo
     out.refusals.push_back({h, *refusing_local_});
     return out;
   }
-  // Fitting now means no older waiter for the same resources is still queued: every release
-  // hands capacity to the oldest waiters first (drain).
-  if (fits(c)) {
+  if (auto why = never_fits(c)) {
+    out.refusals.push_back({h, std::move(*why)});
+    return out;
+  }
+  // Fitting now means no older waiter for the same slots is still queued: every release hands
+  // capacity to the oldest waiters first (drain). Tokens are the exception: a light claim fits
+  // where an older heavy one waits, so on a token-capped upstream with waiters it takes its
+  // place in the queue and the drain decides, in order.
+  const bool behind_others = token_cap(c.upstream) > 0 && queued_upstream_[c.upstream] > 0;
+  if (fits(c) && !behind_others) {
     take(h, c, local);
     out.grants.push_back({h, c, local, 0});
   } else if (queue_.size() >= caps_.queue_max) {
@@ -122,10 +171,12 @@ slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bo
     ticket t{priority, next_seq_++};
     queue_.emplace(t, waiter{h, c, local, now_ns});
     queued_by_.emplace(h, t);
+    ++queued_upstream_[c.upstream];
     if (auto* l = lessee_of(h)) ++l->queued;
     if (local) ++waiting_local_;
-    out.queued = t;
     out.queue_changed = true;
+    if (fits(c)) drain(now_ns, out);
+    if (queued_by_.count(h) > 0) out.queued = t;
   }
   update_recalls(out);
   return out;
@@ -133,10 +184,22 @@ slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bo
 
 void slot_book::drain(std::int64_t now_ns, actions& out) {
   // Freed capacity goes to the oldest waiters that fit; one that does not fit (its upstream or
-  // key is still full) does not hold back a younger one that does.
+  // key is still full) does not hold back a younger one that does, except for tokens: a heavy
+  // waiter would starve behind a stream of light ones, so the first that does not fit its
+  // upstream's tokens holds back every younger waiter there (strict order per token cap).
+  std::vector<bool> held_back;
   for (auto it = queue_.begin(); it != queue_.end();) {
     if (held_ >= caps_.global) break;
-    if (!fits(it->second.what)) {
+    const auto& what = it->second.what;
+    if (what.upstream < held_back.size() && held_back[what.upstream]) {
+      ++it;
+      continue;
+    }
+    if (!fits(what)) {
+      if (!tokens_fit(what)) {
+        held_back.resize(held_upstream_.size(), false);
+        held_back[what.upstream] = true;
+      }
       ++it;
       continue;
     }

@@ -32,10 +32,14 @@ class slot_book {
     std::vector<std::uint32_t> per_upstream;  // an upstream beyond the list counts as upstream 0
     std::vector<std::uint32_t> per_key;       // 0 = no cap; a key beyond the list has none
     std::uint32_t queue_max = 0;
+    // Each upstream's max_tokens_in_flight, 0 = no cap; an upstream beyond the list has none.
+    std::vector<std::uint64_t> tokens_per_upstream;
   };
+  // A slot, and the token weight held with it (0 where the upstream has no token cap).
   struct claim {
     std::size_t upstream = 0;
     std::int64_t key = -1;  // -1 = none
+    std::uint64_t tokens = 0;
     bool operator==(const claim&) const = default;
   };
   struct holder {
@@ -82,11 +86,12 @@ class slot_book {
   // A connection actor asks for its slot: granted at once when it fits, else queued, else (queue
   // full) refused. A second ask from a holder already known changes nothing: a cluster member
   // may ask again for a connection actor that holds or awaits a slot here (after an outage).
+  // A claim heavier than its upstream's whole token cap is refused at once: it could never fit.
   actions acquire(owner who, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
-                  bool local, std::int64_t now_ns);
+                  std::uint64_t tokens, bool local, std::int64_t now_ns);
   // A member's link asks for one slot under lease `id` (not 0), answered the same way.
   actions lease(owner link, lease_id id, std::uint64_t upstream, std::int64_t key,
-                std::int64_t priority, std::int64_t now_ns);
+                std::int64_t priority, std::uint64_t tokens, std::int64_t now_ns);
   // The holder gives its slot back (the oldest waiters that fit take it), or withdraws its ask
   // (nobody there waits any more); unknown: nothing.
   actions give_back(holder h, std::int64_t now_ns);
@@ -103,7 +108,8 @@ class slot_book {
 
   // A reload: the new caps apply from now on. A slot held stays held, even past a lowered cap
   // (its work runs on; none is taken until the count is under the cap again); raised caps admit
-  // waiters now. Upstreams and keys only grow in number (a removed one keeps its index).
+  // waiters now; a waiter heavier than its upstream's new token cap is refused. Upstreams and keys
+  // only grow in number (a removed one keeps its index).
   actions set_caps(caps limits, std::int64_t now_ns);
 
   bool fits(const claim& c) const;
@@ -113,6 +119,7 @@ class slot_book {
   std::uint32_t held() const { return held_; }
   std::uint32_t held_on_upstream(std::size_t upstream) const;
   std::uint32_t held_on_key(std::int64_t key) const;
+  std::uint64_t tokens_on_upstream(std::size_t upstream) const;
   std::size_t waiting() const { return queue_.size(); }
   std::size_t waiting_local() const { return waiting_local_; }
 
@@ -135,7 +142,10 @@ class slot_book {
     bool recalled = false;
   };
 
-  claim claim_for(std::uint64_t upstream, std::int64_t key) const;
+  claim claim_for(std::uint64_t upstream, std::int64_t key, std::uint64_t tokens) const;
+  std::uint64_t token_cap(std::size_t upstream) const;
+  bool tokens_fit(const claim& c) const;
+  std::optional<std::string> never_fits(const claim& c) const;
   actions admit(holder h, claim c, std::int64_t priority, bool local, std::int64_t now_ns);
   void take(holder h, const claim& c, bool local);
   void release(std::map<holder, held_slot>::iterator it, actions& out);
@@ -148,6 +158,8 @@ class slot_book {
   std::uint32_t held_ = 0;
   std::vector<std::uint32_t> held_upstream_;
   std::vector<std::uint32_t> held_key_;
+  std::vector<std::uint64_t> held_tokens_;      // per upstream, as held_upstream_
+  std::vector<std::uint32_t> queued_upstream_;  // waiters per upstream
   std::map<holder, held_slot> holders_;
   std::map<ticket, waiter> queue_;
   std::map<holder, ticket> queued_by_;

@@ -50,10 +50,24 @@ TEST(AccessLogTest, EveryFieldIsWrittenWithUnknownTimesAsNull) {
   EXPECT_TRUE(o.at("work_ended_ms").is_null());
   EXPECT_TRUE(o.at("cancel_latency_ms").is_null());
   EXPECT_TRUE(o.at("client_retry").is_null());
+  EXPECT_TRUE(o.at("key").is_null());
+  EXPECT_TRUE(o.at("prompt_tokens").is_null());
+  EXPECT_TRUE(o.at("completion_tokens").is_null());
   EXPECT_TRUE(o.at("attempts").as_array().empty());
   EXPECT_EQ(o.at("ts").as_string().size(), 24u);  // 2026-11-30T21:03:18.123Z
   EXPECT_EQ(o.at("ts").as_string().back(), 'Z');
-  EXPECT_EQ(o.size(), 17u);
+  EXPECT_EQ(o.size(), 20u);
+}
+
+TEST(AccessLogTest, TheKeysNameAndTheReportedTokensAreRecorded) {
+  auto r = sample();
+  r.key = "team-a";
+  r.prompt_tokens = 12;
+  r.completion_tokens = 0;
+  const auto o = parse(format_access_line(r));
+  EXPECT_EQ(o.at("key"), "team-a");
+  EXPECT_EQ(o.at("prompt_tokens"), 12);
+  EXPECT_EQ(o.at("completion_tokens"), 0);
 }
 
 TEST(AccessLogTest, TheSdksRetryCounterIsRecorded) {

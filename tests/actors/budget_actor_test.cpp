@@ -29,7 +29,7 @@ class BudgetActorTest : public ::testing::Test {
   static std::optional<bool> acquire(caf::scoped_actor& holder, const caf::actor& budget,
                                      std::uint64_t upstream, std::int64_t key = -1,
                                      std::chrono::milliseconds wait = 2s) {
-    holder->send(budget, acquire_atom::value, upstream, key, std::int64_t{0});
+    holder->send(budget, acquire_atom::value, upstream, key, std::int64_t{0}, std::uint64_t{0});
     return await_grant(holder, wait);
   }
   static std::optional<bool> await_grant(caf::scoped_actor& holder,
@@ -58,7 +58,8 @@ class BudgetActorTest : public ::testing::Test {
   }
   static void lease(caf::scoped_actor& link, const caf::actor& budget, std::uint64_t id,
                     std::uint64_t upstream = 0) {
-    link->send(budget, lease_atom::value, upstream, std::int64_t{-1}, std::int64_t{0}, id);
+    link->send(budget, lease_atom::value, upstream, std::int64_t{-1}, std::int64_t{0},
+               std::uint64_t{0}, id);
   }
 
   // Declared first so it is destroyed last: the budget actor updates it until the system stops.
@@ -212,9 +213,10 @@ TEST_F(BudgetActorTest, LeaseAsksQueueInPriorityOrderWithOtherWaiters) {
   auto a = std::make_unique<caf::scoped_actor>(system_);
   caf::scoped_actor link{system_}, b{system_};
   ASSERT_EQ(acquire(*a, budget, 0), std::optional<bool>(true));
-  b->send(budget, acquire_atom::value, std::uint64_t{0}, std::int64_t{-1}, std::int64_t{20});
+  b->send(budget, acquire_atom::value, std::uint64_t{0}, std::int64_t{-1}, std::int64_t{20},
+          std::uint64_t{0});
   link->send(budget, lease_atom::value, std::uint64_t{0}, std::int64_t{-1}, std::int64_t{10},
-             std::uint64_t{3});  // an older request: ahead of b
+             std::uint64_t{0}, std::uint64_t{3});  // an older request: ahead of b
   EXPECT_EQ(heard(link), strings{});
   a.reset();
   EXPECT_EQ(heard(link), (strings{"grant 3", "recall on"}));  // b still waits

@@ -380,6 +380,34 @@ TEST(LoaderTest, WrongTypeNamesTheExpectedType) {
   expect_error(minimal + "fallbacks = [\"x\", 2]\n", "models[0].fallbacks[1]: expected a string");
 }
 
+// Token-aware admission: the upstream's token cap (0 = off) and each deployment's default output.
+TEST(LoaderTest, TokenCapAndDefaultMaxTokensAreReadAndChecked) {
+  const auto defaults = expect_ok(minimal);
+  EXPECT_EQ(defaults.upstreams[0].max_tokens_in_flight, 0u);
+  EXPECT_EQ(defaults.models[0].default_max_tokens, 1024u);
+  const auto set = expect_ok(R"(
+[[upstreams]]
+name = "a"
+base_url = "http://127.0.0.1:8000"
+max_tokens_in_flight = 32768
+
+[[models]]
+name = "m"
+upstream = "a"
+default_max_tokens = 256
+)");
+  EXPECT_EQ(set.upstreams[0].max_tokens_in_flight, 32768u);
+  EXPECT_EQ(set.models[0].default_max_tokens, 256u);
+  const std::string upstream_head = "[[upstreams]]\nname = \"a\"\nbase_url = \"http://x:1\"\n";
+  const std::string model = "[[models]]\nname = \"m\"\nupstream = \"a\"\n";
+  expect_error(upstream_head + "max_tokens_in_flight = -1\n" + model,
+               "upstreams[0].max_tokens_in_flight: must not be negative");
+  expect_error(upstream_head + "max_tokens_in_flight = \"8k\"\n" + model,
+               "upstreams[0].max_tokens_in_flight");
+  expect_error(minimal + "default_max_tokens = -5\n", "models[0].default_max_tokens");
+  expect_error(minimal + "default_max_token = 5\n", "models[0].default_max_token");
+}
+
 TEST(LoaderTest, NegativeAndOutOfRangeNumbersAreRejected) {
   expect_error(minimal + "[request]\ndeadline_ms = -1\n",
                "request.deadline_ms: must not be negative, got -1");

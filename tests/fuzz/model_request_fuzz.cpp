@@ -15,6 +15,7 @@
 
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/response_affinity.hpp"
+#include "actors/policy/usage.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 namespace {
@@ -155,6 +156,14 @@ std::variant<tether::model_request_info, tether::body_error> reference_inspect(
       return tether::body_error{"`stream` must be a boolean"};
     }
   }
+  for (const char* name : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+    const auto* v = obj.if_contains(name);
+    std::optional<std::uint64_t> n;
+    if (v != nullptr && v->is_int64() && v->as_int64() >= 0)
+      n = static_cast<std::uint64_t>(v->as_int64());
+    if (v != nullptr && v->is_uint64()) n = v->as_uint64();
+    if (n && (!info.max_output_tokens || *n > *info.max_output_tokens)) info.max_output_tokens = n;
+  }
   return info;
 }
 
@@ -171,10 +180,44 @@ void check_previous_response_id(std::string_view body) {
   TETHER_FUZZ_CHECK(tether::previous_response_id_of(body) == expected);
 }
 
+// The usage reader (it reads upstream answers, but any JSON text will do): on a document whose
+// only "usage" is its top-level member, it reads what the document holds there.
+void check_usage(std::string_view body) {
+  const auto found = tether::usage_of(body);
+  const auto first = body.find("\"usage\"");
+  if (first == std::string_view::npos) {
+    TETHER_FUZZ_CHECK(!found);
+    return;
+  }
+  if (body.find("\"usage\"", first + 1) != std::string_view::npos) return;
+  boost::json::parse_options opts;
+  opts.max_depth = max_depth;
+  boost::system::error_code ec;
+  const auto doc = boost::json::parse(body, ec, {}, opts);
+  if (ec || !doc.is_object()) return;
+  const auto* u = doc.as_object().if_contains("usage");
+  if (u == nullptr || !u->is_object()) return;
+  auto count = [&](std::string_view name) -> std::optional<std::uint64_t> {
+    const auto* v = u->as_object().if_contains(name);
+    if (v != nullptr && v->is_int64() && v->as_int64() >= 0)
+      return static_cast<std::uint64_t>(v->as_int64());
+    if (v != nullptr && v->is_uint64()) return v->as_uint64();
+    return std::nullopt;
+  };
+  // Deeper than the reader's own limit it refuses; Anthropic's cache counts add to the input.
+  if (!found) return;
+  const auto prompt = count("prompt_tokens");
+  if (prompt) TETHER_FUZZ_CHECK(found->prompt == prompt);
+  const auto completion =
+      count("completion_tokens") ? count("completion_tokens") : count("output_tokens");
+  TETHER_FUZZ_CHECK(found->completion == completion);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
+  check_usage(body);
   auto result = tether::inspect_model_request(body, max_depth);
   // The same answer as the document-building reference, to the letter.
   const auto reference = reference_inspect(body);
@@ -183,6 +226,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto& ref = std::get<tether::model_request_info>(reference);
     TETHER_FUZZ_CHECK(info->model == ref.model);
     TETHER_FUZZ_CHECK(info->stream == ref.stream);
+    TETHER_FUZZ_CHECK(info->max_output_tokens == ref.max_output_tokens);
   } else {
     TETHER_FUZZ_CHECK(std::get<tether::body_error>(result).message ==
                       std::get<tether::body_error>(reference).message);

@@ -189,6 +189,85 @@ TEST_F(ClusterTest, AnIdleMembersLeasesGoToAnotherMemberAtOnce) {
   EXPECT_EQ(seen, 4);
 }
 
+// The token cap is the cluster's (contract: "Token-aware admission"): the host counts every
+// member's weights, and a killed member's weights come back with its link's down_msg.
+std::string token_node_config(const mock_server& mock, const std::string& cluster) {
+  auto cfg = node_config(mock, cluster);
+  cfg.replace(cfg.find("max_in_flight = 4"), 17, "max_in_flight = 4\nmax_tokens_in_flight = 1000");
+  return cfg;
+}
+
+std::string weighed_body(const std::string& model) {
+  return R"({"model":")" + model +
+         R"(","max_tokens":600,"messages":[{"role":"user","content":"hi"}]})";
+}
+
+std::future<http_response> fire_weighed(gateway_process& gw, const std::string& model,
+                                        const std::string& id) {
+  return std::async(std::launch::async, [&gw, model, id] {
+    return request("POST", gw.port(), "/v1/chat/completions", weighed_body(model),
+                   {{"x-request-id", id}}, 30s);
+  });
+}
+
+TEST(ClusterTokenTest, TheTokenCapHoldsAcrossMembersAndAKilledMembersWeightReturns) {
+  mock_server mock;
+  const auto port = free_port();
+  const auto at = "\"127.0.0.1:" + std::to_string(port) + "\"";
+  gateway_process host{token_node_config(mock, "budget_listen = " + at)};
+  gateway_process a{token_node_config(mock, "budget_host = " + at)};
+  gateway_process b{token_node_config(mock, "budget_host = " + at)};
+  for (auto* m : {&a, &b}) ASSERT_TRUE(await_metric(m->port(), "tether_cluster_connected", 1, 5s));
+  // Two 600-token requests from each member: never two at once at the upstream (the slot cap, 4,
+  // would allow all four).
+  std::vector<std::future<http_response>> calls;
+  for (int i = 0; i < 2; ++i) {
+    calls.push_back(fire_weighed(a, "slow", "a" + std::to_string(i)));
+    calls.push_back(fire_weighed(b, "slow", "b" + std::to_string(i)));
+  }
+  for (auto& c : calls) EXPECT_EQ(c.get().status, 200);
+  EXPECT_EQ(mock.stats().at("requests").as_int64(), 4);
+  EXPECT_EQ(mock.stats().at("max_active").as_int64(), 1);
+  mock.reset();
+
+  auto held = fire_weighed(a, "long", "held");
+  mock.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 1; });
+  ASSERT_TRUE(await_metric(host.port(), "tether_upstream_tokens_in_flight{upstream=\"mock\"}", 619,
+                           5s));  // 77 bytes: 19 + 600
+  a.process().send_signal(SIGKILL);
+  const auto killed_at = epoch_ms_now();
+  EXPECT_EQ(fire_weighed(b, "slow", "after").get().status, 200);
+  for (const auto& e : mock_log(mock.stats())) {
+    if (str(e.at("headers").at("x-request-id")) != "after") continue;
+    EXPECT_LT(num(e.at("started_ms")) - killed_at, 1000.0);
+  }
+  held.wait();
+}
+
+// A key's rpm is the cluster's: the budget host counts every node's requests.
+TEST(ClusterRateTest, TheKeysRpmIsCountedForTheWholeCluster) {
+  mock_server mock;
+  const std::string token = "tok-cluster-rate-42";
+  const auto key = "\n[[keys]]\nname = \"team\"\nsha256 = \"" + sha256_hex(token) +
+                   "\"\nmodels = [\"*\"]\nrpm = 5\n";
+  const auto port = free_port();
+  const auto at = "\"127.0.0.1:" + std::to_string(port) + "\"";
+  gateway_process host{node_config(mock, "budget_listen = " + at + key)};
+  gateway_process a{node_config(mock, "budget_host = " + at + key)};
+  gateway_process b{node_config(mock, "budget_host = " + at + key)};
+  for (auto* m : {&a, &b}) ASSERT_TRUE(await_metric(m->port(), "tether_cluster_connected", 1, 5s));
+  const header_map team{{"authorization", "Bearer " + token}};
+  auto call = [&](gateway_process& gw) {
+    return request("POST", gw.port(), "/v1/chat/completions", chat_body("slow"), team).status;
+  };
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(call(a), 200);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(call(b), 200);
+  EXPECT_EQ(call(b), 429);
+  EXPECT_EQ(call(a), 429);
+  EXPECT_EQ(call(host), 429);
+  EXPECT_EQ(mock.stats().at("requests").as_int64(), 5);
+}
+
 // Upstream health travels through the budget host (contract, "Upstream health and load-aware
 // routing"): nodes with the same two deployments of a model, one of them on a port that refuses
 // connections. One member's failed attempts eject it; every other node then sends it nothing.

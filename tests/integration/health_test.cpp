@@ -219,7 +219,7 @@ TEST(HealthTest, UnderManyCallersTheReplicaWithLessLiveWorkTakesMore) {
   mock_server slow, fast;
   gateway_process gw{config_of(
       "max_retries = 0", upstream("slow", slow.url()) + upstream("fast", fast.url()) +
-                             deployment("m", "slow", "mock-delay-100") + deployment("m", "fast"))};
+                             deployment("m", "slow", "mock-delay-300") + deployment("m", "fast"))};
   std::vector<std::future<int>> callers;
   for (int c = 0; c < 40; ++c) {
     callers.push_back(std::async(std::launch::async, [&gw] {

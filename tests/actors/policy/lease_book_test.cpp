@@ -542,7 +542,7 @@ TEST(LeaseBookTest, EveryLeaseIsBusyIdleOrReturnedExactlyOnceUnderRandomTraffic)
         std::size_t asks = 0, waiters = 0;
         for (const auto& [id, p] : asks_model) asks += p == k;
         for (const auto& [who, p] : waiting_model) waiters += p == k;
-        ASSERT_LE(asks, waiters) << "pool (" << k.first << ", " << k.second << ")";
+        ASSERT_LE(asks, waiters) << "pool (" << k.upstream << ", " << k.key << ")";
       }
       for (const auto& [who, p] : busy_model) ASSERT_TRUE(b.knows(who));
       for (const auto& [who, p] : waiting_model) ASSERT_TRUE(b.knows(who));

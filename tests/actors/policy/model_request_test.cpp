@@ -67,6 +67,28 @@ TEST(ModelRequestTest, MembersAreReadAsTheParsedDocumentHasThem) {
   EXPECT_NE(error(R"("model")").find("object"), std::string::npos);
 }
 
+// The output a request may make, which its token weight reserves: the largest limit it names.
+TEST(ModelRequestTest, TheLargestOutputLimitIsRead) {
+  EXPECT_FALSE(ok(R"({"model":"a"})").max_output_tokens);
+  EXPECT_EQ(ok(R"({"model":"a","max_tokens":600})").max_output_tokens, 600u);
+  EXPECT_EQ(ok(R"({"model":"a","max_completion_tokens":70})").max_output_tokens, 70u);
+  EXPECT_EQ(ok(R"({"model":"a","max_output_tokens":9})").max_output_tokens, 9u);
+  EXPECT_EQ(ok(R"({"model":"a","max_tokens":5,"max_completion_tokens":50})").max_output_tokens,
+            50u);
+  // Only a non-negative integer at the top level counts; the last of a repeated key decides.
+  EXPECT_FALSE(ok(R"({"model":"a","max_tokens":"600"})").max_output_tokens);
+  EXPECT_FALSE(ok(R"({"model":"a","max_tokens":-1})").max_output_tokens);
+  EXPECT_FALSE(ok(R"({"model":"a","max_tokens":1.5})").max_output_tokens);
+  EXPECT_FALSE(ok(R"({"model":"a","x":{"max_tokens":600}})").max_output_tokens);
+  EXPECT_FALSE(ok(R"({"model":"a","max_tokens":[600]})").max_output_tokens);
+  EXPECT_FALSE(ok(R"({"model":"a","max_tokens":600,"max_tokens":null})").max_output_tokens);
+  EXPECT_EQ(ok(R"({"model":"a","max_tokens":null,"max_tokens":8})").max_output_tokens, 8u);
+  EXPECT_EQ(ok(R"({"model":"a","max_tok\u0065ns":40})").max_output_tokens, 40u);
+  EXPECT_EQ(ok(R"({"model":"a","max_tokens":18446744073709551615})").max_output_tokens,
+            18446744073709551615u);
+  EXPECT_FALSE(ok(R"({"model":"a","max_tokens_x":3})").max_output_tokens);
+}
+
 TEST(ModelRequestTest, RewriteReplacesOnlyTheTopLevelModelAndKeepsEverythingElse) {
   std::string body =
       R"({ "messages":[{"role":"user","content":"model \"x\", {\"model\":1}"}], "model" : "pub",)"

@@ -657,3 +657,62 @@ TEST(RequestLifecycleAffinityTest, APreferredUpstreamTakesEveryAttemptWhileInSer
 
 }  // namespace
 }  // namespace tether
+
+namespace tether {
+namespace {
+
+// A key with a rate limit: no attempt before the budget's verdict (await_admission).
+class RequestLifecycleAdmissionTest : public RequestLifecycleTest {};
+
+TEST_F(RequestLifecycleAdmissionTest, NoAttemptStartsBeforeTheVerdictAndAnAdmittedOneStartsIt) {
+  auto lc = make(10s);
+  lc.await_admission();
+  ASSERT_EQ(kinds(lc.start(t0_)), (std::vector{kind::arm_deadline, kind::check_admission}));
+  EXPECT_TRUE(lc.admitting());
+  const auto& cs = lc.on_admission(true, outcome::rate_limited, {}, std::nullopt, t0_ + 1ms);
+  ASSERT_EQ(kinds(cs), (std::vector{kind::start_attempt}));
+  EXPECT_FALSE(lc.admitting());
+  // A second verdict changes nothing.
+  EXPECT_TRUE(lc.on_admission(false, outcome::rate_limited, "x", 1s, t0_ + 2ms).empty());
+}
+
+TEST_F(RequestLifecycleAdmissionTest, ARefusalIsAnswered429WithItsRetryAfterAndNoAttempt) {
+  auto lc = make(10s);
+  lc.await_admission();
+  lc.start(t0_);
+  const auto& cs = lc.on_admission(false, outcome::rate_limited,
+                                   "the key's rpm (5 requests per minute) is "
+                                   "used up",
+                                   30s, t0_ + 1ms);
+  ASSERT_EQ(kinds(cs), (std::vector{kind::send_error, kind::caller_side_over, kind::finish}));
+  EXPECT_EQ(cs[0].result, outcome::rate_limited);
+  EXPECT_EQ(cs[0].status, 429);
+  EXPECT_EQ(cs[0].retry_after, 30s);
+  EXPECT_EQ(lc.attempts_started(), 0U);
+  expect_nothing_held();
+}
+
+TEST_F(RequestLifecycleAdmissionTest, TheDeadlineOrTheCallerLeavingWhileAdmittingEndsItAtOnce) {
+  {
+    auto lc = make(10s);
+    lc.await_admission();
+    lc.start(t0_);
+    const auto& cs = lc.on_deadline();
+    ASSERT_NE(find(cs, kind::send_error), nullptr);
+    EXPECT_EQ(find(cs, kind::send_error)->result, outcome::deadline_exceeded);
+    EXPECT_NE(find(cs, kind::finish), nullptr);
+    // The verdict arriving after it starts nothing.
+    EXPECT_TRUE(lc.on_admission(true, outcome::rate_limited, {}, std::nullopt, t0_ + 11s).empty());
+  }
+  auto lc = make(10s);
+  lc.await_admission();
+  lc.start(t0_);
+  const auto& cs = lc.on_client_gone();
+  EXPECT_EQ(find(cs, kind::cancel_attempt), nullptr);
+  EXPECT_NE(find(cs, kind::finish), nullptr);
+  EXPECT_EQ(lc.result(), outcome::client_disconnected);
+  expect_nothing_held();
+}
+
+}  // namespace
+}  // namespace tether

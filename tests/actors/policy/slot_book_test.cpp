@@ -17,7 +17,7 @@ using holders = std::vector<holder>;
 
 slot_book book(std::uint32_t global, std::vector<std::uint32_t> per_upstream,
                std::vector<std::uint32_t> per_key = {}, std::uint32_t queue_max = 16) {
-  return slot_book({global, std::move(per_upstream), std::move(per_key), queue_max});
+  return slot_book({global, std::move(per_upstream), std::move(per_key), queue_max, {}});
 }
 
 holders granted(const slot_book::actions& a) {
@@ -35,7 +35,7 @@ holders refused(const slot_book::actions& a) {
 // Connection actor `who` asks for a slot on `upstream` (key -1, priority 0 unless given).
 slot_book::actions ask(slot_book& b, slot_book::owner who, std::uint64_t upstream,
                        std::int64_t key = -1, std::int64_t priority = 0, std::int64_t now = 0) {
-  return b.acquire(who, upstream, key, priority, true, now);
+  return b.acquire(who, upstream, key, priority, 0, true, now);
 }
 
 TEST(SlotBookTest, AnAskWithinEveryCapIsGrantedAtOnceWithoutWaiting) {
@@ -254,7 +254,7 @@ TEST(SlotBookTest, AQueuedWaiterThatGoesAwayNeverTakesTheSlot) {
 TEST(SlotBookTest, AWithdrawnAskLeavesTheQueueUnansweredAndNeverTakesASlot) {
   auto b = book(8, {1, 1});
   ask(b, 1, 0);
-  b.lease(9, 7, 0, -1, 0, 0);
+  b.lease(9, 7, 0, -1, 0, 0, 0);
   auto w = b.give_back({9, 7}, 0);
   EXPECT_TRUE(w.grants.empty() && w.refusals.empty() && w.released.empty());
   EXPECT_TRUE(w.queue_changed);
@@ -274,8 +274,8 @@ TEST(SlotBookTest, GivingBackWhatNobodyHoldsOrAwaitsChangesNothing) {
 
 TEST(SlotBookTest, LeasesCountAgainstTheCapsButNotAsThisNodesWork) {
   auto b = book(8, {2, 2});
-  auto l1 = b.lease(9, 1, 0, -1, 0, 0);
-  auto l2 = b.lease(9, 2, 0, -1, 0, 0);
+  auto l1 = b.lease(9, 1, 0, -1, 0, 0, 0);
+  auto l2 = b.lease(9, 2, 0, -1, 0, 0, 0);
   ASSERT_EQ(l1.grants.size(), 1u);
   EXPECT_EQ(l1.grants[0].who, (holder{9, 1}));
   EXPECT_FALSE(l1.grants[0].local);
@@ -288,7 +288,7 @@ TEST(SlotBookTest, LeasesCountAgainstTheCapsButNotAsThisNodesWork) {
 
 TEST(SlotBookTest, ALeaseUnderIdZeroIsIgnored) {
   auto b = book(8, {2, 2});
-  auto a = b.lease(9, 0, 0, -1, 0, 0);
+  auto a = b.lease(9, 0, 0, -1, 0, 0, 0);
   EXPECT_TRUE(a.grants.empty() && !a.queued);
   EXPECT_FALSE(b.is_lessee(9));
 }
@@ -296,20 +296,20 @@ TEST(SlotBookTest, ALeaseUnderIdZeroIsIgnored) {
 TEST(SlotBookTest, ALinksAskQueuedIsNotCountedAsThisNodesQueue) {
   auto b = book(1, {1, 1});
   ask(b, 1, 0);
-  EXPECT_TRUE(b.lease(9, 7, 0, -1, 0, 0).queued);
+  EXPECT_TRUE(b.lease(9, 7, 0, -1, 0, 0, 0).queued);
   EXPECT_EQ(b.waiting(), 1u);
   EXPECT_EQ(b.waiting_local(), 0u);
-  EXPECT_TRUE(b.acquire(2, 0, -1, 0, false, 0).queued);  // another node's connection actor
+  EXPECT_TRUE(b.acquire(2, 0, -1, 0, 0, false, 0).queued);  // another node's connection actor
   EXPECT_EQ(b.waiting_local(), 0u);
 }
 
 TEST(SlotBookTest, ALinksEndFreesAllItsLeasesAndWithdrawsItsAsks) {
   auto b = book(3, {3, 3});
-  b.lease(9, 1, 0, -1, 0, 0);
-  b.lease(9, 2, 0, -1, 0, 0);
+  b.lease(9, 1, 0, -1, 0, 0, 0);
+  b.lease(9, 2, 0, -1, 0, 0, 0);
   ask(b, 1, 0);
-  b.lease(9, 3, 0, -1, 0, 0);  // queued
-  ask(b, 2, 0, -1, 0, 10);     // queued
+  b.lease(9, 3, 0, -1, 0, 0, 0);  // queued
+  ask(b, 2, 0, -1, 0, 10);        // queued
   auto a = b.owner_gone(9, 50);
   EXPECT_EQ(a.released.size(), 2u);
   EXPECT_EQ(granted(a), (holders{{2, 0}}));
@@ -323,7 +323,7 @@ TEST(SlotBookTest, ALinksEndFreesAllItsLeasesAndWithdrawsItsAsks) {
 
 TEST(SlotBookTest, ALinkHoldingSlotsIsRecalledWhileSomeoneElseWaitsAndReleasedAfter) {
   auto b = book(8, {1, 1});
-  b.lease(9, 1, 0, -1, 0, 0);
+  b.lease(9, 1, 0, -1, 0, 0, 0);
   auto a = ask(b, 2, 0);
   ASSERT_EQ(a.recalls.size(), 1u);
   EXPECT_EQ(a.recalls[0].link, 9u);
@@ -336,8 +336,8 @@ TEST(SlotBookTest, ALinkHoldingSlotsIsRecalledWhileSomeoneElseWaitsAndReleasedAf
 
 TEST(SlotBookTest, ALinkIsNotRecalledWhileOnlyItsOwnAsksWait) {
   auto b = book(8, {1, 1});
-  b.lease(9, 1, 0, -1, 0, 0);
-  auto own = b.lease(9, 2, 0, -1, 0, 0);
+  b.lease(9, 1, 0, -1, 0, 0, 0);
+  auto own = b.lease(9, 2, 0, -1, 0, 0, 0);
   EXPECT_TRUE(own.queued);
   EXPECT_TRUE(own.recalls.empty());
   auto back = b.give_back({9, 1}, 0);
@@ -349,7 +349,7 @@ TEST(SlotBookTest, ALinkIsNotRecalledWhileOnlyItsOwnAsksWait) {
 TEST(SlotBookTest, ALinkHoldingNoSlotIsNotRecalledUntilItHoldsOne) {
   auto b = book(8, {1, 1});
   ask(b, 1, 0);
-  EXPECT_TRUE(b.lease(9, 1, 0, -1, 0, 0).recalls.empty());
+  EXPECT_TRUE(b.lease(9, 1, 0, -1, 0, 0, 0).recalls.empty());
   auto other = ask(b, 2, 0);
   EXPECT_TRUE(other.recalls.empty());
   auto a = b.owner_gone(1, 0);  // the link's ask is older: it takes the slot, 2 still waits
@@ -362,7 +362,7 @@ TEST(SlotBookTest, ALeaseAskQueuesInPriorityOrderWithConnectionActors) {
   auto b = book(8, {1, 1});
   ask(b, 1, 0);
   ask(b, 2, 0, -1, 20);
-  b.lease(9, 3, 0, -1, 10, 0);  // an older request: ahead of 2
+  b.lease(9, 3, 0, -1, 10, 0, 0);  // an older request: ahead of 2
   EXPECT_EQ(granted(b.owner_gone(1, 0)), (holders{{9, 3}}));
   EXPECT_TRUE(b.knows({2, 0}));
 }
@@ -375,7 +375,7 @@ TEST(SlotBookTest, RefusingLocalWorkRefusesItsWaitersAndLaterAsksButNotLeases) {
   auto b = book(1, {1});
   ask(b, 1, 0);
   ask(b, 2, 0);
-  b.lease(9, 5, 0, -1, 0, 0);
+  b.lease(9, 5, 0, -1, 0, 0, 0);
   ask(b, 3, 0);
   ASSERT_EQ(b.waiting(), 3u);
   auto stop = b.refuse_local("the gateway is shutting down");
@@ -396,7 +396,7 @@ TEST(SlotBookTest, RefusingLocalWorkRefusesItsWaitersAndLaterAsksButNotLeases) {
 TEST(SlotBookTest, NoWaiterFitsAndNoCapIsExceededUnderRandomTraffic) {
   const std::vector<std::uint32_t> per_upstream{2, 3};
   const std::vector<std::uint32_t> per_key{1, 0, 2};
-  slot_book b({4, per_upstream, per_key, 6});
+  slot_book b({4, per_upstream, per_key, 6, {}});
   std::mt19937_64 rng(26);
   std::map<holder, slot_book::claim> asked;  // everything asked and not yet answered no or gone
   std::map<holder, slot_book::ticket> tickets;
@@ -418,13 +418,13 @@ TEST(SlotBookTest, NoWaiterFitsAndNoCapIsExceededUnderRandomTraffic) {
     if (pick < 4) {
       holder h{next_owner++, 0};
       asked[h] = {upstream, key};
-      auto a = b.acquire(h.who, upstream, key, priority, true, now);
+      auto a = b.acquire(h.who, upstream, key, priority, 0, true, now);
       if (a.queued) tickets[h] = *a.queued;
       note(a);
     } else if (pick < 6) {
       holder h{1000000, std::uniform_int_distribution<slot_book::lease_id>(1, 8)(rng)};
       if (!b.knows(h)) asked[h] = {upstream, key};
-      auto a = b.lease(h.who, h.id, upstream, key, priority, now);
+      auto a = b.lease(h.who, h.id, upstream, key, priority, 0, now);
       if (a.queued) tickets[h] = *a.queued;
       note(a);
     } else if (!asked.empty()) {
@@ -461,7 +461,7 @@ TEST(SlotBookTest, RaisedCapsAdmitTheWaitersThatNowFit) {
   ask(b, 2, 0, -1, 1);
   ask(b, 3, 0, -1, 2);
   ASSERT_EQ(b.waiting(), 2u);
-  auto act = b.set_caps({8, {2}, {}, 16}, 5);
+  auto act = b.set_caps({8, {2}, {}, 16, {}}, 5);
   EXPECT_EQ(granted(act), (holders{{2, 0}}));
   EXPECT_TRUE(act.queue_changed);
   EXPECT_EQ(b.waiting(), 1u);
@@ -475,7 +475,7 @@ TEST(SlotBookTest, LoweredCapsKeepTheSlotsHeldAndGrantOnlyUnderTheNewCap) {
   ask(b, 1, 0);
   ask(b, 2, 0);
   ask(b, 3, 0);
-  auto act = b.set_caps({8, {1}, {}, 16}, 0);
+  auto act = b.set_caps({8, {1}, {}, 16, {}}, 0);
   EXPECT_TRUE(act.grants.empty());
   EXPECT_TRUE(act.released.empty());
   EXPECT_EQ(b.held(), 3u);
@@ -490,13 +490,131 @@ TEST(SlotBookTest, LoweredCapsKeepTheSlotsHeldAndGrantOnlyUnderTheNewCap) {
 TEST(SlotBookTest, UpstreamsAndKeysAddedByNewCapsAreCountedUnderTheirOwnCaps) {
   auto b = book(8, {2}, {0});
   ask(b, 1, 0, 0);
-  b.set_caps({8, {4, 1}, {0, 1}, 16}, 0);
+  b.set_caps({8, {4, 1}, {0, 1}, 16, {}}, 0);
   EXPECT_EQ(b.held_on_upstream(0), 1u);
   EXPECT_EQ(granted(ask(b, 2, 1)), (holders{{2, 0}}));
   EXPECT_TRUE(granted(ask(b, 3, 1)).empty());  // upstream 1 is at its cap of 1
   EXPECT_EQ(granted(ask(b, 4, 0, 1)), (holders{{4, 0}}));
   EXPECT_TRUE(granted(ask(b, 5, 0, 1)).empty());  // key 1 is at its cap of 1
   EXPECT_EQ(b.held_on_key(1), 1u);
+}
+
+}  // namespace
+}  // namespace tether
+
+namespace tether {
+namespace {
+
+// Tokens (max_tokens_in_flight): the weight is held with the slot and freed with it.
+slot_book token_book(std::vector<std::uint64_t> token_caps, std::uint32_t per_upstream = 8) {
+  return slot_book({16,
+                    std::vector<std::uint32_t>(token_caps.size(), per_upstream),
+                    {},
+                    16,
+                    std::move(token_caps)});
+}
+
+slot_book::actions ask_tokens(slot_book& b, slot_book::owner who, std::uint64_t upstream,
+                              std::uint64_t tokens, std::int64_t priority = 0,
+                              std::int64_t now = 0) {
+  return b.acquire(who, upstream, -1, priority, tokens, true, now);
+}
+
+TEST(SlotBookTokensTest, AWeightIsHeldWithItsSlotUntilTheSlotIsFreed) {
+  auto b = token_book({1000, 0});
+  EXPECT_EQ(granted(ask_tokens(b, 1, 0, 600)), (holders{{1, 0}}));
+  EXPECT_EQ(b.tokens_on_upstream(0), 600u);
+  // 600 more would be 1200 > 1000: queued though a slot is free.
+  auto second = ask_tokens(b, 2, 0, 600, 1);
+  EXPECT_TRUE(second.queued);
+  EXPECT_TRUE(granted(second).empty());
+  // The upstream without a token cap counts slots only.
+  EXPECT_EQ(granted(ask_tokens(b, 3, 1, 5000)), (holders{{3, 0}}));
+  auto freed = b.owner_gone(1, 10);
+  ASSERT_EQ(freed.released.size(), 1u);
+  EXPECT_EQ(freed.released[0].what.tokens, 600u);
+  EXPECT_EQ(granted(freed), (holders{{2, 0}}));
+  EXPECT_EQ(b.tokens_on_upstream(0), 600u);
+  b.give_back({2, 0}, 20);
+  EXPECT_EQ(b.tokens_on_upstream(0), 0u);
+  EXPECT_EQ(b.held(), 1u);
+}
+
+TEST(SlotBookTokensTest, AClaimHeavierThanTheWholeCapIsRefusedAtOnceAndNeverQueued) {
+  auto b = token_book({1000});
+  auto a = ask_tokens(b, 1, 0, 1001);
+  ASSERT_EQ(refused(a), (holders{{1, 0}}));
+  EXPECT_NE(a.refusals[0].reason.find("max_tokens_in_flight (1000)"), std::string::npos);
+  EXPECT_FALSE(a.queued);
+  EXPECT_FALSE(b.knows({1, 0}));
+  EXPECT_EQ(granted(ask_tokens(b, 2, 0, 1000)), (holders{{2, 0}}));  // exactly the cap fits
+  // A lease is weighed the same way.
+  EXPECT_EQ(refused(b.lease(9, 1, 0, -1, 0, 1500, 0)), (holders{{9, 1}}));
+}
+
+// A heavy waiter is not starved by light claims that keep fitting beside it: on a token-capped
+// upstream, younger asks wait behind it.
+TEST(SlotBookTokensTest, LightClaimsDoNotOvertakeAHeavyWaiter) {
+  auto b = token_book({1000});
+  ask_tokens(b, 1, 0, 500);
+  EXPECT_TRUE(ask_tokens(b, 2, 0, 900, 1).queued);
+  // 100 would fit beside the 500, but the older 900 waits: the light one queues behind it.
+  auto light = ask_tokens(b, 3, 0, 100, 2);
+  EXPECT_TRUE(light.queued);
+  EXPECT_TRUE(granted(light).empty());
+  auto freed = b.owner_gone(1, 10);
+  EXPECT_EQ(granted(freed), (holders{{2, 0}, {3, 0}}));  // 900 first, then the 100 beside it
+  EXPECT_EQ(b.waiting(), 0u);
+  EXPECT_EQ(b.held(), 2u);
+  EXPECT_EQ(b.tokens_on_upstream(0), 1000u);
+}
+
+TEST(SlotBookTokensTest, ALightAskAdmittedAfterTheHeavyOneIsAlsoServedInOrder) {
+  auto b = token_book({1000});
+  ask_tokens(b, 1, 0, 500);
+  ask_tokens(b, 2, 0, 900, 1);
+  ask_tokens(b, 3, 0, 400, 2);
+  ask_tokens(b, 4, 0, 50, 3);
+  auto freed = b.owner_gone(1, 10);
+  // 900 first; then 400 does not fit (1300) and holds back the 50 behind it.
+  EXPECT_EQ(granted(freed), (holders{{2, 0}}));
+  EXPECT_EQ(b.waiting(), 2u);
+  EXPECT_EQ(granted(b.owner_gone(2, 20)), (holders{{3, 0}, {4, 0}}));
+}
+
+TEST(SlotBookTokensTest, AReloadLoweringTheCapRefusesTheWaitersThatCanNeverFit) {
+  auto b = token_book({1000});
+  ask_tokens(b, 1, 0, 800);
+  ask_tokens(b, 2, 0, 700, 1);
+  ask_tokens(b, 3, 0, 300, 2);
+  auto act = b.set_caps({16, {8}, {}, 16, {500}}, 5);
+  EXPECT_EQ(refused(act), (holders{{2, 0}}));
+  EXPECT_TRUE(granted(act).empty());  // 800 held is past the new cap: it runs on
+  EXPECT_EQ(b.waiting(), 1u);
+  EXPECT_EQ(granted(b.owner_gone(1, 10)), (holders{{3, 0}}));
+}
+
+TEST(SlotBookTokensTest, TheTokenCapIsNeverExceededUnderRandomTraffic) {
+  auto b = token_book({1000, 300}, 4);
+  std::mt19937_64 rng(30);
+  std::vector<holder> asked;
+  slot_book::owner next = 1;
+  for (int step = 0; step < 20000; ++step) {
+    if (std::uniform_int_distribution<int>(0, 2)(rng) < 2) {
+      auto upstream = std::uniform_int_distribution<std::uint64_t>(0, 1)(rng);
+      auto tokens = std::uniform_int_distribution<std::uint64_t>(1, 1100)(rng);
+      ask_tokens(b, next, upstream, tokens, step, step);
+      if (b.knows({next, 0})) asked.push_back({next, 0});
+      ++next;
+    } else if (!asked.empty()) {
+      auto i = std::uniform_int_distribution<std::size_t>(0, asked.size() - 1)(rng);
+      b.owner_gone(asked[i].who, step);
+      asked.erase(asked.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    ASSERT_LE(b.tokens_on_upstream(0), 1000u) << step;
+    ASSERT_LE(b.tokens_on_upstream(1), 300u) << step;
+    ASSERT_LE(b.held_on_upstream(0), 4u);
+  }
 }
 
 }  // namespace
