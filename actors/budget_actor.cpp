@@ -23,6 +23,7 @@ budget_limits budget_limits_from(const config::gateway_config& cfg) {
     l.per_key.push_back(k.max_in_flight);
     l.rpm.push_back(k.rpm);
     l.tpm.push_back(k.tpm);
+    l.weight.push_back(k.weight);
   }
   l.queue_max = cfg.budget.queue_max;
   l.queue_timeout = cfg.budget.queue_timeout;
@@ -42,10 +43,14 @@ class budget {
       : self_(self),
         stats_(stats),
         queue_timeout_(limits.queue_timeout),
-        book_({limits.global, limits.per_upstream, limits.per_key, limits.queue_max,
-               limits.tokens_per_upstream}),
+        book_(caps_of(limits)),
         rates_(rates_of(limits)) {
     if (timers) timers_.emplace(timers, self->address());
+  }
+
+  static slot_book::caps caps_of(const budget_limits& limits) {
+    return {limits.global,    limits.per_upstream,        limits.per_key,
+            limits.queue_max, limits.tokens_per_upstream, limits.weight};
   }
 
   static std::vector<rate_book::limits> rates_of(const budget_limits& limits) {
@@ -66,20 +71,20 @@ class budget {
     rates_.correct(key, second, estimate, actual, now_ns());
   }
 
-  void acquire(const caf::actor& who, std::uint64_t upstream, std::int64_t key,
-               std::int64_t priority, std::uint64_t tokens) {
+  void acquire(const caf::actor& who, std::uint64_t upstream, std::int64_t key, std::int64_t rank,
+               std::uint64_t tokens) {
     auto id = enter(who);
     if (book_.knows({id, 0})) return;  // asked again by a member after an outage: see the book
     handles_[id] = who;
     bool local = who.node() == self_->node();
-    carry_out(book_.acquire(id, upstream, key, priority, tokens, local, now_ns()));
+    carry_out(book_.acquire(id, upstream, key, rank, tokens, local, now_ns()));
   }
 
   void lease(const caf::actor& link, std::uint64_t id, std::uint64_t upstream, std::int64_t key,
-             std::int64_t priority, std::uint64_t tokens) {
+             std::int64_t rank, std::uint64_t tokens) {
     auto owner = enter(link);
     handles_[owner] = link;
-    carry_out(book_.lease(owner, id, upstream, key, priority, tokens, now_ns()));
+    carry_out(book_.lease(owner, id, upstream, key, rank, tokens, now_ns()));
   }
 
   void lease_return(const caf::actor_addr& from, std::uint64_t lease) {
@@ -121,9 +126,7 @@ class budget {
   void set_limits(const budget_limits& limits) {
     queue_timeout_ = limits.queue_timeout;
     rates_.set_limits(rates_of(limits));
-    carry_out(book_.set_caps({limits.global, limits.per_upstream, limits.per_key, limits.queue_max,
-                              limits.tokens_per_upstream},
-                             now_ns()));
+    carry_out(book_.set_caps(caps_of(limits), now_ns()));
   }
 
   // The connection actors holding a slot now; leases are left out, as their member registers its
@@ -215,33 +218,34 @@ caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, m
   auto st = std::make_shared<budget>(self, limits, stats, timers);
   self->set_down_handler([st](caf::down_msg& dm) { st->gone(dm.source); });
   return {
-      [self, st](acquire_atom, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
+      [self, st](acquire_atom, std::uint64_t upstream, std::int64_t key, std::int64_t rank,
                  std::uint64_t tokens) {
         if (auto who = caf::actor_cast<caf::actor>(self->current_sender()))
-          st->acquire(who, upstream, key, priority, tokens);
+          st->acquire(who, upstream, key, rank, tokens);
       },
-      [self, st](lease_atom, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
+      [self, st](lease_atom, std::uint64_t upstream, std::int64_t key, std::int64_t rank,
                  std::uint64_t tokens, std::uint64_t lease) {
         auto link = caf::actor_cast<caf::actor>(self->current_sender());
-        if (link && lease != 0) st->lease(link, lease, upstream, key, priority, tokens);
+        if (link && lease != 0) st->lease(link, lease, upstream, key, rank, tokens);
       },
       [self, st](lease_return_atom, std::uint64_t lease) {
         st->lease_return(caf::actor_cast<caf::actor_addr>(self->current_sender()), lease);
       },
-      [st](queue_timeout_atom, std::int64_t priority, std::uint64_t seq) {
-        st->timed_out({priority, seq});
+      [st](queue_timeout_atom, std::int64_t rank, std::uint64_t seq) {
+        st->timed_out({rank, seq});
       },
       [st](drain_now_atom) { st->refuse_local(); },
       [st](slots_atom) { return st->slots(); },
       [self, st](limits_atom, std::uint32_t global, std::vector<std::uint32_t>& per_upstream,
                  std::vector<std::uint32_t>& per_key, std::uint32_t queue_max,
                  std::int64_t queue_timeout_ms, std::vector<std::uint64_t>& tokens_per_upstream,
-                 std::vector<std::uint64_t>& rpm, std::vector<std::uint64_t>& tpm) {
+                 std::vector<std::uint64_t>& rpm, std::vector<std::uint64_t>& tpm,
+                 std::vector<std::uint32_t>& weight) {
         // A reload of this node's config; another node's word does not change this budget.
         if (self->current_sender() && self->current_sender()->node() != self->node()) return false;
         st->set_limits({global, std::move(per_upstream), std::move(per_key), queue_max,
                         std::chrono::milliseconds(queue_timeout_ms), std::move(tokens_per_upstream),
-                        std::move(rpm), std::move(tpm)});
+                        std::move(rpm), std::move(tpm), std::move(weight)});
         return true;
       },
       [st](holders_atom) { return st->holders(); },

@@ -24,6 +24,7 @@ struct budget_limits {
   std::vector<std::uint64_t> tokens_per_upstream;  // max_tokens_in_flight, 0 = no cap
   std::vector<std::uint64_t> rpm;                  // per key, 0 = unlimited
   std::vector<std::uint64_t> tpm;
+  std::vector<std::uint32_t> weight;  // per key: its share of the admission queue
 };
 
 budget_limits budget_limits_from(const config::gateway_config& cfg);
@@ -43,24 +44,23 @@ using health_subscribe_atom = caf::atom_constant<caf::atom("h_sub")>;
 using health_report_atom = caf::atom_constant<caf::atom("h_report")>;
 using health_news_atom = caf::atom_constant<caf::atom("h_news")>;
 
-// Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), priority: int64, tokens:
+// Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), rank: int64, tokens:
 // uint64) from the connection actor (tokens: the token weight held with the slot, 0 where the
-// upstream has no token cap); answered later with (grant_atom, granted: bool, reason: string)
+// upstream has no token cap; rank: its place in its key's lane, actors/policy/queue_priority.hpp);
+// answered later with (grant_atom, granted: bool, reason: string)
 // sent to it.
 // (slots_atom) → the number of slots held (for drain's leak report).
 // (limits_atom, global, per_upstream: vector<uint32>, per_key: vector<uint32>, queue_max,
 // queue_timeout_ms: int64, tokens_per_upstream: vector<uint64>, rpm: vector<uint64>, tpm:
-// vector<uint64>) → true: a reload's caps, from now on (slot_book::set_caps); from this
-// node only.
-// (drain_now_atom), from the supervisor at the drain's end: this node's waiters are refused and
-// its later asks too ("the gateway is shutting down"); members' leases are served as before.
-// (holders_atom) → (vector<actor> holders, vector<uint64> upstreams, vector<int64> keys,
-// vector<uint64> tokens): who holds
-// a slot now (a cluster member that rejoins its budget host registers them there).
-// Leases, from a cluster member's link actor, which may hold many slots:
-// (lease_atom, upstream, key, priority, tokens, lease: uint64) asks for one slot under that id,
-// answered with (lease_grant_atom, lease, granted: bool, reason) sent to the link;
-// (lease_return_atom, lease) gives a held slot back or withdraws a queued ask. The link is
+// vector<uint64>, weight: vector<uint32>) → true: a reload's caps, from now on
+// (slot_book::set_caps); from this node only. (drain_now_atom), from the supervisor at the drain's
+// end: this node's waiters are refused and its later asks too ("the gateway is shutting down");
+// members' leases are served as before. (holders_atom) → (vector<actor> holders, vector<uint64>
+// upstreams, vector<int64> keys, vector<uint64> tokens): who holds a slot now (a cluster member
+// that rejoins its budget host registers them there). Leases, from a cluster member's link actor,
+// which may hold many slots: (lease_atom, upstream, key, rank, tokens, lease: uint64) asks for one
+// slot under that id, answered with (lease_grant_atom, lease, granted: bool, reason) sent to the
+// link; (lease_return_atom, lease) gives a held slot back or withdraws a queued ask. The link is
 // monitored: its down_msg frees all it holds. While anyone but that link waits in the queue, the
 // link is sent (recall_atom, true), and (recall_atom, false) when that is no longer so. Rates
 // (actors/policy/rate_book.hpp): (rate_atom, key: int64, tokens: uint64) from a request actor whose

@@ -28,7 +28,7 @@ constexpr std::chrono::milliseconds max_backoff{2000};
 struct remote_claim {
   std::uint64_t upstream = 0;
   std::int64_t key = -1;
-  std::int64_t priority = 0;
+  std::int64_t rank = 0;
   std::uint64_t tokens = 0;
 };
 
@@ -60,11 +60,11 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
               [me = shared_from_this()](caf::error&) { me->unreachable(); });
   }
 
-  void acquire(acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
+  void acquire(acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t rank,
                std::uint64_t tokens) {
     if (!remote_) {
       // delegate keeps the connection actor as the sender: the budget monitors it directly.
-      self_->delegate(local_budget_, a, upstream, key, priority, tokens);
+      self_->delegate(local_budget_, a, upstream, key, rank, tokens);
       return;
     }
     auto holder = caf::actor_cast<caf::actor>(self_->current_sender());
@@ -74,7 +74,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
       holders_[id] = holder;
       self_->monitor(holder);
     }
-    apply(book_.acquire(id, {upstream, key, tokens}, priority, now_ns()));
+    apply(book_.acquire(id, {upstream, key, tokens}, rank, now_ns()));
   }
 
   // Rates are the host's to count, for the whole cluster; cut off from it, this node counts
@@ -190,7 +190,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   }
 
   // After a rejoin: the work this node started alone during the outage is registered with the
-  // host as a claim of its own connection actor (priority 0: it runs already, so it goes before
+  // host as a claim of its own connection actor (rank 0: it runs already, so it goes before
   // any waiter), so the shared cap counts it until it ends. The holder ignores the grant.
   void register_local_work() {
     self_->request(local_budget_, std::chrono::seconds(2), holders_atom::value)
@@ -230,15 +230,15 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     auto lost = book_.drop_all();
     for (const auto& c : lost.busy) {
       stats_->upstream_work_add(c.pool.upstream, -1);  // the local budget counts it from now on
-      ask_locally(holders_[c.who], c.pool, c.priority);
+      ask_locally(holders_[c.who], c.pool, c.rank);
     }
     for (const auto& c : lost.waiting) {
-      ask_locally(holders_[c.who], c.pool, c.priority);
+      ask_locally(holders_[c.who], c.pool, c.rank);
     }
     holders_.clear();
     for (const auto& [addr, claim] : remote_claims_) {
       ask_locally(caf::actor_cast<caf::actor>(addr), {claim.upstream, claim.key, claim.tokens},
-                  claim.priority);
+                  claim.rank);
     }
     remote_claims_.clear();
     stats_->queue_depth_set(metrics::queue_owner::link, 0);
@@ -251,10 +251,9 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     connect();
   }
 
-  void ask_locally(const caf::actor& holder, const lease_book::pool_key& pool,
-                   std::int64_t priority) {
+  void ask_locally(const caf::actor& holder, const lease_book::pool_key& pool, std::int64_t rank) {
     if (holder) {
-      caf::send_as(holder, local_budget_, acquire_atom::value, pool.upstream, pool.key, priority,
+      caf::send_as(holder, local_budget_, acquire_atom::value, pool.upstream, pool.key, rank,
                    pool.tokens);
     }
   }
@@ -274,8 +273,8 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     for (const auto& e : act.work_ended) stats_->upstream_work_add(e.upstream, -1);
     if (remote_) {
       for (const auto& a : act.asks) {
-        self_->send(remote_, lease_atom::value, a.pool.upstream, a.pool.key, a.priority,
-                    a.pool.tokens, a.id);
+        self_->send(remote_, lease_atom::value, a.pool.upstream, a.pool.key, a.rank, a.pool.tokens,
+                    a.id);
       }
       for (auto id : act.returns) self_->send(remote_, lease_return_atom::value, id);
     }
@@ -332,8 +331,8 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
   self->set_down_handler([st](caf::down_msg& msg) { st->down(msg); });
   st->connect();
   return {
-      [st](acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
-           std::uint64_t tokens) { st->acquire(a, upstream, key, priority, tokens); },
+      [st](acquire_atom a, std::uint64_t upstream, std::int64_t key, std::int64_t rank,
+           std::uint64_t tokens) { st->acquire(a, upstream, key, rank, tokens); },
       [st](rate_atom a, std::int64_t key, std::uint64_t tokens) { st->rate(a, key, tokens); },
       [st](rate_fix_atom a, std::int64_t key, std::int64_t second, std::uint64_t estimate,
            std::uint64_t actual) { st->rate_fix(a, key, second, estimate, actual); },

@@ -16,8 +16,8 @@ namespace tether {
 
 struct connection_spec {
   std::size_t upstream = 0;
-  std::int64_t key = -1;      // gateway key index, -1 = none
-  std::int64_t priority = 0;  // request arrival (ns): queue order
+  std::int64_t key = -1;  // gateway key index, -1 = none
+  std::int64_t rank = 0;  // its place in its key's lane (actors/policy/queue_priority.hpp)
   // The token weight the budget holds with the slot: 0 where the upstream has no token cap.
   std::uint64_t tokens = 0;
   net::upstream_request request;

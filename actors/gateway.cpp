@@ -11,6 +11,7 @@
 #include "actors/messages.hpp"
 #include "actors/policy/deadline.hpp"
 #include "actors/policy/model_request.hpp"
+#include "actors/policy/queue_priority.hpp"
 #include "actors/policy/request_id.hpp"
 #include "actors/policy/response_affinity.hpp"
 #include "actors/policy/surface.hpp"
@@ -314,6 +315,14 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
                          "X-Request-Deadline-Ms must be a non-negative integer", *channel);
     return nullptr;
   }
+  // Without a key the cap is a key's default: a caller must be given "high", it cannot take it.
+  const auto asked = priority_of(net::find_header(req.headers, "x-priority"),
+                                 key >= 0 ? rt_->cfg.keys[key].max_priority : priority::normal);
+  if (!asked.valid) {
+    answer_model_refusal(req, request_id, info.model, outcome::bad_request,
+                         "X-Priority must be high, normal or low", *channel);
+    return nullptr;
+  }
 
   // The request's strings are moved, not copied: this is the last use of each here.
   request_spec spec;
@@ -327,6 +336,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   spec.model = std::move(info.model);
   spec.body = std::move(req.body);
   spec.key = key;
+  spec.queue_class = asked.value;
   spec.arrival = req.arrival;
   spec.prompt_tokens = prompt_tokens;
   spec.max_output_tokens = info.max_output_tokens;

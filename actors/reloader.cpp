@@ -78,7 +78,7 @@ bool reloader::reload() {
     self->request(local_budget_, std::chrono::seconds(5), limits_atom::value, limits.global,
                   limits.per_upstream, limits.per_key, limits.queue_max,
                   static_cast<std::int64_t>(limits.queue_timeout.count()),
-                  limits.tokens_per_upstream, limits.rpm, limits.tpm)
+                  limits.tokens_per_upstream, limits.rpm, limits.tpm, limits.weight)
         .receive([&](bool ok) { capped = ok; }, [&](caf::error&) {});
   }
   if (!capped) return refuse({file + ": the budget did not take the new limits"});

@@ -21,6 +21,7 @@
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/model_request.hpp"
+#include "actors/policy/queue_priority.hpp"
 #include "actors/policy/request_lifecycle.hpp"
 #include "actors/policy/response_affinity.hpp"
 #include "actors/policy/token_weight.hpp"
@@ -50,7 +51,7 @@ struct request_state {
   request_spec spec;
   std::optional<request_lifecycle> life;
   std::int64_t arrival_ns = 0;
-  std::int64_t arrival_wall_ns = 0;  // queue priority: comparable across cluster nodes
+  std::int64_t arrival_wall_ns = 0;  // for the queue's rank: comparable across cluster nodes
 
   // Strong handles: an actor nobody holds is collected at once.
   struct live_attempt {
@@ -191,7 +192,7 @@ void request_state::start_attempt(const command& c) {
   a.idle_timeout = settings.stream_idle_timeout;
   a.connection.upstream = dep.upstream;
   a.connection.key = spec.key;
-  a.connection.priority = arrival_wall_ns;
+  a.connection.rank = queue_rank(spec.queue_class, arrival_wall_ns);
   if (dep.token_cap > 0)
     a.connection.tokens =
         token_weight(spec.prompt_tokens, spec.max_output_tokens, dep.default_max_tokens);

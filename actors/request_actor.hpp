@@ -21,6 +21,7 @@ struct request_spec {
   bool stream = false;
   std::string body;  // as received
   std::int64_t key = -1;
+  priority queue_class = priority::normal;  // X-Priority, capped at the key's max_priority
   std::optional<std::chrono::milliseconds> deadline;  // effective; nullopt = unbounded
   // The caller's own X-Request-Deadline-Ms, if it sent one: whether a client retry fits.
   std::optional<std::chrono::milliseconds> caller_deadline;

@@ -11,6 +11,8 @@
 # starts a budget host and a member node (issue #7) and compares the member with tether.
 # Scenario 8 starts three nodes serving one model on three deployments (issue #29): all live, one
 # dead (a port nothing listens on) with ejection off, and one dead with ejection on.
+# Scenario 9 starts two nodes in front of the mock's KV budget model (issue #30): one capping the
+# upstream's tokens in flight at the mock's budget, one capping its requests in flight instead.
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
 # the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share
@@ -19,8 +21,8 @@
 # MOCK_PORT/NGINX_PORT/TETHER_PORT (18100..18102), TETHER_HOST_PORT/TETHER_BUDGET_PORT/
 # TETHER_MEMBER_PORT (18103..18105), TETHER_COLD_MEMBER_PORT (18106), REPLICAS_HEALTHY_PORT/
 # REPLICAS_DEAD_PORT/REPLICAS_EJECTING_PORT (18107..18109), DEAD_UPSTREAM_PORT (18110: never
-# listened on), SKIP_BUILD=1 (use the binaries as built), BENCH_LOG_DIR=dir
-# (keep the logs).
+# listened on), TOKENS_NODE_PORT/SLOTS_NODE_PORT (18111, 18112), SKIP_BUILD=1 (use the binaries
+# as built), BENCH_LOG_DIR=dir (keep the logs).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
@@ -38,6 +40,9 @@ replicas_healthy_port="${REPLICAS_HEALTHY_PORT:-18107}"
 replicas_dead_port="${REPLICAS_DEAD_PORT:-18108}"
 replicas_ejecting_port="${REPLICAS_EJECTING_PORT:-18109}"
 dead_upstream_port="${DEAD_UPSTREAM_PORT:-18110}"
+# Scenario 9: the token-capped and the request-capped node.
+tokens_node_port="${TOKENS_NODE_PORT:-18111}"
+slots_node_port="${SLOTS_NODE_PORT:-18112}"
 cap=8
 
 quick=0
@@ -113,7 +118,7 @@ trap 'exit 130' INT TERM
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for p in "$mock_port" "$nginx_port" "$tether_port" "$host_port" "$budget_port" "$member_port" \
   "$cold_port" "$replicas_healthy_port" "$replicas_dead_port" "$replicas_ejecting_port" \
-  "$dead_upstream_port"; do
+  "$dead_upstream_port" "$tokens_node_port" "$slots_node_port"; do
   port_free "$p" || { log "port $p is in use (set MOCK_PORT/NGINX_PORT/TETHER_PORT)"; exit 1; }
 done
 
@@ -172,6 +177,11 @@ replicas_dead_pid=$started_pid
 start_tether tether-replicas-ejecting "$replicas_ejecting_port" --replicas ejecting \
   --dead-upstream "$dead_upstream"
 replicas_ejecting_pid=$started_pid
+# Scenario 9's nodes (idle outside it).
+start_tether tether-tokens "$tokens_node_port" --token-node tokens
+tokens_node_pid=$started_pid
+start_tether tether-slots "$slots_node_port" --token-node slots
+slots_node_pid=$started_pid
 
 rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 # The results directory does not count: an earlier run's files there change no code under test.
@@ -191,6 +201,8 @@ status=0
   --replicas-healthy "127.0.0.1:$replicas_healthy_port@$replicas_healthy_pid" \
   --replicas-dead "127.0.0.1:$replicas_dead_port@$replicas_dead_pid" \
   --replicas-ejecting "127.0.0.1:$replicas_ejecting_port@$replicas_ejecting_pid" \
+  --tokens-node "127.0.0.1:$tokens_node_port@$tokens_node_pid" \
+  --slots-node "127.0.0.1:$slots_node_port@$slots_node_pid" \
   --cap "$cap" --time-limit-s "$time_limit" --placement "$placement" \
   --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
 

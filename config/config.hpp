@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "config/priority.hpp"
 #include "config/surface.hpp"
 
 namespace tether::config {
@@ -141,6 +142,11 @@ struct key_config {
   // unlimited. Tokens are prompt + completion: estimated at admission, corrected by usage.
   std::uint64_t rpm = 0;
   std::uint64_t tpm = 0;
+  // The key's share of the admission queue when keys compete for slots: waiting requests are
+  // admitted round-robin across keys in proportion to it.
+  std::uint32_t weight = 1;
+  // The highest X-Priority this key's requests may take; a higher one asked for is lowered to it.
+  priority max_priority = priority::normal;
   bool retired = false;  // removed by a reload: kept in its place, matches no token
 };
 

@@ -36,6 +36,7 @@ constexpr std::int64_t max_duration_ms = 7LL * 24 * 60 * 60 * 1000;
 constexpr std::int64_t u32_max = std::numeric_limits<std::uint32_t>::max();
 // Token counts (caps, per-minute limits): far beyond any model server, far from overflowing a sum.
 constexpr std::int64_t max_token_count = std::int64_t{1} << 48;
+constexpr std::int64_t max_key_weight = 1000;
 constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 
 const char* type_name(toml::node_type t) {
@@ -799,7 +800,9 @@ class loader {
     std::map<std::string, std::size_t> digests;
     for (const auto& [i, t] : array_of_tables(root, "keys")) {
       const auto p = fmt::format("keys[{}]", i);
-      check_keys(*t, p, {"name", "sha256", "models", "max_in_flight", "rpm", "tpm"});
+      check_keys(
+          *t, p,
+          {"name", "sha256", "models", "max_in_flight", "rpm", "tpm", "weight", "max_priority"});
       key_config k;
       if (auto name = read_string(*t, "name", p)) {
         k.name = *name;
@@ -856,6 +859,19 @@ class loader {
       read_into(*t, "max_in_flight", p, k.max_in_flight, 0, u32_max);  // 0 = no per-key cap
       read_into(*t, "rpm", p, k.rpm, 0, max_token_count);              // 0 = unlimited
       read_into(*t, "tpm", p, k.tpm, 0, max_token_count);
+      // A share of 0 would never be served; the bound keeps one key's turn from dwarfing the
+      // others' beyond what a ratio can mean.
+      read_into(*t, "weight", p, k.weight, 1, max_key_weight);
+      if (auto name = read_string(*t, "max_priority", p)) {
+        // Exact spelling in a config file, unlike the header.
+        if (auto v = priority_named(*name); v && name_of(*v) == *name) {
+          k.max_priority = *v;
+        } else {
+          error(p + ".max_priority",
+                fmt::format("expected \"high\", \"normal\" or \"low\", got \"{}\"", *name),
+                *t->get("max_priority"));
+        }
+      }
       cfg_.keys.push_back(std::move(k));
     }
   }

@@ -131,7 +131,8 @@ void arrange_keys(const gateway_config& running, gateway_config& loaded, reload_
     if (old.retired) {
       plan.changes.push_back("key " + old.name + " added back");
     } else if (old.sha256_hex != it->sha256_hex || old.models != it->models ||
-               old.max_in_flight != it->max_in_flight || old.rpm != it->rpm || old.tpm != it->tpm) {
+               old.max_in_flight != it->max_in_flight || old.rpm != it->rpm || old.tpm != it->tpm ||
+               old.weight != it->weight || old.max_priority != it->max_priority) {
       plan.changes.push_back("key " + old.name + " changed");
     }
     arranged.push_back(std::move(*it));

@@ -181,6 +181,8 @@ std::string render_effective(const gateway_config& cfg) {
     line("max_in_flight", k.max_in_flight);
     line("rpm", k.rpm);
     line("tpm", k.tpm);
+    line("weight", k.weight);
+    line("max_priority", quote(name_of(k.max_priority)));
   }
 
   const auto& t = cfg.telemetry;

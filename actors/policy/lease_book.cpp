@@ -4,7 +4,7 @@
 
 namespace tether {
 
-lease_book::actions lease_book::acquire(holder who, pool_key k, std::int64_t priority,
+lease_book::actions lease_book::acquire(holder who, pool_key k, std::int64_t rank,
                                         std::int64_t now_ns) {
   actions out;
   if (knows(who)) return out;
@@ -16,19 +16,19 @@ lease_book::actions lease_book::acquire(holder who, pool_key k, std::int64_t pri
   if (!p.idle.empty()) {
     auto slot = p.idle.back();
     p.idle.pop_back();
-    busy_.emplace(who, busy_slot{k, slot.id, priority});
+    busy_.emplace(who, busy_slot{k, slot.id, rank});
     out.grants.push_back({who, 0, k});
     return out;
   }
-  queue_key q{priority, next_seq_++};
+  queue_key q{rank, next_seq_++};
   p.waiting.emplace(q, waiter{who, now_ns});
   waiting_by_.emplace(who, std::make_pair(k, q));
   // One ask per waiter: whichever answer comes first serves the oldest waiter.
   while (p.asks.size() < p.waiting.size()) {
     auto id = next_lease_++;
-    p.asks.insert({priority, id});
-    ask_pool_.emplace(id, std::make_pair(k, priority));
-    out.asks.push_back({id, k, priority});
+    p.asks.insert({rank, id});
+    ask_pool_.emplace(id, std::make_pair(k, rank));
+    out.asks.push_back({id, k, rank});
   }
   return out;
 }
@@ -37,10 +37,10 @@ void lease_book::hand_over(pool& p, const pool_key& k, lease id, std::int64_t no
                            actions& out) {
   auto first = p.waiting.begin();
   auto w = first->second;
-  auto priority = first->first.first;
+  auto rank = first->first.first;
   p.waiting.erase(first);
   waiting_by_.erase(w.who);
-  busy_.emplace(w.who, busy_slot{k, id, priority});
+  busy_.emplace(w.who, busy_slot{k, id, rank});
   out.grants.push_back({w.who, now_ns - w.since_ns, k});
 }
 
@@ -59,8 +59,8 @@ void lease_book::free_slot(pool& p, const pool_key& k, lease id, std::int64_t no
 
 void lease_book::trim_asks(pool& p, actions& out) {
   // An ask nobody waits for any more is withdrawn: the one with the worst place in the host's
-  // queue (latest priority, then newest), so the asks left keep the places the oldest waiters
-  // earned (a retry carries its request's early priority).
+  // queue (latest rank, then newest), so the asks left keep the places the oldest waiters
+  // earned (a retry carries its request's early rank).
   while (p.asks.size() > p.waiting.size()) {
     auto worst = *p.asks.rbegin();
     p.asks.erase(worst);
@@ -74,10 +74,10 @@ lease_book::actions lease_book::answered(lease id, bool granted, const std::stri
   actions out;
   auto a = ask_pool_.find(id);
   if (a == ask_pool_.end()) return out;
-  auto [k, priority] = a->second;
+  auto [k, rank] = a->second;
   ask_pool_.erase(a);
   auto& p = pools_[k];
-  p.asks.erase({priority, id});
+  p.asks.erase({rank, id});
   if (!granted) {
     // The host's queue is full or its wait limit passed: the oldest local waiter gets that answer.
     if (!p.waiting.empty()) {
@@ -143,7 +143,7 @@ lease_book::actions lease_book::expire_idle(std::int64_t now_ns, std::int64_t id
 
 lease_book::handover lease_book::drop_all() {
   handover h;
-  for (const auto& [who, slot] : busy_) h.busy.push_back({who, slot.pool, slot.priority});
+  for (const auto& [who, slot] : busy_) h.busy.push_back({who, slot.pool, slot.rank});
   for (const auto& [k, p] : pools_) {
     for (const auto& [q, w] : p.waiting) h.waiting.push_back({w.who, k, q.first});
   }

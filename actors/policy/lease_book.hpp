@@ -42,7 +42,7 @@ class lease_book {
   struct ask {
     lease id;
     pool_key pool;
-    std::int64_t priority;
+    std::int64_t rank;
   };
   struct grant {
     holder who;
@@ -65,7 +65,7 @@ class lease_book {
   struct claim {
     holder who;
     pool_key pool;
-    std::int64_t priority;
+    std::int64_t rank;
   };
   // What was in flight when the host was lost: the caller asks its own budget for each.
   struct handover {
@@ -74,7 +74,7 @@ class lease_book {
   };
 
   // A holder asks for a slot; a second ask from a holder already known changes nothing.
-  actions acquire(holder who, pool_key pool, std::int64_t priority, std::int64_t now_ns);
+  actions acquire(holder who, pool_key pool, std::int64_t rank, std::int64_t now_ns);
   // The host answered one of this book's asks (an unknown id was withdrawn: the host has
   // already dropped it, so it is ignored).
   actions answered(lease id, bool granted, const std::string& reason, std::int64_t now_ns);
@@ -99,7 +99,7 @@ class lease_book {
   bool oldest_idle(std::int64_t& since_ns) const;
 
  private:
-  using queue_key = std::pair<std::int64_t, std::uint64_t>;  // (priority, arrival)
+  using queue_key = std::pair<std::int64_t, std::uint64_t>;  // (rank, arrival)
   struct idle_slot {
     lease id;
     std::int64_t since_ns;
@@ -111,12 +111,12 @@ class lease_book {
   struct pool {
     std::vector<idle_slot> idle;  // most recently freed last: reused first, the oldest expire
     std::map<queue_key, waiter> waiting;
-    std::set<std::pair<std::int64_t, lease>> asks;  // (priority, id): the worst is withdrawn
+    std::set<std::pair<std::int64_t, lease>> asks;  // (rank, id): the worst is withdrawn
   };
   struct busy_slot {
     pool_key pool;
     lease id;
-    std::int64_t priority;
+    std::int64_t rank;
   };
 
   void hand_over(pool& p, const pool_key& k, lease id, std::int64_t now_ns, actions& out);
@@ -126,7 +126,7 @@ class lease_book {
   std::map<pool_key, pool> pools_;
   std::unordered_map<holder, busy_slot> busy_;
   std::unordered_map<holder, std::pair<pool_key, queue_key>> waiting_by_;
-  std::unordered_map<lease, std::pair<pool_key, std::int64_t>> ask_pool_;  // → (pool, priority)
+  std::unordered_map<lease, std::pair<pool_key, std::int64_t>> ask_pool_;  // → (pool, rank)
   lease next_lease_ = 1;
   std::uint64_t next_seq_ = 0;
   bool recalled_ = false;

@@ -22,6 +22,7 @@ router::router(const config::gateway_config& cfg) {
     d.upstream_model = m.upstream_model.empty() ? m.name : m.upstream_model;
     d.default_max_tokens = m.default_max_tokens;
     d.token_cap = cfg.upstreams.at(d.upstream).max_tokens_in_flight;
+    any_token_cap_ = any_token_cap_ || d.token_cap > 0;
     if (!by_model_.count(m.name)) {
       public_models_.push_back(m.name);
       fallbacks_[m.name] = m.fallbacks;
@@ -88,6 +89,7 @@ bool router::serves(const std::string& model, surface s) const {
 std::optional<token_overweight> router::too_heavy(const std::string& model, surface where,
                                                   std::uint64_t prompt_tokens,
                                                   std::optional<std::uint64_t> max_output) const {
+  if (!any_token_cap_) return std::nullopt;  // the common case: no lookup on the request path
   auto it = by_model_.find(model);
   if (it == by_model_.end()) return std::nullopt;
   std::optional<token_overweight> closest;

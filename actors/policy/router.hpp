@@ -88,6 +88,7 @@ class router {
  private:
   std::vector<deployment> deployments_;
   std::map<std::string, std::vector<std::size_t>> by_model_;
+  bool any_token_cap_ = false;
   std::map<std::string, std::vector<std::string>> fallbacks_;
   std::map<std::string, std::vector<std::string>> chains_;
   std::vector<std::string> public_models_;

@@ -1,9 +1,15 @@
 #include "actors/policy/slot_book.hpp"
 
 #include <algorithm>
-#include <iterator>
 
 namespace tether {
+namespace {
+
+// A lane's pass grows by full_stride / weight per grant; weights are at most in the thousands, so
+// the stride keeps three significant digits of the ratio.
+constexpr std::uint64_t full_stride = std::uint64_t{1} << 20;
+
+}  // namespace
 
 slot_book::slot_book(caps limits) : caps_(std::move(limits)) {
   // Upstream 0 is counted even without caps: the claims beyond the list count there.
@@ -119,8 +125,37 @@ void slot_book::release(std::map<holder, held_slot>::iterator it, actions& out) 
   holders_.erase(it);
 }
 
+std::size_t slot_book::waiting_for_key(std::int64_t key) const {
+  auto l = lanes_.find(key);
+  return l == lanes_.end() ? 0 : l->second.waiting.size();
+}
+
+std::uint64_t slot_book::stride_of(std::int64_t key) const {
+  std::uint64_t weight = 1;
+  if (key >= 0 && static_cast<std::size_t>(key) < caps_.weight_per_key.size())
+    weight = std::max<std::uint64_t>(caps_.weight_per_key[key], 1);
+  return full_stride / weight;
+}
+
+void slot_book::enqueue(holder h, const claim& c, ticket t, bool local, std::int64_t now_ns) {
+  queue_.emplace(t, waiter{h, c, local, now_ns});
+  queued_by_.emplace(h, t);
+  ++queued_upstream_[c.upstream];
+  if (auto* l = lessee_of(h)) ++l->queued;
+  if (local) ++waiting_local_;
+  // A lane that was empty joins the round where it stands now: an idle key banks no turns, and a
+  // key served ahead of the round keeps its lead.
+  auto& lane = lanes_[c.key];
+  if (lane.waiting.empty()) {
+    lane.pass = std::max(lane.pass, round_pass_);
+    lane.joined = t.second;
+  }
+  lane.waiting.insert(t);
+}
+
 slot_book::waiter slot_book::dequeue(std::map<ticket, waiter>::iterator it) {
   auto w = it->second;
+  lanes_[w.what.key].waiting.erase(it->first);
   queued_by_.erase(w.who);
   queue_.erase(it);
   --queued_upstream_[w.what.upstream];
@@ -130,23 +165,23 @@ slot_book::waiter slot_book::dequeue(std::map<ticket, waiter>::iterator it) {
 }
 
 slot_book::actions slot_book::acquire(owner who, std::uint64_t upstream, std::int64_t key,
-                                      std::int64_t priority, std::uint64_t tokens, bool local,
+                                      std::int64_t rank, std::uint64_t tokens, bool local,
                                       std::int64_t now_ns) {
   holder h{who, 0};
   if (knows(h)) return {};
-  return admit(h, claim_for(upstream, key, tokens), priority, local, now_ns);
+  return admit(h, claim_for(upstream, key, tokens), rank, local, now_ns);
 }
 
 slot_book::actions slot_book::lease(owner link, lease_id id, std::uint64_t upstream,
-                                    std::int64_t key, std::int64_t priority, std::uint64_t tokens,
+                                    std::int64_t key, std::int64_t rank, std::uint64_t tokens,
                                     std::int64_t now_ns) {
   holder h{link, id};
   if (id == 0 || knows(h)) return {};
   lessees_.try_emplace(link);
-  return admit(h, claim_for(upstream, key, tokens), priority, false, now_ns);
+  return admit(h, claim_for(upstream, key, tokens), rank, false, now_ns);
 }
 
-slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bool local,
+slot_book::actions slot_book::admit(holder h, claim c, std::int64_t rank, bool local,
                                     std::int64_t now_ns) {
   actions out;
   if (local && refusing_local_) {
@@ -157,8 +192,8 @@ slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bo
     out.refusals.push_back({h, std::move(*why)});
     return out;
   }
-  // Fitting now means no older waiter for the same slots is still queued: every release hands
-  // capacity to the oldest waiters first (drain). Tokens are the exception: a light claim fits
+  // Fitting now means no waiter could take the same slots: every release hands capacity to the
+  // waiters that fit (drain). Tokens are the exception: a light claim fits
   // where an older heavy one waits, so on a token-capped upstream with waiters it takes its
   // place in the queue and the drain decides, in order.
   const bool behind_others = token_cap(c.upstream) > 0 && queued_upstream_[c.upstream] > 0;
@@ -168,12 +203,8 @@ slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bo
   } else if (queue_.size() >= caps_.queue_max) {
     out.refusals.push_back({h, "admission queue is full"});
   } else {
-    ticket t{priority, next_seq_++};
-    queue_.emplace(t, waiter{h, c, local, now_ns});
-    queued_by_.emplace(h, t);
-    ++queued_upstream_[c.upstream];
-    if (auto* l = lessee_of(h)) ++l->queued;
-    if (local) ++waiting_local_;
+    ticket t{rank, next_seq_++};
+    enqueue(h, c, t, local, now_ns);
     out.queue_changed = true;
     if (fits(c)) drain(now_ns, out);
     if (queued_by_.count(h) > 0) out.queued = t;
@@ -183,33 +214,43 @@ slot_book::actions slot_book::admit(holder h, claim c, std::int64_t priority, bo
 }
 
 void slot_book::drain(std::int64_t now_ns, actions& out) {
-  // Freed capacity goes to the oldest waiters that fit; one that does not fit (its upstream or
-  // key is still full) does not hold back a younger one that does, except for tokens: a heavy
-  // waiter would starve behind a stream of light ones, so the first that does not fit its
-  // upstream's tokens holds back every younger waiter there (strict order per token cap).
-  std::vector<bool> held_back;
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    if (held_ >= caps_.global) break;
-    const auto& what = it->second.what;
-    if (what.upstream < held_back.size() && held_back[what.upstream]) {
-      ++it;
-      continue;
-    }
-    if (!fits(what)) {
-      if (!tokens_fit(what)) {
-        held_back.resize(held_upstream_.size(), false);
-        held_back[what.upstream] = true;
-      }
-      ++it;
-      continue;
-    }
-    auto next = std::next(it);
+  while (held_ < caps_.global) {
+    auto t = next_to_serve();
+    if (!t) break;
+    auto it = queue_.find(*t);
+    auto& lane = lanes_[it->second.what.key];
+    round_pass_ = std::max(round_pass_, lane.pass);
+    lane.pass += stride_of(it->second.what.key);
     auto w = dequeue(it);
-    it = next;
     take(w.who, w.what, w.local);
     out.grants.push_back({w.who, w.what, w.local, now_ns - w.since_ns});
   }
   out.queue_changed = true;
+}
+
+std::optional<slot_book::ticket> slot_book::next_to_serve() const {
+  if (queue_.empty()) return std::nullopt;  // every release asks: the usual answer, at no cost
+  // The lanes in the round's order: least pass first, then the one waiting longest.
+  std::vector<std::pair<std::pair<std::uint64_t, std::uint64_t>, const lane*>> order;
+  for (const auto& [key, l] : lanes_) {
+    if (!l.waiting.empty()) order.push_back({{l.pass, l.joined}, &l});
+  }
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  // A waiter that does not fit (its upstream or key is still full) does not hold back the next
+  // one that does, except for tokens: a heavy waiter would starve behind a stream of light ones,
+  // so the first one, in the round's order, that does not fit its upstream's tokens holds back
+  // every later waiter there.
+  std::vector<bool> held_back(held_upstream_.size(), false);
+  for (const auto& [place, l] : order) {
+    for (const auto& t : l->waiting) {
+      const auto& what = queue_.at(t).what;
+      if (held_back[what.upstream]) continue;
+      if (fits(what)) return t;
+      if (!tokens_fit(what)) held_back[what.upstream] = true;
+    }
+  }
+  return std::nullopt;
 }
 
 slot_book::actions slot_book::give_back(holder h, std::int64_t now_ns) {

@@ -2,6 +2,13 @@
 // queue, and whether a claim fits under the global, per-upstream and per-key caps. The budget
 // actor feeds it what its actors ask and carries out what it answers.
 //
+// The queue is fair across keys: each key (and "no key") waits in a lane of its own, and freed
+// capacity goes round the lanes in proportion to each key's weight (stride scheduling: the lane
+// with the least pass goes next, a grant adds 1/weight to its pass), so a key that queues more
+// waits longer itself instead of making every other key wait. Within a lane the smallest ticket
+// goes first: its rank (actors/policy/queue_priority.hpp: class, then arrival), then the order
+// of asking.
+//
 // Pure bookkeeping: events in, actions out. Owners are opaque ids the actor maps to its actors:
 // a connection actor holds or awaits one slot as itself (lease 0); a cluster member's link actor
 // holds and awaits any number, one per lease id it chose. Time comes in as `now_ns`; the wait
@@ -13,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,8 +31,9 @@ class slot_book {
  public:
   using owner = std::uint64_t;
   using lease_id = std::uint64_t;  // 0: the owner's own slot; otherwise one of a link's leases
-  // A waiter's place in the queue: (priority = its request's arrival, then the order of asking).
-  // FIFO per arrival, so a retry of an older request is not sent behind newer ones.
+  // A waiter's place in its key's lane: (rank, then the order of asking). The rank orders by
+  // the request's class and arrival, so a retry of an older request is not sent behind newer
+  // ones.
   using ticket = std::pair<std::int64_t, std::uint64_t>;
 
   struct caps {
@@ -34,6 +43,9 @@ class slot_book {
     std::uint32_t queue_max = 0;
     // Each upstream's max_tokens_in_flight, 0 = no cap; an upstream beyond the list has none.
     std::vector<std::uint64_t> tokens_per_upstream;
+    // Each key's share of the queue when keys compete (0 counts as 1); a key beyond the list,
+    // and "no key", have 1.
+    std::vector<std::uint32_t> weight_per_key;
   };
   // A slot, and the token weight held with it (0 where the upstream has no token cap).
   struct claim {
@@ -87,12 +99,13 @@ class slot_book {
   // full) refused. A second ask from a holder already known changes nothing: a cluster member
   // may ask again for a connection actor that holds or awaits a slot here (after an outage).
   // A claim heavier than its upstream's whole token cap is refused at once: it could never fit.
-  actions acquire(owner who, std::uint64_t upstream, std::int64_t key, std::int64_t priority,
+  actions acquire(owner who, std::uint64_t upstream, std::int64_t key, std::int64_t rank,
                   std::uint64_t tokens, bool local, std::int64_t now_ns);
   // A member's link asks for one slot under lease `id` (not 0), answered the same way.
   actions lease(owner link, lease_id id, std::uint64_t upstream, std::int64_t key,
-                std::int64_t priority, std::uint64_t tokens, std::int64_t now_ns);
-  // The holder gives its slot back (the oldest waiters that fit take it), or withdraws its ask
+                std::int64_t rank, std::uint64_t tokens, std::int64_t now_ns);
+  // The holder gives its slot back (the next waiters that fit take it, lane by lane), or
+  // withdraws its ask
   // (nobody there waits any more); unknown: nothing.
   actions give_back(holder h, std::int64_t now_ns);
   // The waiter with that ticket waited too long and is refused; one no longer queued: nothing.
@@ -122,6 +135,7 @@ class slot_book {
   std::uint64_t tokens_on_upstream(std::size_t upstream) const;
   std::size_t waiting() const { return queue_.size(); }
   std::size_t waiting_local() const { return waiting_local_; }
+  std::size_t waiting_for_key(std::int64_t key) const;
 
  private:
   struct waiter {
@@ -136,6 +150,13 @@ class slot_book {
   };
   // A member's link holding leases: recalled (asked for its idle slots back) while anyone else
   // waits here.
+  // A key's lane: its waiters in order, and its place in the round (the least pass goes next;
+  // between equals, the lane that has waited since the earlier ask).
+  struct lane {
+    std::set<ticket> waiting;
+    std::uint64_t pass = 0;
+    std::uint64_t joined = 0;  // the order of the ask that made it non-empty
+  };
   struct lessee {
     std::uint32_t slots = 0;
     std::uint32_t queued = 0;
@@ -146,11 +167,14 @@ class slot_book {
   std::uint64_t token_cap(std::size_t upstream) const;
   bool tokens_fit(const claim& c) const;
   std::optional<std::string> never_fits(const claim& c) const;
-  actions admit(holder h, claim c, std::int64_t priority, bool local, std::int64_t now_ns);
+  actions admit(holder h, claim c, std::int64_t rank, bool local, std::int64_t now_ns);
   void take(holder h, const claim& c, bool local);
   void release(std::map<holder, held_slot>::iterator it, actions& out);
   waiter dequeue(std::map<ticket, waiter>::iterator it);
+  void enqueue(holder h, const claim& c, ticket t, bool local, std::int64_t now_ns);
   void drain(std::int64_t now_ns, actions& out);
+  std::optional<ticket> next_to_serve() const;
+  std::uint64_t stride_of(std::int64_t key) const;
   void update_recalls(actions& out);
   lessee* lessee_of(const holder& h);
 
@@ -163,6 +187,8 @@ class slot_book {
   std::map<holder, held_slot> holders_;
   std::map<ticket, waiter> queue_;
   std::map<holder, ticket> queued_by_;
+  std::map<std::int64_t, lane> lanes_;  // by key, -1 = no key; kept when empty (its pass counts)
+  std::uint64_t round_pass_ = 0;        // the pass of the last lane served: where a newcomer starts
   std::map<owner, lessee> lessees_;
   std::uint64_t next_seq_ = 0;
   std::size_t waiting_local_ = 0;

@@ -31,7 +31,7 @@ struct target {
 
 struct bench_options {
   bool quick = false;
-  std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7, 8, 9};
   unsigned budget_cap = 8;
   // A tether node that takes its slots from another node's budget (scenario 7); not a target of
   // the other scenarios.
@@ -43,6 +43,10 @@ struct bench_options {
   std::optional<target> replicas_healthy;
   std::optional<target> replicas_dead;
   std::optional<target> replicas_ejecting;
+  // Scenario 9's nodes (token_budget_config): the upstream's tokens in flight capped at the
+  // mock's KV budget; its requests in flight capped instead.
+  std::optional<target> tokens_node;
+  std::optional<target> slots_node;
   steady::time_point hard_deadline;  // no phase starts after this
 };
 

@@ -15,11 +15,13 @@ closed_loop_result run_closed_loop(bench_context& ctx, const target& t,
   std::function<void(client_connection&)> next = [&](client_connection& c) {
     if (issued >= spec.max_requests || steady::now() >= stop_issuing) return;
     ++active;
-    c.exchange(spec.make(issued++), [&, conn = &c](exchange_result& r) {
+    const auto k = issued++;
+    c.exchange(spec.make(k), [&, conn = &c, k](exchange_result& r) {
       --active;
       last_done = steady::now();
       r.ok&& r.status >= 200 && r.status < 300 ? ++out.ok : ++out.failed;
       out.results.push_back(std::move(r));
+      out.request_index.push_back(k);
       next(*conn);
     });
   };

@@ -21,8 +21,9 @@ struct closed_loop_spec {
 };
 
 struct closed_loop_result {
-  std::vector<exchange_result> results;  // completed exchanges, ok or not
-  double elapsed_s = 0;                  // first send to last completion
+  std::vector<exchange_result> results;    // completed exchanges, ok or not
+  std::vector<std::size_t> request_index;  // the k of each of results (spec.make's argument)
+  double elapsed_s = 0;                    // first send to last completion
   std::size_t ok = 0;
   std::size_t failed = 0;
   std::size_t unfinished = 0;  // still running when the drain limit passed (then aborted)

@@ -27,6 +27,8 @@ class mock_control {
   bool reset() const;
   // The mock's /_stats as JSON; throws std::runtime_error if it cannot be read.
   boost::json::value stats() const;
+  // The same without the request log (the counters only): cheap after a long load phase.
+  boost::json::value counters() const;
 
  private:
   boost::asio::ip::tcp::endpoint mock_;

@@ -8,9 +8,12 @@
 //                [--cluster-member-cold HOST:PORT@PID]   (a member that keeps no leases)
 //                [--replicas-healthy HOST:PORT@PID --replicas-dead HOST:PORT@PID
 //                 --replicas-ejecting HOST:PORT@PID]   (scenario 8: a dead replica among three)
+//                [--tokens-node HOST:PORT@PID --slots-node HOST:PORT@PID]   (scenario 9: token
+//                 weighting against a KV budget)
 //   tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]
 //                [--budget-listen HOST:PORT | --budget-host HOST:PORT [--lease-idle-ms N]]
 //                [--replicas healthy|dead|ejecting [--dead-upstream HOST:PORT]]
+//                [--token-node tokens|slots]
 //   tether-bench --render DIR/NAME.json      (rewrites NAME.md and NAME.svg from the JSON)
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -29,6 +32,7 @@
 #include "bench/bench/bench_context.hpp"
 #include "bench/bench/report.hpp"
 #include "bench/bench/scenarios.hpp"
+#include "bench/bench/token_mix.hpp"
 
 namespace {
 
@@ -37,15 +41,18 @@ using namespace tether::bench;
 
 constexpr const char* usage =
     "usage: tether-bench --mock HOST:PORT --target NAME=HOST:PORT[@PID]... --out-dir DIR\n"
-    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7,8] [--time-limit-s S]\n"
-    "                    [--cap N] [--placement TEXT] [--cluster-member HOST:PORT[@PID]]\n"
+    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7,8,9]\n"
+    "                    [--time-limit-s S] [--cap N] [--placement TEXT]\n"
+    "                    [--cluster-member HOST:PORT[@PID]]\n"
     "                    [--cluster-member-cold HOST:PORT[@PID]]\n"
     "                    [--replicas-healthy HOST:PORT[@PID] --replicas-dead HOST:PORT[@PID]\n"
     "                     --replicas-ejecting HOST:PORT[@PID]]\n"
+    "                    [--tokens-node HOST:PORT[@PID] --slots-node HOST:PORT[@PID]]\n"
     "       tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]\n"
     "                    [--budget-listen HOST:PORT | --budget-host HOST:PORT "
     "[--lease-idle-ms N]]\n"
-    "                    [--replicas healthy|dead|ejecting [--dead-upstream HOST:PORT]]\n";
+    "                    [--replicas healthy|dead|ejecting [--dead-upstream HOST:PORT]]\n"
+    "                    [--token-node tokens|slots]\n";
 
 std::optional<tcp::endpoint> parse_endpoint(std::string_view text) {
   auto colon = text.rfind(':');
@@ -133,6 +140,7 @@ int main(int argc, char** argv) {
   std::string cluster;
   std::string lease_idle;
   std::optional<replica_mode> replicas;
+  std::optional<token_node> token_node_config;
   std::string dead_upstream;
   double time_limit_s = 540;
   for (int i = 1; i < argc; ++i) {
@@ -219,6 +227,26 @@ int main(int argc, char** argv) {
       auto& slot = cold ? options.cluster_member_cold : options.cluster_member;
       slot = target{cold ? "tether-member-cold" : "tether-member", *ep, std::nullopt};
       if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
+    } else if (arg == "--tokens-node" || arg == "--slots-node") {
+      auto at = value.find('@');
+      auto ep = parse_endpoint(std::string_view(value).substr(0, at));
+      if (!ep) {
+        std::cerr << "tether-bench: bad " << arg << " " << value << "\n";
+        return 2;
+      }
+      const bool tokens = arg == "--tokens-node";
+      auto& slot = tokens ? options.tokens_node : options.slots_node;
+      slot = target{tokens ? "tether-tokens" : "tether-slots", *ep, std::nullopt};
+      if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
+    } else if (arg == "--token-node") {
+      if (value == "tokens") {
+        token_node_config = token_node::tokens;
+      } else if (value == "slots") {
+        token_node_config = token_node::slots;
+      } else {
+        std::cerr << "tether-bench: bad --token-node " << value << "\n";
+        return 2;
+      }
     } else if (arg == "--replicas-healthy" || arg == "--replicas-dead" ||
                arg == "--replicas-ejecting") {
       auto at = value.find('@');
@@ -262,6 +290,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     const auto mock_text = mock->address().to_string() + ":" + std::to_string(mock->port());
+    if (token_node_config) {
+      std::cout << token_budget_config(listen, mock_text, *token_node_config);
+      return 0;
+    }
     if (replicas) {
       if (*replicas != replica_mode::healthy && dead_upstream.empty()) {
         std::cerr << "tether-bench: --replicas dead|ejecting needs --dead-upstream\n";
@@ -329,6 +361,7 @@ int main(int argc, char** argv) {
   run(5, "budget", [&] { return run_budget(ctx); });
   run(7, "shared_budget", [&] { return run_shared_budget(ctx); });
   run(8, "dead_replica", [&] { return run_dead_replica(ctx); });
+  run(9, "token_budget", [&] { return run_token_budget(ctx); });
   // Last: it grows every proxy's memory for good.
   run(6, "memory", [&] { return run_memory(ctx, idle_kib); });
 

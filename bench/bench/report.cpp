@@ -391,6 +391,49 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
               0)
        << " (attempts already on their way to the dead upstream when it was ejected).\n";
   }
+  if (scenarios.contains("token_budget") &&
+      at_path(root, {"scenarios", "token_budget", "targets"}) != nullptr) {
+    auto cfg = [&](std::string_view k, int d = 0) {
+      return num(root, {"scenarios", "token_budget", "config", k}, d);
+    };
+    const auto* model = at_path(root, {"scenarios", "token_budget", "config", "model"});
+    const std::string model_name =
+        model != nullptr && model->is_string() ? std::string(model->as_string()) : "–";
+    md << "\n## 9. Token budget — short and very long `max_tokens` against a KV budget (tether "
+          "only)\n\n"
+       << "The mock (`" << model_name << "`) holds at most " << cfg("budget_tokens")
+       << " tokens (a request needs its body bytes / 4 plus its "
+       << "`max_tokens`, the weight tether computes) for " << cfg("hold_ms")
+       << " ms each, and answers 503 at once to a request that does not fit: it is over budget. "
+       << "Closed loop of " << cfg("callers") << " callers; one request in " << cfg("long_one_in")
+       << " asks for " << cfg("long_max_tokens") << " tokens (weight " << cfg("long_weight")
+       << "), the others for 64, 128 or 256; mean weight " << cfg("mean_weight", 1) << ". Node "
+       << "`tokens`: `max_tokens_in_flight = " << cfg("budget_tokens")
+       << "`; node `slots`: no token cap, `max_in_flight = " << cfg("slots_max_in_flight")
+       << "` (the budget over the mean weight, rounded). No retries. " << cfg("rounds")
+       << " round(s) of " << cfg("slice_ms") << " ms per node. Latencies of 2xx answers.\n\n"
+       << "| node | requests | 2xx | failed | over budget at the mock | share | peak KV tokens "
+          "held | "
+          "peak asked | 2xx/s | tokens served/s | p50 | p99 | long p50 | long p99 |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const char* t : {"tokens", "slots"}) {
+      if (at_path(root, {"scenarios", "token_budget", "targets", t}) == nullptr) continue;
+      auto v = [&](std::string_view a, int d = 0) {
+        return num(root, {"scenarios", "token_budget", "targets", t, a}, d);
+      };
+      auto lg = [&](std::string_view k) {
+        return num(root, {"scenarios", "token_budget", "targets", t, "long_latency_ms", k}, 3);
+      };
+      md << "| " << t << " | " << v("requests") << " | " << v("ok_2xx") << " | " << v("failed")
+         << " | " << v("kv_over_budget") << " | " << v("kv_over_budget_share", 4) << " | "
+         << v("kv_peak_tokens") << " | " << v("kv_peak_demand_tokens") << " | "
+         << v("throughput_rps", 1) << " | " << v("tokens_served_per_s") << " | " << v("p50", 3)
+         << " | " << v("p99", 3) << " | " << lg("p50") << " | " << lg("p99") << " |\n";
+    }
+    md << "\nFailed: as the callers saw them (tether answers the server's 503 with 502 "
+          "`upstream_failed`). Peak asked: the most tokens the mock was asked to hold at once "
+          "(those held plus an arrival's); above the budget exactly when a request was over it.\n";
+  }
   if (scenarios.contains("memory")) {
     md << "\n## 6. Memory — concurrent slow streams (an event a second)\n\n";
     const auto* ceiling = at_path(root, {"scenarios", "memory", "config", "descriptor_ceiling"});

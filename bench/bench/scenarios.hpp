@@ -25,6 +25,10 @@ boost::json::object run_shared_budget(bench_context& ctx);
 // One model on three deployments, one of them refusing connections (issue #29), through the
 // nodes of options().replicas_*: what failing over costs with and without ejection.
 boost::json::object run_dead_replica(bench_context& ctx);
+// A mix of short and very long max_tokens against the mock's KV budget (issue #30), through the
+// nodes of options().tokens_node and slots_node: how often the server is over its budget with
+// token-weighted admission and with a request-count cap.
+boost::json::object run_token_budget(bench_context& ctx);
 // idle_kib: each proxy's RSS before the bench sent it anything.
 boost::json::object run_memory(bench_context& ctx, const std::map<std::string, double>& idle_kib);
 

@@ -27,6 +27,8 @@ bool consume_prefix(std::string_view& text, std::string_view prefix) {
 constexpr std::uint64_t max_ms = 24ULL * 3600 * 1000;
 // The body is built in memory before it is sent; a GiB is more than any size limit worth testing.
 constexpr std::uint64_t max_huge_mebibytes = 1024;
+// tether's own ceiling for max_tokens_in_flight.
+constexpr std::uint64_t max_kv_budget_tokens = 1ULL << 48;
 
 }  // namespace
 
@@ -63,6 +65,17 @@ std::optional<behaviour> parse_behaviour(std::string_view model) {
     auto ms = parse_number(model, max_ms);
     if (!ms) return std::nullopt;
     b.kind = behaviour_kind::drip;
+    b.delay = std::chrono::milliseconds(*ms);
+    return b;
+  }
+  if (consume_prefix(model, "mock-kv-")) {
+    auto dash = model.find('-');
+    if (dash == std::string_view::npos) return std::nullopt;
+    auto budget = parse_number(model.substr(0, dash), max_kv_budget_tokens);
+    auto ms = parse_number(model.substr(dash + 1), max_ms);
+    if (!budget || *budget == 0 || !ms) return std::nullopt;
+    b.kind = behaviour_kind::kv;
+    b.kv_budget_tokens = *budget;
     b.delay = std::chrono::milliseconds(*ms);
     return b;
   }

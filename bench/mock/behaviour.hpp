@@ -26,6 +26,9 @@ enum class behaviour_kind {
   reset,       // mock-reset: a few events, then RST (SO_LINGER 0)
   drip,        // mock-drip-<ms>: the response body one byte every ms
   drop,        // mock-drop: reads the request, then RST without a byte of response
+  // A server with a KV cache of that many tokens (bench/mock/kv_budget.hpp): a request whose
+  // demand does not fit beside the ones at work is 503 at once, else answered after ms.
+  kv,  // mock-kv-<budget_tokens>-<ms>
 };
 
 struct behaviour {
@@ -36,6 +39,7 @@ struct behaviour {
   std::uint32_t retry_after_seconds = 0;  // rate_limit
   unsigned percent = 0;                   // flaky
   std::uint32_t mebibytes = 0;            // huge
+  std::uint64_t kv_budget_tokens = 0;     // kv (its hold time is `delay`)
 };
 
 // How many whole events the broken streams (sse_cut, bad_chunk, reset) send before they break,

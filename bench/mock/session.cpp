@@ -33,6 +33,7 @@
 #include <boost/json.hpp>
 
 #include "bench/mock/behaviour.hpp"
+#include "bench/mock/kv_budget.hpp"
 #include "bench/mock/openai_bodies.hpp"
 #include "bench/mock/stats.hpp"
 
@@ -129,7 +130,10 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     new_parser();
   }
 
-  ~session() { stats_.connection_closed(ticket_); }
+  ~session() {
+    release_kv();
+    stats_.connection_closed(ticket_);
+  }
 
   void start() {
     if constexpr (std::is_same_v<Stream, tls_stream>) {
@@ -229,6 +233,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    release_kv();
     timer_.cancel();
     error_code ec;
     socket_of(stream_).shutdown(tcp::socket::shutdown_both, ec);
@@ -385,7 +390,27 @@ class session : public std::enable_shared_from_this<session<Stream>> {
         // leaves its client with. No response byte precedes the reset.
         keep_alive_ = false;
         return enqueue({std::string(), false, true, true});
+      case behaviour_kind::kv: {
+        const auto demand = kv_demand(body.size(), requested_output_limit(*object));
+        if (!stats_.kv().try_hold(b->kv_budget_tokens, demand)) {
+          return send_error(503,
+                            "mock KV cache full: " + std::to_string(demand) +
+                                " tokens do not fit in " + std::to_string(b->kv_budget_tokens),
+                            "mock_kv_over_budget", "mock_error");
+        }
+        kv_hold_ = {b->kv_budget_tokens, demand};
+        return answer_after(b->delay);
+      }
     }
+  }
+
+  // A kv request's tokens come back when its answer starts (the work is done) or its connection
+  // ends, whichever is first; before the answer's bytes leave, so a client that sends its next
+  // request on seeing the answer finds them free.
+  void release_kv() {
+    if (!kv_hold_) return;
+    stats_.kv().release(kv_hold_->budget, kv_hold_->demand);
+    kv_hold_.reset();
   }
 
   // ---- answers ---------------------------------------------------------------------------
@@ -401,6 +426,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
 
   // The successful answer of a model request, whole or as a one-event stream.
   void answer() {
+    release_kv();
     if (ctx_.api == api_kind::embedding) {
       return send_whole(200, embeddings_body(ctx_, embedding_inputs_));
     }
@@ -637,6 +663,11 @@ class session : public std::enable_shared_from_this<session<Stream>> {
   std::uint32_t chunks_sent_ = 0;
   std::optional<behaviour_kind> broken_;  // sse_cut, bad_chunk or reset: how the stream ends
   std::string drip_body_;
+  struct kv_hold {
+    std::uint64_t budget = 0;
+    std::uint64_t demand = 0;
+  };
+  std::optional<kv_hold> kv_hold_;  // a kv request's demand, held until release_kv()
 };
 
 }  // namespace

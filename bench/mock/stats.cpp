@@ -145,6 +145,7 @@ void stats_registry::reset() {
   max_active_ = active_;
   log_.clear();
   flaky_counters_.clear();
+  kv_.reset();
 }
 
 std::string stats_registry::to_json(std::optional<std::uint64_t> since) const {
@@ -163,6 +164,11 @@ std::string stats_registry::to_json(std::optional<std::uint64_t> since) const {
   o["active"] = active_;
   o["max_active"] = max_active_;
   o["health_checks"] = health_checks_;
+  o["kv_admitted"] = kv_.admitted();
+  o["kv_over_budget"] = kv_.over_budget();
+  o["kv_peak_tokens"] = kv_.peak_tokens();
+  o["kv_peak_demand_tokens"] = kv_.peak_demand_tokens();
+  o["kv_tokens_in_flight"] = kv_.tokens_in_flight();
   o["log"] = std::move(log);
   return json::serialize(o);
 }

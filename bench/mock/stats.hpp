@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "bench/mock/kv_budget.hpp"
+
 namespace tether::mock {
 
 double epoch_ms_now();
@@ -64,6 +66,9 @@ class stats_registry {
   // Position k (0-based, since the last reset) of a request for this flaky model.
   std::uint64_t next_flaky_index(const std::string& model);
 
+  // The KV budgets of the mock-kv models; /_stats reports their counters, /_reset zeroes them.
+  kv_books& kv() { return kv_; }
+
   // GET /health answers with this status (POST /_health?status=N sets it; a reset keeps it),
   // and counts each check.
   unsigned health_check() {
@@ -92,6 +97,7 @@ class stats_registry {
   unsigned health_status_ = 200;
   std::deque<std::shared_ptr<request_record>> log_;
   std::unordered_map<std::string, std::uint64_t> flaky_counters_;
+  kv_books kv_;
 };
 
 }  // namespace tether::mock

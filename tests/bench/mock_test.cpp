@@ -446,6 +446,92 @@ TEST_F(MockTest, FlakyFiftyAlternatesSuccessAndFailure) {
   EXPECT_EQ(statuses, (std::vector<int>{200, 503, 200, 503, 200, 503}));
 }
 
+// A chat body naming one output limit (`limit_key`, or none when empty).
+std::string kv_body(std::string_view model, std::string_view limit_key = {},
+                    std::uint64_t limit = 0) {
+  json::object body{
+      {"model", model},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", "a secret prompt"}}}}};
+  if (!limit_key.empty()) body[limit_key] = limit;
+  return json::serialize(body);
+}
+
+// tether's token weight of a request (actors/policy/token_weight.hpp), which the mock's KV
+// demand must equal.
+std::int64_t kv_demand(const std::string& body, std::int64_t max_output) {
+  return static_cast<std::int64_t>(body.size() / 4) + max_output;
+}
+
+TEST_F(MockTest, KvModelAnswersAFittingRequestAfterItsDelayAndReleasesItsDemand) {
+  const auto body = kv_body("mock-kv-1000-50", "max_tokens", 300);
+  auto response = post("/v1/chat/completions", body);
+
+  ASSERT_EQ(response.status, 200);
+  EXPECT_GE(response.elapsed.count(), 45.0);
+  EXPECT_EQ(response.json().at("object"), "chat.completion");
+  EXPECT_TRUE(response.json().at("usage").is_object());
+  auto stats = mock_.stats();
+  EXPECT_EQ(count(stats, "kv_admitted"), 1);
+  EXPECT_EQ(count(stats, "kv_over_budget"), 0);
+  EXPECT_EQ(count(stats, "kv_peak_tokens"), kv_demand(body, 300));
+  EXPECT_EQ(count(stats, "kv_tokens_in_flight"), 0);
+}
+
+TEST_F(MockTest, KvModelRefusesWhatDoesNotFitBesideTheWorkAndFreesItWhenTheClientLeaves) {
+  // One budget of 1000 tokens, shared by every mock-kv-1000-* model: the holder works for a
+  // minute, the others answer at once.
+  const auto held = kv_body("mock-kv-1000-60000", "max_completion_tokens", 600);
+  raw_connection holder(mock_.port());
+  holder.send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+      "\r\nContent-Length: " +
+      std::to_string(held.size()) + "\r\n\r\n" + held);
+  auto stats = mock_.wait_for_stats([&](const json::object& s) {
+    return count(s, "kv_tokens_in_flight") == kv_demand(held, 600);
+  });
+  ASSERT_EQ(count(stats, "kv_tokens_in_flight"), kv_demand(held, 600));
+
+  const auto small = kv_body("mock-kv-1000-0", "max_tokens", 10);
+  EXPECT_EQ(post("/v1/chat/completions", small).status, 200) << "it fits beside the holder";
+  // The largest limit counts, as in tether's weight.
+  json::object two_limits = json::parse(kv_body("mock-kv-1000-0", "max_tokens", 5)).as_object();
+  two_limits["max_output_tokens"] = 600;
+  const auto big = json::serialize(two_limits);
+  auto refused = post("/v1/chat/completions", big);
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.json().at("error").at("code"), "mock_kv_over_budget");
+  EXPECT_EQ(refused.json().at("error").at("type"), "mock_error");
+
+  holder.close();
+  stats = mock_.wait_for_stats(
+      [](const json::object& s) { return count(s, "kv_tokens_in_flight") == 0; });
+  ASSERT_EQ(count(stats, "kv_tokens_in_flight"), 0) << "the departed client's demand is freed";
+  EXPECT_EQ(post("/v1/chat/completions", big).status, 200) << "it fits once the holder left";
+
+  stats = mock_.stats();
+  EXPECT_EQ(count(stats, "kv_admitted"), 3);
+  EXPECT_EQ(count(stats, "kv_over_budget"), 1);
+  EXPECT_EQ(count(stats, "kv_peak_tokens"), kv_demand(held, 600) + kv_demand(small, 10));
+  EXPECT_EQ(count(stats, "kv_peak_demand_tokens"), kv_demand(held, 600) + kv_demand(big, 600));
+}
+
+TEST_F(MockTest, KvModelWithoutAnOutputLimitNeeds1024TokensAndResetClearsItsCounters) {
+  auto response = post("/v1/chat/completions", kv_body("mock-kv-1024-0"));
+  EXPECT_EQ(response.status, 503) << "the prompt and 1024 tokens are more than the whole budget";
+  EXPECT_EQ(post("/v1/chat/completions", kv_body("mock-kv-1100-0")).status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", kv_body("mock-kv-0-10")).status, 404);
+  EXPECT_EQ(post("/v1/chat/completions", kv_body("mock-kv-100")).status, 404);
+  ASSERT_EQ(count(mock_.stats(), "kv_over_budget"), 1);
+
+  mock_.reset();
+
+  auto stats = mock_.stats();
+  EXPECT_EQ(count(stats, "kv_admitted"), 0);
+  EXPECT_EQ(count(stats, "kv_over_budget"), 0);
+  EXPECT_EQ(count(stats, "kv_peak_tokens"), 0);
+  EXPECT_EQ(count(stats, "kv_peak_demand_tokens"), 0);
+}
+
 TEST_F(MockTest, EmbeddingsAnswerOneVectorPerInput) {
   auto response = post("/v1/embeddings", R"({"model":"mock","input":["a","b","c"]})");
 

@@ -683,6 +683,27 @@ TEST(LoaderTest, Sha256IsStoredLowerCase) {
   EXPECT_EQ(cfg.keys[0].max_in_flight, 4u);
 }
 
+TEST(LoaderTest, AKeysQueueShareAndHighestPriorityDefaultAndAreRead) {
+  const auto plain = expect_ok(with_key(std::string(64, 'a')));
+  ASSERT_EQ(plain.keys.size(), 1u);
+  EXPECT_EQ(plain.keys[0].weight, 1u);
+  EXPECT_EQ(plain.keys[0].max_priority, priority::normal);
+  const auto set =
+      expect_ok(with_key(std::string(64, 'a')) + "weight = 3\nmax_priority = \"high\"\n");
+  EXPECT_EQ(set.keys[0].weight, 3u);
+  EXPECT_EQ(set.keys[0].max_priority, priority::high);
+}
+
+TEST(LoaderTest, ABadKeyWeightOrPriorityIsNamed) {
+  expect_error(with_key(std::string(64, 'a')) + "weight = 0\n", "keys[0].weight");
+  expect_error(with_key(std::string(64, 'a')) + "weight = 1001\n", "keys[0].weight");
+  expect_error(with_key(std::string(64, 'a')) + "max_priority = \"urgent\"\n",
+               "keys[0].max_priority: expected \"high\", \"normal\" or \"low\", got \"urgent\"");
+  // The header's value may be in any case; a config file is written one way.
+  expect_error(with_key(std::string(64, 'a')) + "max_priority = \"High\"\n",
+               "keys[0].max_priority");
+}
+
 TEST(LoaderTest, UnknownModelInKeyIsNamed) {
   expect_error(with_key(std::string(64, 'a'), R"(["m", "ghost"])"),
                "keys[0].models: \"ghost\" is not a configured model");

@@ -56,7 +56,7 @@ TEST(LeaseBookTest, AnAcquireWithNothingIdleQueuesTheHolderAndAsksTheHostOnce) {
   EXPECT_TRUE(a.grants.empty());
   ASSERT_EQ(a.asks.size(), 1u);
   EXPECT_EQ(a.asks[0].pool, pool_a);
-  EXPECT_EQ(a.asks[0].priority, 50);
+  EXPECT_EQ(a.asks[0].rank, 50);
   EXPECT_TRUE(a.returns.empty());
   EXPECT_TRUE(b.knows(1));
   EXPECT_EQ(b.waiting(), 1u);
@@ -152,7 +152,7 @@ TEST(LeaseBookTest, AFreedSlotGoesToTheOldestLocalWaiterAndItsSurplusAskIsWithdr
 TEST(LeaseBookTest, WaitersAreServedByPriorityThenArrival) {
   lease_book b;
   std::vector<lease_book::lease> asks;
-  // (holder, priority): lower priority (an earlier request arrival) goes first.
+  // (holder, rank): lower rank (an earlier request arrival) goes first.
   for (auto [who, prio] : std::vector<std::pair<lease_book::holder, std::int64_t>>{
            {1, 300}, {2, 100}, {3, 300}, {4, 100}, {5, 200}}) {
     auto a = b.acquire(who, pool_a, prio, 0);
@@ -176,7 +176,7 @@ TEST(LeaseBookTest, ARefusalGoesToTheOldestWaiterOfThatPoolWithTheHostsReason) {
   auto other = b.acquire(3, pool_b, 0, 0);
   auto r = b.answered(a1.asks.at(0).id, false, "queue full", 5);
   ASSERT_EQ(r.refusals.size(), 1u);
-  EXPECT_EQ(r.refusals[0].who, 2u);  // priority 10 is older than 20
+  EXPECT_EQ(r.refusals[0].who, 2u);  // rank 10 is older than 20
   EXPECT_EQ(r.refusals[0].reason, "queue full");
   EXPECT_TRUE(r.grants.empty());
   EXPECT_TRUE(r.returns.empty());
@@ -209,7 +209,7 @@ TEST(LeaseBookTest, AWaiterThatGoesAwayWithdrawsTheNewestAsk) {
   EXPECT_EQ(granted_to(g), std::vector<lease_book::holder>{2});
 }
 
-// A retry carries its request's early priority: when an ask is withdrawn, the one with the worst
+// A retry carries its request's early rank: when an ask is withdrawn, the one with the worst
 // place in the host's queue goes, so the oldest waiter keeps the early place.
 TEST(LeaseBookTest, TheAskWithdrawnIsTheOneWithTheLatestPriority) {
   lease_book b;
@@ -425,9 +425,9 @@ TEST(LeaseBookTest, DropAllHandsOverBusyAndWaitingClaimsAndForgetsEverything) {
   ASSERT_EQ(waiting.count(3), 1u);
   ASSERT_EQ(waiting.count(4), 1u);
   EXPECT_EQ(waiting.at(3).pool, pool_a);
-  EXPECT_EQ(waiting.at(3).priority, 42);
+  EXPECT_EQ(waiting.at(3).rank, 42);
   EXPECT_EQ(waiting.at(4).pool, pool_a_keyed);
-  EXPECT_EQ(waiting.at(4).priority, 43);
+  EXPECT_EQ(waiting.at(4).rank, 43);
 
   EXPECT_EQ(b.busy(), 0u);
   EXPECT_EQ(b.waiting(), 0u);

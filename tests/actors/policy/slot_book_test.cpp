@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -17,7 +18,7 @@ using holders = std::vector<holder>;
 
 slot_book book(std::uint32_t global, std::vector<std::uint32_t> per_upstream,
                std::vector<std::uint32_t> per_key = {}, std::uint32_t queue_max = 16) {
-  return slot_book({global, std::move(per_upstream), std::move(per_key), queue_max, {}});
+  return slot_book({global, std::move(per_upstream), std::move(per_key), queue_max, {}, {}});
 }
 
 holders granted(const slot_book::actions& a) {
@@ -32,10 +33,10 @@ holders refused(const slot_book::actions& a) {
   return out;
 }
 
-// Connection actor `who` asks for a slot on `upstream` (key -1, priority 0 unless given).
+// Connection actor `who` asks for a slot on `upstream` (key -1, rank 0 unless given).
 slot_book::actions ask(slot_book& b, slot_book::owner who, std::uint64_t upstream,
-                       std::int64_t key = -1, std::int64_t priority = 0, std::int64_t now = 0) {
-  return b.acquire(who, upstream, key, priority, 0, true, now);
+                       std::int64_t key = -1, std::int64_t rank = 0, std::int64_t now = 0) {
+  return b.acquire(who, upstream, key, rank, 0, true, now);
 }
 
 TEST(SlotBookTest, AnAskWithinEveryCapIsGrantedAtOnceWithoutWaiting) {
@@ -168,7 +169,7 @@ TEST(SlotBookTest, AGivenBackSlotGoesToTheOldestWaiterWithTheTimeItWaited) {
   EXPECT_EQ(b.held(), 1u);
 }
 
-TEST(SlotBookTest, WaitersOfOnePriorityAreServedInTheOrderTheyAsked) {
+TEST(SlotBookTest, WaitersOfOneRankAreServedInTheOrderTheyAsked) {
   auto b = book(1, {1, 1});
   ask(b, 1, 0);
   for (slot_book::owner w = 2; w <= 4; ++w) ask(b, w, 0, -1, 5);
@@ -179,7 +180,7 @@ TEST(SlotBookTest, WaitersOfOnePriorityAreServedInTheOrderTheyAsked) {
   EXPECT_EQ(order, (holders{{2, 0}, {3, 0}, {4, 0}}));
 }
 
-// A retry carries its request's early arrival as its priority.
+// A retry carries its request's early arrival as its rank.
 TEST(SlotBookTest, ARetryOfAnOlderRequestGoesBeforeNewerRequestsQueuedEarlier) {
   auto b = book(1, {1, 1});
   ask(b, 1, 0, -1, 0);
@@ -358,7 +359,7 @@ TEST(SlotBookTest, ALinkHoldingNoSlotIsNotRecalledUntilItHoldsOne) {
   EXPECT_TRUE(a.recalls[0].on);
 }
 
-TEST(SlotBookTest, ALeaseAskQueuesInPriorityOrderWithConnectionActors) {
+TEST(SlotBookTest, ALeaseAskQueuesInRankOrderWithConnectionActors) {
   auto b = book(8, {1, 1});
   ask(b, 1, 0);
   ask(b, 2, 0, -1, 20);
@@ -396,7 +397,7 @@ TEST(SlotBookTest, RefusingLocalWorkRefusesItsWaitersAndLaterAsksButNotLeases) {
 TEST(SlotBookTest, NoWaiterFitsAndNoCapIsExceededUnderRandomTraffic) {
   const std::vector<std::uint32_t> per_upstream{2, 3};
   const std::vector<std::uint32_t> per_key{1, 0, 2};
-  slot_book b({4, per_upstream, per_key, 6, {}});
+  slot_book b({4, per_upstream, per_key, 6, {}, {}});
   std::mt19937_64 rng(26);
   std::map<holder, slot_book::claim> asked;  // everything asked and not yet answered no or gone
   std::map<holder, slot_book::ticket> tickets;
@@ -414,17 +415,17 @@ TEST(SlotBookTest, NoWaiterFitsAndNoCapIsExceededUnderRandomTraffic) {
     auto pick = std::uniform_int_distribution<int>(0, 9)(rng);
     std::uint64_t upstream = std::uniform_int_distribution<int>(0, 2)(rng);
     std::int64_t key = std::uniform_int_distribution<int>(-1, 3)(rng);
-    std::int64_t priority = std::uniform_int_distribution<int>(0, 5)(rng);
+    std::int64_t rank = std::uniform_int_distribution<int>(0, 5)(rng);
     if (pick < 4) {
       holder h{next_owner++, 0};
       asked[h] = {upstream, key};
-      auto a = b.acquire(h.who, upstream, key, priority, 0, true, now);
+      auto a = b.acquire(h.who, upstream, key, rank, 0, true, now);
       if (a.queued) tickets[h] = *a.queued;
       note(a);
     } else if (pick < 6) {
       holder h{1000000, std::uniform_int_distribution<slot_book::lease_id>(1, 8)(rng)};
       if (!b.knows(h)) asked[h] = {upstream, key};
-      auto a = b.lease(h.who, h.id, upstream, key, priority, 0, now);
+      auto a = b.lease(h.who, h.id, upstream, key, rank, 0, now);
       if (a.queued) tickets[h] = *a.queued;
       note(a);
     } else if (!asked.empty()) {
@@ -461,7 +462,7 @@ TEST(SlotBookTest, RaisedCapsAdmitTheWaitersThatNowFit) {
   ask(b, 2, 0, -1, 1);
   ask(b, 3, 0, -1, 2);
   ASSERT_EQ(b.waiting(), 2u);
-  auto act = b.set_caps({8, {2}, {}, 16, {}}, 5);
+  auto act = b.set_caps({8, {2}, {}, 16, {}, {}}, 5);
   EXPECT_EQ(granted(act), (holders{{2, 0}}));
   EXPECT_TRUE(act.queue_changed);
   EXPECT_EQ(b.waiting(), 1u);
@@ -475,7 +476,7 @@ TEST(SlotBookTest, LoweredCapsKeepTheSlotsHeldAndGrantOnlyUnderTheNewCap) {
   ask(b, 1, 0);
   ask(b, 2, 0);
   ask(b, 3, 0);
-  auto act = b.set_caps({8, {1}, {}, 16, {}}, 0);
+  auto act = b.set_caps({8, {1}, {}, 16, {}, {}}, 0);
   EXPECT_TRUE(act.grants.empty());
   EXPECT_TRUE(act.released.empty());
   EXPECT_EQ(b.held(), 3u);
@@ -490,7 +491,7 @@ TEST(SlotBookTest, LoweredCapsKeepTheSlotsHeldAndGrantOnlyUnderTheNewCap) {
 TEST(SlotBookTest, UpstreamsAndKeysAddedByNewCapsAreCountedUnderTheirOwnCaps) {
   auto b = book(8, {2}, {0});
   ask(b, 1, 0, 0);
-  b.set_caps({8, {4, 1}, {0, 1}, 16, {}}, 0);
+  b.set_caps({8, {4, 1}, {0, 1}, 16, {}, {}}, 0);
   EXPECT_EQ(b.held_on_upstream(0), 1u);
   EXPECT_EQ(granted(ask(b, 2, 1)), (holders{{2, 0}}));
   EXPECT_TRUE(granted(ask(b, 3, 1)).empty());  // upstream 1 is at its cap of 1
@@ -511,13 +512,13 @@ slot_book token_book(std::vector<std::uint64_t> token_caps, std::uint32_t per_up
                     std::vector<std::uint32_t>(token_caps.size(), per_upstream),
                     {},
                     16,
-                    std::move(token_caps)});
+                    std::move(token_caps),
+                    {}});
 }
 
 slot_book::actions ask_tokens(slot_book& b, slot_book::owner who, std::uint64_t upstream,
-                              std::uint64_t tokens, std::int64_t priority = 0,
-                              std::int64_t now = 0) {
-  return b.acquire(who, upstream, -1, priority, tokens, true, now);
+                              std::uint64_t tokens, std::int64_t rank = 0, std::int64_t now = 0) {
+  return b.acquire(who, upstream, -1, rank, tokens, true, now);
 }
 
 TEST(SlotBookTokensTest, AWeightIsHeldWithItsSlotUntilTheSlotIsFreed) {
@@ -587,7 +588,7 @@ TEST(SlotBookTokensTest, AReloadLoweringTheCapRefusesTheWaitersThatCanNeverFit) 
   ask_tokens(b, 1, 0, 800);
   ask_tokens(b, 2, 0, 700, 1);
   ask_tokens(b, 3, 0, 300, 2);
-  auto act = b.set_caps({16, {8}, {}, 16, {500}}, 5);
+  auto act = b.set_caps({16, {8}, {}, 16, {500}, {}}, 5);
   EXPECT_EQ(refused(act), (holders{{2, 0}}));
   EXPECT_TRUE(granted(act).empty());  // 800 held is past the new cap: it runs on
   EXPECT_EQ(b.waiting(), 1u);
@@ -615,6 +616,145 @@ TEST(SlotBookTokensTest, TheTokenCapIsNeverExceededUnderRandomTraffic) {
     ASSERT_LE(b.tokens_on_upstream(1), 300u) << step;
     ASSERT_LE(b.held_on_upstream(0), 4u);
   }
+}
+
+// The fair queue: each key waits in its own lane, and freed slots go round the lanes in
+// proportion to each key's weight.
+slot_book fair_book(std::uint32_t global, std::vector<std::uint32_t> weights,
+                    std::uint32_t queue_max = 200) {
+  return slot_book({global, {}, {}, queue_max, {}, std::move(weights)});
+}
+
+// Frees the slot that `holder_of_slot` holds, `rounds` times over: each grant's holder is the
+// next to give its slot back (one slot in turn, as under saturation). Returns the keys of the
+// grants, in order.
+std::vector<std::int64_t> serve_in_turn(slot_book& b, slot_book::owner holder_of_slot, int rounds) {
+  std::vector<std::int64_t> keys;
+  for (int i = 0; i < rounds; ++i) {
+    auto a = b.owner_gone(holder_of_slot, i);
+    if (a.grants.empty()) break;
+    keys.push_back(a.grants[0].what.key);
+    holder_of_slot = a.grants[0].who.who;
+  }
+  return keys;
+}
+
+TEST(SlotBookFairTest, AKeyThatQueuesMoreDoesNotMakeAnotherKeyWaitBehindIt) {
+  auto b = fair_book(1, {});
+  ask(b, 1, 0, 0);
+  for (slot_book::owner w = 100; w < 130; ++w) ask(b, w, 0, 0, static_cast<std::int64_t>(w));
+  // Key 1 arrives after all of key 0's requests: by arrival alone it would be served last.
+  for (slot_book::owner w = 200; w < 203; ++w) ask(b, w, 0, 1, static_cast<std::int64_t>(w));
+  auto keys = serve_in_turn(b, 1, 33);
+  ASSERT_EQ(keys.size(), 33u);
+  std::vector<std::size_t> places_of_key_1;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] == 1) places_of_key_1.push_back(i);
+  }
+  // Turn about: key 1's three are served among the first six, not after key 0's thirty.
+  EXPECT_EQ(places_of_key_1, (std::vector<std::size_t>{1, 3, 5}));
+}
+
+TEST(SlotBookFairTest, WeightsShareTheSlotsInProportionUnderSaturation) {
+  auto b = fair_book(1, {3, 1});
+  ask(b, 1, 0, 0);
+  for (slot_book::owner w = 0; w < 60; ++w) {
+    ask(b, 100 + w, 0, 0, static_cast<std::int64_t>(w));
+    ask(b, 200 + w, 0, 1, static_cast<std::int64_t>(w));
+  }
+  auto keys = serve_in_turn(b, 1, 40);
+  ASSERT_EQ(keys.size(), 40u);
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), 0), 30);
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), 1), 10);
+  // And at every point, not only over the whole: each run of four holds three of key 0.
+  for (std::size_t i = 0; i + 4 <= keys.size(); i += 4)
+    EXPECT_EQ(std::count(keys.begin() + i, keys.begin() + i + 4, 0), 3) << "from grant " << i;
+}
+
+TEST(SlotBookFairTest, RequestsWithoutAKeyShareAsOneMoreKey) {
+  auto b = fair_book(1, {});
+  ask(b, 1, 0, 0);
+  for (slot_book::owner w = 100; w < 110; ++w) ask(b, w, 0, 0, static_cast<std::int64_t>(w));
+  for (slot_book::owner w = 200; w < 210; ++w) ask(b, w, 0, -1, static_cast<std::int64_t>(w));
+  auto keys = serve_in_turn(b, 1, 6);
+  EXPECT_EQ(keys, (std::vector<std::int64_t>{0, -1, 0, -1, 0, -1}));
+}
+
+TEST(SlotBookFairTest, AKeyIdleForAWhileBanksNoTurns) {
+  auto b = fair_book(1, {});
+  ask(b, 1, 0, 0);
+  for (slot_book::owner w = 100; w < 120; ++w) ask(b, w, 0, 0, static_cast<std::int64_t>(w));
+  // Key 0 alone is served ten times; key 1 was not waiting, so it is owed nothing for them.
+  auto alone = serve_in_turn(b, 1, 10);
+  ASSERT_EQ(alone.size(), 10u);
+  for (slot_book::owner w = 200; w < 210; ++w) ask(b, w, 0, 1, static_cast<std::int64_t>(w));
+  auto after = serve_in_turn(b, 109, 6);
+  ASSERT_EQ(after.size(), 6u);
+  EXPECT_EQ(std::count(after.begin(), after.end(), 1), 3);
+}
+
+TEST(SlotBookFairTest, AKeyServedThenEmptiedDoesNotGainATurnByAskingAgain) {
+  // Key 1 keeps exactly one request waiting, asking again as soon as it is served (a closed
+  // loop of one); key 0 keeps many. Weight 1 each: key 1 gets every other slot, not more.
+  auto b = fair_book(1, {});
+  ask(b, 1, 0, 0);
+  for (slot_book::owner w = 100; w < 140; ++w) ask(b, w, 0, 0, static_cast<std::int64_t>(w));
+  slot_book::owner next_of_key_1 = 300;
+  ask(b, next_of_key_1++, 0, 1, 1000);
+  slot_book::owner holding = 1;
+  std::vector<std::int64_t> keys;
+  for (int i = 0; i < 20; ++i) {
+    auto a = b.owner_gone(holding, i);
+    ASSERT_EQ(a.grants.size(), 1u);
+    keys.push_back(a.grants[0].what.key);
+    holding = a.grants[0].who.who;
+    if (a.grants[0].what.key == 1) ask(b, next_of_key_1++, 0, 1, 1000 + i);
+  }
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), 1), 10);
+}
+
+TEST(SlotBookFairTest, AHighRankJumpsItsOwnLaneOnly) {
+  auto b = fair_book(1, {});
+  ask(b, 1, 0, -1);
+  ask(b, 10, 0, 0, 500);  // key 0, normal
+  ask(b, 11, 0, 0, 501);
+  ask(b, 20, 0, 1, 502);  // key 1, normal
+  ask(b, 12, 0, 0, 5);    // key 0, asked last but of a higher class (a smaller rank)
+  holders order;
+  slot_book::owner holding = 1;
+  for (int i = 0; i < 4; ++i) {
+    auto a = b.owner_gone(holding, i);
+    ASSERT_EQ(a.grants.size(), 1u);
+    order.push_back(a.grants[0].who);
+    holding = a.grants[0].who.who;
+  }
+  // 12 takes key 0's turn ahead of 10 and 11, and key 1's turn stays where it was.
+  EXPECT_EQ(order, (holders{{12, 0}, {20, 0}, {10, 0}, {11, 0}}));
+}
+
+TEST(SlotBookFairTest, ALaneWhoseWaitersDoNotFitPassesItsTurnToOneThatDoes) {
+  // Key 0 is at its own cap; key 1 is not: a freed slot goes to key 1 although key 0's turn.
+  slot_book b({2, {}, {1, 0}, 16, {}, {}});
+  ask(b, 1, 0, 0);
+  ask(b, 2, 0, 1);
+  ask(b, 3, 0, 0, 1);
+  ask(b, 4, 0, 1, 2);
+  EXPECT_EQ(granted(b.owner_gone(2, 0)), (holders{{4, 0}}));
+  EXPECT_TRUE(b.knows({3, 0}));
+  EXPECT_EQ(b.waiting_for_key(0), 1u);
+  EXPECT_EQ(b.waiting_for_key(1), 0u);
+}
+
+TEST(SlotBookFairTest, ALeaseWaitsInTheLaneOfItsKey) {
+  auto b = fair_book(1, {});
+  ask(b, 1, 0, 0);
+  for (slot_book::owner w = 100; w < 105; ++w) ask(b, w, 0, 0, static_cast<std::int64_t>(w));
+  // A member's link asks for key 1 after them; it is served second, not sixth.
+  EXPECT_TRUE(b.lease(900, 1, 0, 1, 1000, 0, 0).queued);
+  auto first = b.owner_gone(1, 1);
+  ASSERT_EQ(first.grants.size(), 1u);
+  EXPECT_EQ(first.grants[0].what.key, 0);
+  EXPECT_EQ(granted(b.owner_gone(first.grants[0].who.who, 2)), (holders{{900, 1}}));
 }
 
 }  // namespace
