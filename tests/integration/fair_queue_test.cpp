@@ -10,6 +10,7 @@
 
 #include "tests/integration/harness.hpp"
 #include "tests/support/leaving_client.hpp"
+#include "tests/support/taken_port.hpp"
 
 namespace tether::test {
 namespace {
@@ -22,7 +23,8 @@ struct team {
   std::string settings;  // more lines of its [[keys]] entry
 };
 
-std::string one_slot_gateway(const mock_server& mock, const std::vector<team>& teams) {
+std::string one_slot_gateway(const mock_server& mock, const std::vector<team>& teams,
+                             const std::string& cluster = "") {
   std::string keys;
   for (const auto& t : teams) {
     keys += "[[keys]]\nname = \"" + t.name + "\"\nsha256 = \"" + sha256_hex(t.token) +
@@ -30,7 +32,8 @@ std::string one_slot_gateway(const mock_server& mock, const std::vector<team>& t
   }
   return gateway_config(mock, "max_retries = 0",
                         model_entry("hold", "mock-hang") + model_entry("slow", "mock-delay-10"),
-                        "[budget]\nmax_in_flight = 1\nqueue_max = 200\n\n" + keys);
+                        "[budget]\nmax_in_flight = 1\nqueue_max = 200\n\n" + keys +
+                            (cluster.empty() ? "" : "[cluster]\n" + cluster + "\n"));
 }
 
 header_map as(const team& t, const std::string& id, const std::string& priority = "") {
@@ -54,16 +57,21 @@ class slot_holder {
 
 class queued_calls {
  public:
-  explicit queued_calls(gateway_process& gw) : gw_(gw) {}
+  explicit queued_calls(gateway_process& gw) : gw_(&gw) {}
 
   // Sends one request and returns once it waits in the queue (the queue's depth is `depth`).
   void send(const team& t, const std::string& id, std::size_t depth,
             const std::string& priority = "") {
-    calls_.push_back(std::async(std::launch::async, [this, t, id, priority] {
-      return request("POST", gw_.port(), "/v1/chat/completions", chat_body("slow"),
-                     as(t, id, priority));
+    send_to(*gw_, t, id, depth, priority);
+  }
+  // The same through another node of a cluster (its depth counts its own waiters).
+  void send_to(gateway_process& node, const team& t, const std::string& id, std::size_t depth,
+               const std::string& priority = "") {
+    const auto port = node.port();
+    calls_.push_back(std::async(std::launch::async, [port, t, id, priority] {
+      return request("POST", port, "/v1/chat/completions", chat_body("slow"), as(t, id, priority));
     }));
-    ASSERT_TRUE(await_metric(gw_.port(), "tether_queue_depth", static_cast<double>(depth)))
+    ASSERT_TRUE(await_metric(port, "tether_queue_depth", static_cast<double>(depth)))
         << id << " did not queue";
   }
   void expect_all_ok() {
@@ -71,7 +79,7 @@ class queued_calls {
   }
 
  private:
-  gateway_process& gw_;
+  gateway_process* gw_;
   std::vector<std::future<http_response>> calls_;
 };
 
@@ -179,6 +187,32 @@ TEST(FairQueueTest, AnXPriorityThatNamesNoClassIs400WithoutAnAttempt) {
                     as(team_a, "fine", "low"))
                 .status,
             200);
+}
+
+// In a cluster the budget host's queue is the one that decides, and it is fair across the keys of
+// every node's requests: a member's leases wait in the lane of their key.
+TEST(FairQueueTest, TheBudgetHostsQueueIsFairAcrossTheKeysOfEveryNode) {
+  mock_server mock;
+  const auto budget_port = std::to_string(free_port());
+  gateway_process host{one_slot_gateway(mock, {team_a, team_b},
+                                        "budget_listen = \"127.0.0.1:" + budget_port + "\"")};
+  gateway_process member{
+      one_slot_gateway(mock, {team_a, team_b}, "budget_host = \"127.0.0.1:" + budget_port + "\"")};
+  ASSERT_TRUE(await_metric(member.port(), "tether_cluster_connected", 1, 5s));
+  slot_holder holder(host, mock, team_a);
+  queued_calls calls(host);
+  for (int i = 0; i < 10; ++i) calls.send_to(member, team_a, "a" + std::to_string(i), i + 1);
+  for (int i = 0; i < 3; ++i) calls.send(team_b, "b" + std::to_string(i), i + 1);
+  holder.let_go();
+  calls.expect_all_ok();
+  const auto order = admitted_order(mock, 13);
+  ASSERT_EQ(order.size(), 13u);
+  const auto b_places = places_of(order, 'b');
+  ASSERT_EQ(b_places.size(), 3u);
+  // By arrival the host's three would come after the member's ten.
+  EXPECT_LT(b_places.back(), 7u) << "b's were admitted at " << b_places[0] << ", " << b_places[1]
+                                 << ", " << b_places[2];
+  EXPECT_EQ(mock.stats().at("max_active").as_int64(), 1);
 }
 
 }  // namespace
