@@ -543,7 +543,7 @@ caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
         // The stream's first events carry the response object and its id.
         if (st->spec.where == surface::responses && !st->response_id_learned)
           st->learn_response_id(response_id_of_event(event));
-        if (event.find("\"usage\"") != std::string::npos) st->note_usage(event);
+        st->note_usage(event);  // one scan for "usage", none more without it
         st->channel->send_chunk(std::move(event));
       },
       [st](attempt_end_atom) { st->run(st->life->on_stream_end()); },
