@@ -1,7 +1,7 @@
 #include "actors/supervisor_actor.hpp"
 
-#include <map>
 #include <optional>
+#include <unordered_map>
 
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
@@ -13,8 +13,9 @@ struct supervisor_state {
   caf::event_based_actor* self = nullptr;
   std::chrono::milliseconds drain_timeout{0};
   caf::actor budget;  // told to refuse this node's work before the trees are stopped
-  // Strong handles: CAF 0.17 collects an actor nobody holds a strong reference to at once.
-  std::map<caf::actor_addr, caf::actor> live;
+  // Strong handles: CAF 0.17 collects an actor nobody holds a strong reference to at once. Keyed
+  // by the actor's id (every request actor is local): one insert and one erase per request.
+  std::unordered_map<caf::actor_id, caf::actor> live;
   bool draining = false;
   bool cancelling = false;
   std::uint64_t cancelled = 0;
@@ -30,11 +31,12 @@ struct supervisor_state {
 
 void supervisor_state::adopt(caf::actor req) {
   self->link_to(req);
-  live.emplace(req.address(), std::move(req));
+  const auto id = req.id();
+  live.emplace(id, std::move(req));
 }
 
 void supervisor_state::ended(const caf::actor_addr& who) {
-  live.erase(who);
+  live.erase(who.id());
   settle();
 }
 
@@ -57,7 +59,7 @@ void supervisor_state::cancel_all() {
   // give that slot to a queued request whose own stop is still on its way, and its upstream
   // would see a request the drain had already stopped.
   if (budget) self->send(budget, drain_now_atom::value);
-  for (auto& [addr, req] : live) {
+  for (auto& [id, req] : live) {
     ++cancelled;
     self->monitor(req);
     self->send_exit(req, stop_error(stop_reason::drain));

@@ -12,14 +12,16 @@ namespace {
 
 class io_timer_service final : public timer_service {
  public:
-  explicit io_timer_service(io_runtime& io) : ctx_(static_cast<asio::io_context*>(io.native())) {}
+  // The heap is looked up once: Asio's service lookup takes the io_context's mutex every time.
+  explicit io_timer_service(io_runtime& io)
+      : heap_(&timer_heap::of(*static_cast<asio::io_context*>(io.native()))) {}
 
   std::shared_ptr<timer> start(std::chrono::nanoseconds delay, timer_callback fire) override {
-    return timer_heap::of(*ctx_).start(std::chrono::steady_clock::now() + delay, std::move(fire));
+    return heap_->start(std::chrono::steady_clock::now() + delay, std::move(fire));
   }
 
  private:
-  asio::io_context* ctx_;
+  timer_heap* heap_;
 };
 
 }  // namespace

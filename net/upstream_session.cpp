@@ -86,7 +86,8 @@ upstream_origin::upstream_origin(asio::io_context& io_context, upstream_endpoint
       literal(literal_endpoint(endpoint)),
       tls(make_tls_context(endpoint)),
       pool(std::make_shared<upstream_pool>(io, endpoint.max_idle_connections,
-                                           endpoint.idle_timeout)) {}
+                                           endpoint.idle_timeout)),
+      timers(timer_heap::of(io)) {}
 
 upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
                                    std::shared_ptr<upstream_connection> pooled,
@@ -149,16 +150,15 @@ void upstream_session::do_start() {
   if (cancelled_) return finish();
   if (close_at_) {
     // Holds the session weakly: finish() cancels it when the exchange ends first.
-    close_timer_ = timer_heap::of(origin_->io)
-                       .start(
-                           *close_at_,
-                           [weak = weak_from_this()] {
-                             if (auto self = weak.lock()) {
-                               self->on_close_at();
-                               self->report_closed_if_done();
-                             }
-                           },
-                           strand_);
+    close_timer_ = origin_->timers.start(
+        *close_at_,
+        [weak = weak_from_this()] {
+          if (auto self = weak.lock()) {
+            self->on_close_at();
+            self->report_closed_if_done();
+          }
+        },
+        strand_);
   }
   if (connection_) {
     connected_reported_ = true;

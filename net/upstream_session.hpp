@@ -24,6 +24,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "net/timer_heap.hpp"
 #include "net/timer_service.hpp"
 #include "net/upstream.hpp"
 #include "net/upstream_connection.hpp"
@@ -46,6 +47,8 @@ struct upstream_origin {
   const std::optional<asio::ip::tcp::endpoint> literal;
   asio::ssl::context tls;
   std::shared_ptr<upstream_pool> pool;
+  // Looked up once: Asio's service lookup takes the io_context's mutex on every call.
+  timer_heap& timers;
 };
 
 class upstream_session : public upstream_exchange,

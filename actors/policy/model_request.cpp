@@ -5,6 +5,8 @@
 #include <boost/json/basic_parser_impl.hpp>
 #include <optional>
 
+#include "actors/policy/json_members.hpp"
+
 namespace tether {
 namespace {
 
@@ -121,13 +123,8 @@ model_spans model_value_spans(std::string_view body) {
 // DOM was most of the cost of reading the body. The top-level members are told apart by
 // their decoded keys, as the document's would be; a repeated key's last value counts, as the
 // document keeps it.
-class body_facts {
+class body_facts : public json_members<body_facts, 21> {  // sizeof "max_completion_tokens"
  public:
-  static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
-
   enum class value_kind { object, string, boolean_true, boolean_false, null, other };
 
   bool root_is_object = false;
@@ -138,31 +135,18 @@ class body_facts {
   // The last value of each output-limit key, when it is a non-negative integer.
   std::optional<std::uint64_t> output_limits[3];
 
-  bool on_document_begin(boost::json::error_code&) { return true; }
-  bool on_document_end(boost::json::error_code&) { return true; }
   bool on_object_begin(boost::json::error_code&) { return open(value_kind::object); }
   bool on_object_end(std::size_t, boost::json::error_code&) { return close(); }
   bool on_array_begin(boost::json::error_code&) { return open(value_kind::other); }
   bool on_array_end(std::size_t, boost::json::error_code&) { return close(); }
-  bool on_key_part(boost::json::string_view s, std::size_t, boost::json::error_code&) {
-    key_part(s);
-    return true;
-  }
-  bool on_key(boost::json::string_view s, std::size_t, boost::json::error_code&) {
-    key_part(s);
-    if (depth_ == 1) {
-      const std::string_view key{key_, key_size_};
-      member_ = key_size_ > sizeof key_          ? member::other
-                : key == "model"                 ? member::model
-                : key == "stream"                ? member::stream
-                : key == "max_tokens"            ? member::max_tokens
-                : key == "max_completion_tokens" ? member::max_completion_tokens
-                : key == "max_output_tokens"     ? member::max_output_tokens
-                                                 : member::other;
-      if (member_ == member::model) ++models;
-    }
-    key_size_ = 0;
-    return true;
+  void on_member(std::string_view key) {
+    member_ = key == "model"                   ? member::model
+              : key == "stream"                ? member::stream
+              : key == "max_tokens"            ? member::max_tokens
+              : key == "max_completion_tokens" ? member::max_completion_tokens
+              : key == "max_output_tokens"     ? member::max_output_tokens
+                                               : member::other;
+    if (member_ == member::model) ++models;
   }
   bool on_string_part(boost::json::string_view s, std::size_t, boost::json::error_code&) {
     string_part(s);
@@ -173,7 +157,6 @@ class body_facts {
     in_string_ = false;
     return true;
   }
-  bool on_number_part(boost::json::string_view, boost::json::error_code&) { return true; }
   bool on_int64(std::int64_t n, boost::json::string_view, boost::json::error_code&) {
     value(value_kind::other);
     if (n >= 0) output_limit(static_cast<std::uint64_t>(n));
@@ -191,14 +174,12 @@ class body_facts {
     return value(b ? value_kind::boolean_true : value_kind::boolean_false);
   }
   bool on_null(boost::json::error_code&) { return value(value_kind::null); }
-  bool on_comment_part(boost::json::string_view, boost::json::error_code&) { return true; }
-  bool on_comment(boost::json::string_view, boost::json::error_code&) { return true; }
 
  private:
   enum class member { other, model, stream, max_tokens, max_completion_tokens, max_output_tokens };
 
   void output_limit(std::uint64_t n) {
-    if (depth_ == 1 && is_output_limit(member_)) output_limits[limit_index(member_)] = n;
+    if (depth() == 1 && is_output_limit(member_)) output_limits[limit_index(member_)] = n;
   }
   static bool is_output_limit(member m) {
     return m == member::max_tokens || m == member::max_completion_tokens ||
@@ -210,8 +191,8 @@ class body_facts {
 
   // A value starts at the current depth: the document itself at 0, a top-level member's at 1.
   bool value(value_kind kind) {
-    if (depth_ == 0) root_is_object = kind == value_kind::object;
-    if (depth_ != 1) return true;
+    if (depth() == 0) root_is_object = kind == value_kind::object;
+    if (depth() != 1) return true;
     if (member_ == member::model) {
       model_is_string = kind == value_kind::string;
       model.clear();  // a string's parts follow
@@ -224,31 +205,22 @@ class body_facts {
   }
   bool open(value_kind kind) {
     value(kind);
-    ++depth_;
+    enter();
     return true;
   }
   bool close() {
-    --depth_;
+    leave();
     return true;
-  }
-  void key_part(boost::json::string_view s) {
-    if (depth_ != 1) return;
-    // Only the few keys above matter: a longer key is only counted, not kept.
-    if (key_size_ + s.size() <= sizeof key_) std::copy(s.begin(), s.end(), key_ + key_size_);
-    key_size_ += s.size();
   }
   void string_part(boost::json::string_view s) {
     if (!in_string_) {
       in_string_ = true;
       value(value_kind::string);
     }
-    if (depth_ == 1 && member_ == member::model) model.append(s.data(), s.size());
+    if (depth() == 1 && member_ == member::model) model.append(s.data(), s.size());
   }
 
-  std::size_t depth_ = 0;  // containers open
   member member_ = member::other;
-  char key_[21] = {};  // sizeof "max_completion_tokens"
-  std::size_t key_size_ = 0;
   bool in_string_ = false;
 };
 

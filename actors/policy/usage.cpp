@@ -4,6 +4,8 @@
 #include <boost/json.hpp>
 #include <boost/json/basic_parser_impl.hpp>
 
+#include "actors/policy/json_members.hpp"
+
 namespace tether {
 namespace {
 
@@ -14,41 +16,24 @@ bool is_ws(char c) {
 // The counts of one `usage` object, gathered while Boost.JSON's own parser validates it, with no
 // document built (the document and its allocations were most of what reading usage cost). Only
 // the object's own members count; a repeated key's last value counts, as a document keeps it.
-class usage_counts {
+class usage_counts
+    : public json_members<usage_counts, 27> {  // sizeof "cache_creation_input_tokens"
  public:
-  static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
-  static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
-
   enum count { prompt, input, cache_creation, cache_read, completion, output, none };
   std::optional<std::uint64_t> counts[none];
 
-  bool on_document_begin(boost::json::error_code&) { return true; }
-  bool on_document_end(boost::json::error_code&) { return true; }
   bool on_object_begin(boost::json::error_code&) { return open(); }
   bool on_object_end(std::size_t, boost::json::error_code&) { return close(); }
   bool on_array_begin(boost::json::error_code&) { return open(); }
   bool on_array_end(std::size_t, boost::json::error_code&) { return close(); }
-  bool on_key_part(boost::json::string_view s, std::size_t, boost::json::error_code&) {
-    key_part(s);
-    return true;
-  }
-  bool on_key(boost::json::string_view s, std::size_t, boost::json::error_code&) {
-    key_part(s);
-    if (depth_ == 1) {
-      const std::string_view key{key_, key_size_};
-      member_ = key_size_ > sizeof key_                ? none
-                : key == "prompt_tokens"               ? prompt
-                : key == "input_tokens"                ? input
-                : key == "cache_creation_input_tokens" ? cache_creation
-                : key == "cache_read_input_tokens"     ? cache_read
-                : key == "completion_tokens"           ? completion
-                : key == "output_tokens"               ? output
-                                                       : none;
-    }
-    key_size_ = 0;
-    return true;
+  void on_member(std::string_view key) {
+    member_ = key == "prompt_tokens"                 ? prompt
+              : key == "input_tokens"                ? input
+              : key == "cache_creation_input_tokens" ? cache_creation
+              : key == "cache_read_input_tokens"     ? cache_read
+              : key == "completion_tokens"           ? completion
+              : key == "output_tokens"               ? output
+                                                     : none;
   }
   bool on_string_part(boost::json::string_view, std::size_t, boost::json::error_code&) {
     return other_value();
@@ -56,7 +41,6 @@ class usage_counts {
   bool on_string(boost::json::string_view, std::size_t, boost::json::error_code&) {
     return other_value();
   }
-  bool on_number_part(boost::json::string_view, boost::json::error_code&) { return true; }
   bool on_int64(std::int64_t n, boost::json::string_view, boost::json::error_code&) {
     if (n < 0) return other_value();
     return set(static_cast<std::uint64_t>(n));
@@ -69,38 +53,28 @@ class usage_counts {
   }
   bool on_bool(bool, boost::json::error_code&) { return other_value(); }
   bool on_null(boost::json::error_code&) { return other_value(); }
-  bool on_comment_part(boost::json::string_view, boost::json::error_code&) { return true; }
-  bool on_comment(boost::json::string_view, boost::json::error_code&) { return true; }
 
  private:
   // A member whose value is not a non-negative integer has no count (its earlier value is gone).
   bool set(std::uint64_t n) {
-    if (depth_ == 1 && member_ != none) counts[member_] = n;
+    if (depth() == 1 && member_ != none) counts[member_] = n;
     return true;
   }
   bool other_value() {
-    if (depth_ == 1 && member_ != none) counts[member_].reset();
+    if (depth() == 1 && member_ != none) counts[member_].reset();
     return true;
   }
   bool open() {
     other_value();
-    ++depth_;
+    enter();
     return true;
   }
   bool close() {
-    --depth_;
+    leave();
     return true;
   }
-  void key_part(boost::json::string_view s) {
-    if (depth_ != 1) return;
-    if (key_size_ + s.size() <= sizeof key_) std::copy(s.begin(), s.end(), key_ + key_size_);
-    key_size_ += s.size();
-  }
 
-  std::size_t depth_ = 0;
   count member_ = none;
-  char key_[27] = {};  // sizeof "cache_creation_input_tokens"
-  std::size_t key_size_ = 0;
 };
 
 }  // namespace

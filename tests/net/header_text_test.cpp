@@ -19,6 +19,25 @@ TEST(HeaderTextTest, LowerCaseTouchesOnlyAsciiLetters) {
   }
 }
 
+// The lowering goes eight bytes at a time with a byte-by-byte tail: every byte value, in every
+// position of a word and of the tail, next to neighbours that would carry into it.
+TEST(HeaderTextTest, LowerCaseOfEveryByteInEveryPosition) {
+  for (std::size_t size : {1U, 7U, 8U, 9U, 16U, 21U}) {
+    for (std::size_t at = 0; at < size; ++at) {
+      for (int c = 0; c < 256; ++c) {
+        for (char fill : {'\x00', '\x7f', '\xff', 'Z', 'A', '@', '['}) {
+          std::string in(size, fill);
+          in[at] = static_cast<char>(c);
+          std::string expected = in;
+          for (auto& e : expected) e = ascii_lower(e);
+          ASSERT_EQ(to_lower_ascii(in), expected)
+              << "size " << size << " at " << at << " byte " << c << " fill " << int(fill);
+        }
+      }
+    }
+  }
+}
+
 TEST(HeaderTextTest, CaseInsensitiveEquality) {
   EXPECT_TRUE(iequals_ascii("Transfer-Encoding", "transfer-encoding"));
   EXPECT_TRUE(iequals_ascii("", ""));
