@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark: tether against nginx and against the direct path, on this machine.
 #
-#   bash bench/run.sh            full run (≈ 4 min), writes bench/results/<date>.{md,json,svg}
-#   bash bench/run.sh --quick    short run (< 90 s) for iterating, written under /tmp
+#   bash bench/run.sh            full run (≈ 6 min), writes bench/results/<date>.{md,json,svg}
+#   bash bench/run.sh --quick    short run (≈ 70 s) for iterating, written under /tmp
 #   extra arguments go to tether-bench (e.g. --scenarios 1,3)
 #
 # It installs nginx if missing, builds tether, tether-mock and tether-bench, starts the mock,
@@ -13,6 +13,8 @@
 # dead (a port nothing listens on) with ejection off, and one dead with ejection on.
 # Scenario 9 starts two nodes in front of the mock's KV budget model (issue #30): one capping the
 # upstream's tokens in flight at the mock's budget, one capping its requests in flight instead.
+# Scenario 10 (issue #27) streams through the three main targets; the mock's pid is passed so the
+# bench can tell its own load generation falling behind from a proxy's.
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
 # the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share
@@ -51,7 +53,7 @@ for arg in "$@"; do
   if [ "$arg" = "--quick" ]; then quick=1; else bench_args+=("$arg"); fi
 done
 if [ "$quick" = 1 ]; then
-  time_limit=75
+  time_limit=90
   out_dir="${TMPDIR:-/tmp}/tether-bench-quick"
   stamp="$(date -u +%Y-%m-%d)-quick"
   bench_args+=(--quick)
@@ -134,7 +136,8 @@ wait_ready() {
 
 "${load_cpus[@]}" "$build/bench/tether-mock" --listen "127.0.0.1:$mock_port" \
   >"$work/mock.log" 2>&1 &
-pids+=($!)
+mock_pid=$!
+pids+=("$mock_pid")
 wait_ready "http://127.0.0.1:$mock_port/_stats"
 
 mkdir -p "$work/nginx-tmp"
@@ -192,7 +195,7 @@ placement="$placement Source: $rev; nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||'
 log "mock :$mock_port, nginx :$nginx_port (pid $nginx_pid), tether :$tether_port (pid $tether_pid)"
 status=0
 "${load_cpus[@]}" timeout --kill-after=10 $((time_limit + 60)) "$build/bench/tether-bench" \
-  --mock "127.0.0.1:$mock_port" \
+  --mock "127.0.0.1:$mock_port@$mock_pid" \
   --target "direct=127.0.0.1:$mock_port" \
   --target "nginx=127.0.0.1:$nginx_port@$nginx_pid" \
   --target "tether=127.0.0.1:$tether_port@$tether_pid" \

@@ -23,9 +23,10 @@ std::string tether_config(const std::string& listen, const std::string& mock, un
       << "\"\nmax_in_flight = 30000\n\n"
       << "[[upstreams]]\nname = \"capped\"\nbase_url = \"http://" << mock
       << "\"\nmax_in_flight = " << cap << "\n\n";
-  const char* plain[] = {bench_models::immediate, bench_models::stream,
-                         bench_models::waiting,   bench_models::long_stream,
-                         bench_models::hang,      bench_models::slow_stream};
+  const char* plain[] = {bench_models::immediate,      bench_models::stream,
+                         bench_models::waiting,        bench_models::long_stream,
+                         bench_models::hang,           bench_models::slow_stream,
+                         bench_models::stamped_stream, bench_models::stamped_stream_quick};
   for (const char* m : plain) {
     out << "[[models]]\nname = \"" << m << "\"\nupstream = \"mock\"\n\n";
   }

@@ -31,7 +31,7 @@ struct target {
 
 struct bench_options {
   bool quick = false;
-  std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   unsigned budget_cap = 8;
   // A tether node that takes its slots from another node's budget (scenario 7); not a target of
   // the other scenarios.
@@ -47,6 +47,9 @@ struct bench_options {
   // mock's KV budget; its requests in flight capped instead.
   std::optional<target> tokens_node;
   std::optional<target> slots_node;
+  // The mock's process (--mock HOST:PORT@PID), for its CPU: scenario 10 tells a load generator
+  // that could not keep up from a proxy that could not.
+  std::optional<int> mock_pid;
   steady::time_point hard_deadline;  // no phase starts after this
 };
 
@@ -65,6 +68,13 @@ struct bench_models {
   static constexpr double capped_work_ms = 20;
   static constexpr const char* capped_hang = "capped-mock-hang";
   static constexpr const char* capped_queued = "capped-mock-delay-50";
+  // Scenario 10: 50 events a second, each stamped with the mock's send time; long enough for a
+  // step's ramp, warm-up and steady window (full and quick).
+  static constexpr const char* stamped_stream = "mock-stream-stamped-400x20";
+  static constexpr const char* stamped_stream_quick = "mock-stream-stamped-200x20";
+  static constexpr std::uint32_t stamped_events = 400;
+  static constexpr std::uint32_t stamped_events_quick = 200;
+  static constexpr double stamped_interval_ms = 20;
   // Scenario 8: one model on three upstreams (replica_config); the mock answers it at once.
   static constexpr const char* replicated = "mock-replicated";
 };

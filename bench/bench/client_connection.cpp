@@ -62,6 +62,7 @@ struct client_connection::state {
   std::shared_ptr<const std::string> request;
   done_fn done;
   std::function<void()> first_event;
+  event_fn each_event;
   // Handlers of an aborted exchange may still run after the next one started: they carry the
   // generation they belong to and are ignored when it is over.
   std::uint64_t generation = 0;
@@ -94,6 +95,10 @@ void client_connection::stamp_arrivals() {
 
 void client_connection::on_first_event(std::function<void()> fn) {
   st_->first_event = std::move(fn);
+}
+
+void client_connection::on_event(event_fn fn) {
+  st_->each_event = std::move(fn);
 }
 
 double client_connection::abort() {
@@ -201,12 +206,15 @@ void client_connection::on_read(std::uint64_t gen, error_code ec) {
   auto& body = s.parser->get().body();
   // Events end with a blank line; [DONE] is the protocol's terminator, not work: not counted.
   if (s.is_stream) {
+    // One clock reading per read, only for a caller that wants it.
+    const double read_epoch = s.each_event && !body.empty() ? epoch_ms_now() : 0;
     for (char c : body) {
       s.pending_event.push_back(c);
       auto n = s.pending_event.size();
       if (n < 2 || s.pending_event[n - 1] != '\n' || s.pending_event[n - 2] != '\n') continue;
       if (s.pending_event.rfind("data: [DONE]", 0) != 0) {
         s.result.event_ms.push_back(ms_between(s.sent, now));
+        if (s.each_event) s.each_event(s.pending_event, read_epoch);
         if (s.result.event_ms.size() == 1 && s.first_event) {
           auto fn = std::move(s.first_event);
           s.first_event = nullptr;

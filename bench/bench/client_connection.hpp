@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -57,6 +58,11 @@ class client_connection : public std::enable_shared_from_this<client_connection>
   void stamp_arrivals();
   // Called with the result so far when the first SSE event arrives (for callers that act on it).
   void on_first_event(std::function<void()> fn);
+  // Called with each SSE data event ([DONE] excluded, its bytes up to the blank line) as it is
+  // read, and the epoch ms of the read that completed it: for events carrying their sender's
+  // clock. Kept across exchanges.
+  using event_fn = std::function<void(std::string_view event, double read_epoch_ms)>;
+  void on_event(event_fn fn);
   // The caller leaves: the socket is closed now. Returns the epoch ms just before the close.
   double abort();
   bool busy() const;

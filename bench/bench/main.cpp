@@ -1,7 +1,7 @@
 // tether-bench: runs the scenarios (bench/bench/*_scenario.cpp) against direct / nginx / tether and
 // writes <out-dir>/<stamp>.json, .md and .svg. bench/run.sh starts the processes and calls it:
 //
-//   tether-bench --mock HOST:PORT --target direct=HOST:PORT --target nginx=HOST:PORT@PID
+//   tether-bench --mock HOST:PORT[@PID] --target direct=HOST:PORT --target nginx=HOST:PORT@PID
 //                --target tether=HOST:PORT@PID --out-dir DIR --stamp NAME
 //                [--quick] [--scenarios 1,2,...] [--time-limit-s S] [--cap N] [--placement TEXT]
 //                [--cluster-member HOST:PORT@PID]   (scenario 7: a node of a shared budget)
@@ -40,8 +40,8 @@ namespace json = boost::json;
 using namespace tether::bench;
 
 constexpr const char* usage =
-    "usage: tether-bench --mock HOST:PORT --target NAME=HOST:PORT[@PID]... --out-dir DIR\n"
-    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7,8,9]\n"
+    "usage: tether-bench --mock HOST:PORT[@PID] --target NAME=HOST:PORT[@PID]... --out-dir DIR\n"
+    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7,8,9,10]\n"
     "                    [--time-limit-s S] [--cap N] [--placement TEXT]\n"
     "                    [--cluster-member HOST:PORT[@PID]]\n"
     "                    [--cluster-member-cold HOST:PORT[@PID]]\n"
@@ -177,7 +177,10 @@ int main(int argc, char** argv) {
     }
     std::string value = argv[++i];
     if (arg == "--mock") {
-      mock = parse_endpoint(value);
+      // The mock's pid is optional: only its CPU is read (scenario 10).
+      const auto at = value.find('@');
+      if (at != std::string::npos) options.mock_pid = std::stoi(value.substr(at + 1));
+      mock = parse_endpoint(std::string_view(value).substr(0, at));
       if (!mock) {
         std::cerr << "tether-bench: bad --mock " << value << "\n";
         return 2;
@@ -362,6 +365,7 @@ int main(int argc, char** argv) {
   run(7, "shared_budget", [&] { return run_shared_budget(ctx); });
   run(8, "dead_replica", [&] { return run_dead_replica(ctx); });
   run(9, "token_budget", [&] { return run_token_budget(ctx); });
+  run(10, "streaming_throughput", [&] { return run_streaming_throughput(ctx); });
   // Last: it grows every proxy's memory for good.
   run(6, "memory", [&] { return run_memory(ctx, idle_kib); });
 

@@ -434,6 +434,74 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
           "`upstream_failed`). Peak asked: the most tokens the mock was asked to hold at once "
           "(those held plus an arrival's); above the budget exactly when a request was over it.\n";
   }
+  if (scenarios.contains("streaming_throughput") &&
+      at_path(root, {"scenarios", "streaming_throughput", "targets"}) != nullptr) {
+    auto cfg = [&](std::string_view k) {
+      return num(root, {"scenarios", "streaming_throughput", "config", k}, 0);
+    };
+    md << "\n## 10. Streaming throughput — many concurrent streams of 50 events a second\n\n"
+       << "Each stream on its own connection, " << cfg("events_per_stream") << " events one every "
+       << cfg("interval_ms")
+       << " ms, each stamped by the mock as it sends it. The streams start spread over "
+       << cfg("ramp_ms") << " ms; after " << cfg("warmup_ms") << " ms more, a steady window of "
+       << cfg("window_ms")
+       << " ms with every stream open. Lag: the bench's read of an event − the mock's send "
+          "(one host, one clock; direct's is what the load generator adds). CPU µs per event: "
+          "the target process's user + system time over the window / events read in it. The "
+          "bench and the mock share one CPU: their share of it (bench + mock) near 1 means the "
+          "load generator, not the target, set the pace. A target kept up at a step when every "
+          "stream was whole, lag p99 ≤ 50 ms and ≥ 95% of the offered events were read; it "
+          "steps up only then, and one behind at the first step (full mode) is tried "
+          "with 750, 500 and 250 streams, down to the first it keeps up with.\n\n"
+       << "| target | streams | offered events/s | read events/s | whole streams | lag p50 | "
+          "p99 | p99.9 | max | CPU µs/event | of it system | target CPU share | bench + mock "
+          "CPU share | kept up |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    const auto* targets = at_path(root, {"scenarios", "streaming_throughput", "targets"});
+    for (const char* t : target_names) {
+      const auto* steps = at_path(*targets, {t, "steps"});
+      if (steps == nullptr) continue;
+      for (const auto& [n, st] : steps->as_object()) {
+        const auto* mock = at_path(st, {"mock_cpu_share"});
+        const auto* kept = at_path(st, {"kept_up"});
+        md << "| " << t << " | " << num(st, {"streams"}, 0) << " | "
+           << num(st, {"offered_events_per_s"}, 0) << " | " << num(st, {"read_events_per_s"}, 0)
+           << " | " << num(st, {"complete"}, 0) << " | " << num(st, {"lag_ms", "p50"}, 3) << " | "
+           << num(st, {"lag_ms", "p99"}, 3) << " | " << num(st, {"lag_ms", "p999"}, 3) << " | "
+           << num(st, {"lag_ms", "max"}, 3) << " | " << num(st, {"cpu_us_per_event"}, 2) << " | "
+           << num(st, {"system_cpu_us_per_event"}, 2) << " | " << num(st, {"cpu_share"}, 2) << " | "
+           << num(st, {"bench_cpu_share"}, 2)
+           << (mock ? " + " + num(st, {"mock_cpu_share"}, 2) : std::string()) << " | "
+           << (kept != nullptr && kept->is_bool() && kept->as_bool() ? "yes" : "**no**") << " |\n";
+      }
+    }
+    md << "\nHighest step kept up:";
+    for (const char* t : target_names) {
+      if (at_path(*targets, {t}) == nullptr) continue;
+      md << " " << t << " " << num(*targets, {t, "highest_streams_kept_up"}, 0) << " streams;";
+    }
+    md << " CPU per event tether / nginx: "
+       << num(root, {"scenarios", "streaming_throughput", "derived",
+                     "cpu_per_event_ratio_tether_over_nginx"})
+       << " at the first step";
+    if (const auto* d = at_path(root, {"scenarios", "streaming_throughput", "derived"})) {
+      static constexpr std::string_view per_step = "cpu_per_event_ratio_tether_over_nginx_n";
+      for (const auto& [k, v] : d->as_object()) {
+        if (!k.starts_with(per_step) || !v.is_number()) continue;
+        md << ", " << k.substr(per_step.size()) << " streams "
+           << fmt::format("{:.2f}", v.to_number<double>());
+      }
+    }
+    md << "; added lag p50 / p99 over direct's: nginx "
+       << num(root, {"scenarios", "streaming_throughput", "derived", "nginx_added_lag_p50_ms"}, 3)
+       << " / "
+       << num(root, {"scenarios", "streaming_throughput", "derived", "nginx_added_lag_p99_ms"}, 3)
+       << ", tether "
+       << num(root, {"scenarios", "streaming_throughput", "derived", "tether_added_lag_p50_ms"}, 3)
+       << " / "
+       << num(root, {"scenarios", "streaming_throughput", "derived", "tether_added_lag_p99_ms"}, 3)
+       << " ms (the first step).\n";
+  }
   if (scenarios.contains("memory")) {
     md << "\n## 6. Memory — concurrent slow streams (an event a second)\n\n";
     const auto* ceiling = at_path(root, {"scenarios", "memory", "config", "descriptor_ceiling"});

@@ -29,6 +29,10 @@ boost::json::object run_dead_replica(bench_context& ctx);
 // nodes of options().tokens_node and slots_node: how often the server is over its budget with
 // token-weighted admission and with a request-count cap.
 boost::json::object run_token_budget(bench_context& ctx);
+// Many concurrent streams of 50 events a second, each event stamped with the mock's send time
+// (issue #27): the CPU each target's process spends per relayed event and the relay lag, stepping
+// the number of streams up until a target falls behind.
+boost::json::object run_streaming_throughput(bench_context& ctx);
 // idle_kib: each proxy's RSS before the bench sent it anything.
 boost::json::object run_memory(bench_context& ctx, const std::map<std::string, double>& idle_kib);
 

@@ -87,6 +87,7 @@ std::optional<behaviour> parse_behaviour(std::string_view model) {
     return b;
   }
   if (consume_prefix(model, "mock-stream-")) {
+    b.stamped = consume_prefix(model, "stamped-");
     auto x = model.find('x');
     if (x == std::string_view::npos) return std::nullopt;
     auto n = parse_number(model.substr(0, x), 1'000'000);

@@ -11,7 +11,7 @@ namespace tether::mock {
 enum class behaviour_kind {
   immediate,   // mock
   delay,       // mock-delay-<ms>
-  stream,      // mock-stream-<n>x<ms>
+  stream,      // mock-stream-<n>x<ms>, or mock-stream-stamped-<n>x<ms> (see behaviour::stamped)
   fail,        // mock-fail-<status>
   rate_limit,  // mock-ratelimit-<secs>
   hang,        // mock-hang
@@ -40,6 +40,9 @@ struct behaviour {
   unsigned percent = 0;                   // flaky
   std::uint32_t mebibytes = 0;            // huge
   std::uint64_t kv_budget_tokens = 0;     // kv (its hold time is `delay`)
+  // stream: each chat or completions event carries the moment the mock sent it, as the chunk's
+  // `mock_sent_us` (epoch µs, the clock of /_stats' times), so a client can time the relay.
+  bool stamped = false;
 };
 
 // How many whole events the broken streams (sse_cut, bad_chunk, reset) send before they break,

@@ -250,8 +250,10 @@ std::string_view half_stream_event(const completion_context& ctx) {
   return R"(data: {"choices":[{"delta":{"content":"cut-mid-event)";
 }
 
-std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index,
-                              std::uint32_t count) {
+namespace {
+
+json::object stream_chunk_object(const completion_context& ctx, std::uint32_t index,
+                                 std::uint32_t count) {
   const bool last = index + 1 == count;
   auto text = piece_text(ctx, index, count);
   json::object choice;
@@ -269,7 +271,27 @@ std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index
   auto body =
       envelope(ctx, ctx.api == api_kind::chat ? "chat.completion.chunk" : "text_completion");
   body["choices"] = json::array{std::move(choice)};
-  return json::serialize(body);
+  return body;
+}
+
+}  // namespace
+
+std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index,
+                              std::uint32_t count) {
+  return json::serialize(stream_chunk_object(ctx, index, count));
+}
+
+std::string stamped_stream_piece_events(const completion_context& ctx, std::uint32_t index,
+                                        std::uint32_t count, std::int64_t sent_us) {
+  if (ctx.api != api_kind::chat && ctx.api != api_kind::completion) {
+    return stream_piece_events(ctx, index, count);
+  }
+  // An extra top-level field: SDKs keep unknown fields of a chunk and parse the rest as usual.
+  auto body = stream_chunk_object(ctx, index, count);
+  body["mock_sent_us"] = sent_us;
+  std::string out("data: ");
+  out.append(json::serialize(body)).append("\n\n");
+  return out;
 }
 
 std::string embeddings_body(const completion_context& ctx, std::size_t inputs) {

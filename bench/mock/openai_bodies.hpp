@@ -61,6 +61,12 @@ std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index
 std::string stream_piece_events(const completion_context& ctx, std::uint32_t index,
                                 std::uint32_t count);
 
+// stream_piece_events with the moment it is sent, `sent_us` (epoch µs), as the chunk's
+// `mock_sent_us` (mock-stream-stamped-<n>x<ms>). Chat and completions only: the other APIs'
+// events are sent unstamped.
+std::string stamped_stream_piece_events(const completion_context& ctx, std::uint32_t index,
+                                        std::uint32_t count, std::int64_t sent_us);
+
 // The SSE bytes that end a whole stream after its last piece: "data: [DONE]" for chat and
 // completions, nothing for Responses and Messages (whose `response.completed` or `message_stop`
 // is the end).

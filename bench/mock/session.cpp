@@ -75,6 +75,13 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+// The stamp of mock-stream-stamped events: the clock of epoch_ms_now(), in whole µs.
+std::int64_t epoch_us_now() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string chunk_frame(std::string_view payload) {
   char size[16];
   auto [end, ec] = std::to_chars(size, size + sizeof size, payload.size(), 16);
@@ -354,7 +361,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
       case behaviour_kind::delay:
         return answer_after(b->delay);
       case behaviour_kind::stream:
-        if (streaming_) return start_stream(b->chunks, b->delay);
+        if (streaming_) return start_stream(b->chunks, b->delay, b->stamped);
         return answer_after(b->delay * b->chunks);
       case behaviour_kind::fail:
         return send_error(b->status, "mock failure", "mock_fail_" + std::to_string(b->status),
@@ -436,10 +443,12 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     enqueue({stream_end_and_last_chunk(ctx_), false, true});
   }
 
-  void start_stream(std::uint32_t chunks, std::chrono::milliseconds interval) {
+  void start_stream(std::uint32_t chunks, std::chrono::milliseconds interval,
+                    bool stamped = false) {
     stream_start_ = steady::now();
     stream_chunks_ = chunks;
     stream_interval_ = interval;
+    stream_stamped_ = stamped;
     planned_end_ = stream_start_ + interval * chunks;
     send_stream_head();
     schedule_tick(0);
@@ -451,8 +460,12 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     timer_.expires_at(stream_start_ + stream_interval_ * (k + 1));
     timer_.async_wait([self = this->shared_from_this(), k](error_code ec) {
       if (ec || self->closed_) return;
-      self->enqueue(
-          {chunk_frame(stream_piece_events(self->ctx_, k, self->stream_chunks_)), true, false});
+      // Stamped as it is handed to the socket: an outbox still holding earlier events (a relay
+      // that does not read) delays it, which is the relay's lag too.
+      auto event = self->stream_stamped_ ? stamped_stream_piece_events(
+                                               self->ctx_, k, self->stream_chunks_, epoch_us_now())
+                                         : stream_piece_events(self->ctx_, k, self->stream_chunks_);
+      self->enqueue({chunk_frame(event), true, false});
       if (k + 1 == self->stream_chunks_) {
         if (self->broken_) return self->schedule_break();
         self->enqueue({stream_end_and_last_chunk(self->ctx_), false, true});
@@ -660,6 +673,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
   steady::time_point stream_start_;
   std::uint32_t stream_chunks_ = 0;
   std::chrono::milliseconds stream_interval_{0};
+  bool stream_stamped_ = false;
   std::uint32_t chunks_sent_ = 0;
   std::optional<behaviour_kind> broken_;  // sse_cut, bad_chunk or reset: how the stream ends
   std::string drip_body_;
