@@ -132,11 +132,24 @@ class stealing : public caf::policy::unprofiled {
     caf::timespan relaxed_sleep;
   };
 
+  // A job woken on a worker's own thread (the lent io context's handlers and timers run on the
+  // first worker's) stays with that worker: spreading them round-robin sent most of a request's
+  // jobs to another CPU and back, a hand-off each way per message, which cost more CPU per
+  // request than the second CPU gave back. Idle workers still steal. Other threads (the main
+  // thread, the middleman's) go round-robin.
   template <class Coordinator>
   void central_enqueue(Coordinator* self, caf::resumable* job) {
+    if (auto* w = static_cast<typename Coordinator::worker_type*>(this_thread_worker);
+        w != nullptr && w->parent() == self) {
+      w->external_enqueue(job);
+      return;
+    }
     auto* w = self->worker_by_id(d(self).next_worker++ % self->num_workers());
     w->external_enqueue(job);
   }
+
+  // The worker whose thread this is (set by the worker itself), or nullptr.
+  static inline thread_local void* this_thread_worker = nullptr;
 
   template <class Worker>
   void external_enqueue(Worker* self, caf::resumable* job) {
@@ -323,6 +336,7 @@ constexpr int worker_nice = 5;
 // logger is set to quiet.
 template <>
 void caf::scheduler::worker<tether::stealing>::run() {
+  tether::stealing::this_thread_worker = this;
   if (!tether::stealing::run_lent_io(this)) return;
   // The policy's resume hooks (before_resume, after_resume, after_completion, before_shutdown)
   // are unprofiled's no-ops: run_job leaves them out, for this loop and the pump alike.
