@@ -14,7 +14,8 @@
 # Scenario 9 starts two nodes in front of the mock's KV budget model (issue #30): one capping the
 # upstream's tokens in flight at the mock's budget, one capping its requests in flight instead.
 # Scenario 10 (issue #27) streams through the three main targets; the mock's pid is passed so the
-# bench can tell its own load generation falling behind from a proxy's.
+# bench can tell its own load generation falling behind from a proxy's. Scenario 11 (issue #27)
+# starts a second nginx (a worker per CPU) and a second tether, both unpinned.
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
 # the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share
@@ -45,6 +46,8 @@ dead_upstream_port="${DEAD_UPSTREAM_PORT:-18110}"
 # Scenario 9: the token-capped and the request-capped node.
 tokens_node_port="${TOKENS_NODE_PORT:-18111}"
 slots_node_port="${SLOTS_NODE_PORT:-18112}"
+every_cpu_nginx_port="${EVERY_CPU_NGINX_PORT:-18113}"
+every_cpu_tether_port="${EVERY_CPU_TETHER_PORT:-18114}"
 cap=8
 
 quick=0
@@ -58,7 +61,7 @@ if [ "$quick" = 1 ]; then
   stamp="$(date -u +%Y-%m-%d)-quick"
   bench_args+=(--quick)
 else
-  time_limit=480
+  time_limit=600
   out_dir="$here/bench/results"
   stamp="$(date -u +%Y-%m-%d)"
 fi
@@ -120,7 +123,8 @@ trap 'exit 130' INT TERM
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for p in "$mock_port" "$nginx_port" "$tether_port" "$host_port" "$budget_port" "$member_port" \
   "$cold_port" "$replicas_healthy_port" "$replicas_dead_port" "$replicas_ejecting_port" \
-  "$dead_upstream_port" "$tokens_node_port" "$slots_node_port"; do
+  "$dead_upstream_port" "$tokens_node_port" "$slots_node_port" "$every_cpu_nginx_port" \
+  "$every_cpu_tether_port"; do
   port_free "$p" || { log "port $p is in use (set MOCK_PORT/NGINX_PORT/TETHER_PORT)"; exit 1; }
 done
 
@@ -147,15 +151,27 @@ sed -e "s|@WORKDIR@|$work|g" -e "s|@MOCK_PORT@|$mock_port|g" -e "s|@NGINX_PORT@|
 nginx_pid=$!
 pids+=("$nginx_pid")
 wait_ready "http://127.0.0.1:$nginx_port/_stats"
+# Scenario 11's nginx: a worker per CPU, unpinned, in a directory of its own (idle outside it).
+mkdir -p "$work/every-cpu/nginx-tmp"
+sed -e "s|@WORKDIR@|$work/every-cpu|g" -e "s|@MOCK_PORT@|$mock_port|g" \
+  -e "s|@NGINX_PORT@|$every_cpu_nginx_port|g" -e "s|^worker_processes 1;|worker_processes $(nproc);|" \
+  "$here/bench/nginx.conf.template" >"$work/every-cpu/nginx.conf"
+"$nginx_bin" -p "$work/every-cpu" -c "$work/every-cpu/nginx.conf" >"$work/every-cpu/nginx.out" 2>&1 &
+every_cpu_nginx_pid=$!
+pids+=("$every_cpu_nginx_pid")
+wait_ready "http://127.0.0.1:$every_cpu_nginx_port/_stats"
 
 # Starts a tether node NAME listening on PORT (extra arguments go to --print-tether-config), on
-# the proxies' CPU, and waits until it answers; its pid is left in $started_pid.
+# the proxies' CPU (on every CPU with UNPINNED=1), and waits until it answers; its pid is left in
+# $started_pid.
 start_tether() {
   local name="$1" port="$2"
   shift 2
   "$build/bench/tether-bench" --print-tether-config --listen "127.0.0.1:$port" \
     --mock "127.0.0.1:$mock_port" --cap "$cap" "$@" >"$work/$name.toml"
-  "${proxy_cpus[@]}" "$build/actors/tether" --config "$work/$name.toml" >"$work/$name.log" 2>&1 &
+  local cpus=("${proxy_cpus[@]}")
+  if [ "${UNPINNED:-0}" = 1 ]; then cpus=(); fi
+  "${cpus[@]}" "$build/actors/tether" --config "$work/$name.toml" >"$work/$name.log" 2>&1 &
   started_pid=$!
   pids+=("$started_pid")
   wait_ready "http://127.0.0.1:$port/healthz"
@@ -185,6 +201,9 @@ start_tether tether-tokens "$tokens_node_port" --token-node tokens
 tokens_node_pid=$started_pid
 start_tether tether-slots "$slots_node_port" --token-node slots
 slots_node_pid=$started_pid
+# Scenario 11's tether: unpinned, a CAF worker per CPU (idle outside it).
+UNPINNED=1 start_tether tether-every-cpu "$every_cpu_tether_port"
+every_cpu_tether_pid=$started_pid
 
 rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 # The results directory does not count: an earlier run's files there change no code under test.
@@ -206,6 +225,8 @@ status=0
   --replicas-ejecting "127.0.0.1:$replicas_ejecting_port@$replicas_ejecting_pid" \
   --tokens-node "127.0.0.1:$tokens_node_port@$tokens_node_pid" \
   --slots-node "127.0.0.1:$slots_node_port@$slots_node_pid" \
+  --every-cpu-nginx "127.0.0.1:$every_cpu_nginx_port@$every_cpu_nginx_pid" \
+  --every-cpu-tether "127.0.0.1:$every_cpu_tether_port@$every_cpu_tether_pid" \
   --cap "$cap" --time-limit-s "$time_limit" --placement "$placement" \
   --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
 

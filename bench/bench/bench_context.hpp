@@ -31,7 +31,7 @@ struct target {
 
 struct bench_options {
   bool quick = false;
-  std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   unsigned budget_cap = 8;
   // A tether node that takes its slots from another node's budget (scenario 7); not a target of
   // the other scenarios.
@@ -47,6 +47,10 @@ struct bench_options {
   // mock's KV budget; its requests in flight capped instead.
   std::optional<target> tokens_node;
   std::optional<target> slots_node;
+  // Scenario 11's targets: nginx with a worker per CPU and tether unpinned, both free to use
+  // every CPU (the pinned pair is the usual nginx and tether targets).
+  std::optional<target> every_cpu_nginx;
+  std::optional<target> every_cpu_tether;
   // The mock's process (--mock HOST:PORT@PID), for its CPU: scenario 10 tells a load generator
   // that could not keep up from a proxy that could not.
   std::optional<int> mock_pid;

@@ -10,6 +10,8 @@
 //                 --replicas-ejecting HOST:PORT@PID]   (scenario 8: a dead replica among three)
 //                [--tokens-node HOST:PORT@PID --slots-node HOST:PORT@PID]   (scenario 9: token
 //                 weighting against a KV budget)
+//                [--every-cpu-nginx HOST:PORT@PID --every-cpu-tether HOST:PORT@PID]   (scenario
+//                 11: the proxies free to use every CPU)
 //   tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]
 //                [--budget-listen HOST:PORT | --budget-host HOST:PORT [--lease-idle-ms N]]
 //                [--replicas healthy|dead|ejecting [--dead-upstream HOST:PORT]]
@@ -41,13 +43,14 @@ using namespace tether::bench;
 
 constexpr const char* usage =
     "usage: tether-bench --mock HOST:PORT[@PID] --target NAME=HOST:PORT[@PID]... --out-dir DIR\n"
-    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7,8,9,10]\n"
+    "                    --stamp NAME [--quick] [--scenarios 1,2,3,4,5,6,7,8,9,10,11]\n"
     "                    [--time-limit-s S] [--cap N] [--placement TEXT]\n"
     "                    [--cluster-member HOST:PORT[@PID]]\n"
     "                    [--cluster-member-cold HOST:PORT[@PID]]\n"
     "                    [--replicas-healthy HOST:PORT[@PID] --replicas-dead HOST:PORT[@PID]\n"
     "                     --replicas-ejecting HOST:PORT[@PID]]\n"
     "                    [--tokens-node HOST:PORT[@PID] --slots-node HOST:PORT[@PID]]\n"
+    "                    [--every-cpu-nginx HOST:PORT@PID --every-cpu-tether HOST:PORT@PID]\n"
     "       tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]\n"
     "                    [--budget-listen HOST:PORT | --budget-host HOST:PORT "
     "[--lease-idle-ms N]]\n"
@@ -241,6 +244,17 @@ int main(int argc, char** argv) {
       auto& slot = tokens ? options.tokens_node : options.slots_node;
       slot = target{tokens ? "tether-tokens" : "tether-slots", *ep, std::nullopt};
       if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
+    } else if (arg == "--every-cpu-nginx" || arg == "--every-cpu-tether") {
+      auto at = value.find('@');
+      auto ep = parse_endpoint(std::string_view(value).substr(0, at));
+      if (!ep) {
+        std::cerr << "tether-bench: bad " << arg << " " << value << "\n";
+        return 2;
+      }
+      const bool is_nginx = arg == "--every-cpu-nginx";
+      auto& slot = is_nginx ? options.every_cpu_nginx : options.every_cpu_tether;
+      slot = target{is_nginx ? "nginx-every-cpu" : "tether-every-cpu", *ep, std::nullopt};
+      if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
     } else if (arg == "--token-node") {
       if (value == "tokens") {
         token_node_config = token_node::tokens;
@@ -366,6 +380,7 @@ int main(int argc, char** argv) {
   run(8, "dead_replica", [&] { return run_dead_replica(ctx); });
   run(9, "token_budget", [&] { return run_token_budget(ctx); });
   run(10, "streaming_throughput", [&] { return run_streaming_throughput(ctx); });
+  run(11, "every_cpu", [&] { return run_every_cpu(ctx); });
   // Last: it grows every proxy's memory for good.
   run(6, "memory", [&] { return run_memory(ctx, idle_kib); });
 

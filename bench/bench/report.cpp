@@ -502,6 +502,37 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << num(root, {"scenarios", "streaming_throughput", "derived", "tether_added_lag_p99_ms"}, 3)
        << " ms (the first step).\n";
   }
+  if (const auto* levels = at_path(root, {"scenarios", "every_cpu", "levels"})) {
+    md << "\n## 11. Every CPU — nginx with a worker per CPU and tether unpinned, beside the pinned "
+          "pair\n\n"
+       << "Closed loops of the immediate answer, the four targets taking turns (the order rotates "
+          "each round). CPU: every thread of the process and its children, over the loops. "
+          "Busiest thread: the one thread (for nginx, the one worker process) that used the most "
+          "CPU in a loop, as a share of the process's total. The bench and the mock stay on their "
+          "one CPU, which the unpinned proxies share with them.\n\n"
+       << "| concurrency | target | req/s | CPU µs/req | CPUs busy | busiest thread's share | "
+          "p50 | p99 |\n"
+       << "|---|---|---|---|---|---|---|---|\n";
+    for (const auto& [c, level] : levels->as_object()) {
+      for (const auto& [t, f] : level.as_object()) {
+        if (t == "derived") continue;
+        md << "| " << c.substr(1) << " | " << t << " | " << num(f, {"throughput_rps"}, 0) << " | "
+           << num(f, {"cpu_us_per_request"}, 1) << " | " << num(f, {"cpu_share_of_one_cpu"}, 2)
+           << " | " << num(f, {"busiest_thread_share"}, 3) << " | "
+           << num(f, {"latency_ms", "p50"}, 3) << " | " << num(f, {"latency_ms", "p99"}, 3)
+           << " |\n";
+      }
+    }
+    for (const auto& [c, level] : levels->as_object()) {
+      md << "\nc=" << c.substr(1) << ": tether's throughput on every CPU / on one "
+         << num(level, {"derived", "tether_throughput_every_cpu_over_one_cpu"}, 3)
+         << "; tether / nginx on one CPU "
+         << num(level, {"derived", "tether_over_nginx_one_cpu"}, 3) << ", on every CPU "
+         << num(level, {"derived", "tether_over_nginx_every_cpu"}, 3)
+         << "; tether's CPU per request on every CPU / on one "
+         << num(level, {"derived", "tether_cpu_per_request_every_cpu_over_one_cpu"}, 3) << ".\n";
+    }
+  }
   if (scenarios.contains("memory")) {
     md << "\n## 6. Memory — concurrent slow streams (an event a second)\n\n";
     const auto* ceiling = at_path(root, {"scenarios", "memory", "config", "descriptor_ceiling"});

@@ -33,6 +33,9 @@ boost::json::object run_token_budget(bench_context& ctx);
 // (issue #27): the CPU each target's process spends per relayed event and the relay lag, stepping
 // the number of streams up until a target falls behind.
 boost::json::object run_streaming_throughput(bench_context& ctx);
+// Closed loops through nginx with a worker per CPU and an unpinned tether, beside the pinned pair
+// (issue #27): throughput, CPU per request and the busiest thread's share of each process's CPU.
+boost::json::object run_every_cpu(bench_context& ctx);
 // idle_kib: each proxy's RSS before the bench sent it anything.
 boost::json::object run_memory(bench_context& ctx, const std::map<std::string, double>& idle_kib);
 
