@@ -128,21 +128,9 @@ std::shared_ptr<const std::string> bench_context::request(
                       "/v1/chat/completions", chat_body(model, stream), headers);
 }
 
-namespace {
-
-std::optional<double> process_rss_kib(int pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6));
-  }
-  return std::nullopt;
-}
-
-// utime and stime (fields 14 and 15 of /proc/<pid>/stat; the name in field 2 may hold spaces),
-// in seconds.
-std::optional<std::pair<double, double>> process_cpu_times(int pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+// utime and stime (fields 14 and 15; the name in field 2 may hold spaces), in seconds.
+std::optional<std::pair<double, double>> cpu_times_of(const std::string& stat_path) {
+  std::ifstream stat(stat_path);
   std::string text;
   std::getline(stat, text);
   const auto close = text.rfind(')');
@@ -159,14 +147,25 @@ std::optional<std::pair<double, double>> process_cpu_times(int pid) {
   return std::pair{static_cast<double>(utime) * tick_s, static_cast<double>(stime) * tick_s};
 }
 
+namespace {
+
+std::optional<double> process_rss_kib(int pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6));
+  }
+  return std::nullopt;
+}
+
 std::optional<double> process_cpu_seconds(int pid) {
-  const auto t = process_cpu_times(pid);
+  const auto t = cpu_times_of("/proc/" + std::to_string(pid) + "/stat");
   if (!t) return std::nullopt;
   return t->first + t->second;
 }
 
 std::optional<double> process_system_cpu_seconds(int pid) {
-  const auto t = process_cpu_times(pid);
+  const auto t = cpu_times_of("/proc/" + std::to_string(pid) + "/stat");
   if (!t) return std::nullopt;
   return t->second;
 }

@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -157,6 +158,10 @@ class bench_context {
 };
 
 // Matches the mock's log (from GET /_stats) to requests by the x-request-id the bench sent.
+// A process's or a thread's CPU time so far from its /proc stat file (/proc/<pid>/stat,
+// /proc/<pid>/task/<tid>/stat): user and system seconds; nullopt when it cannot be read.
+std::optional<std::pair<double, double>> cpu_times_of(const std::string& stat_path);
+
 std::unordered_map<std::string, boost::json::object> mock_log_by_request_id(
     const boost::json::value& stats);
 

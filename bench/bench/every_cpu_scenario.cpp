@@ -8,9 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <boost/json.hpp>
 
@@ -23,42 +21,19 @@ namespace {
 
 namespace json = boost::json;
 
-// utime + stime of one task, in seconds (fields 14 and 15 after the name's closing parenthesis).
-std::optional<double> task_cpu_seconds(const std::string& stat_path) {
-  std::ifstream stat(stat_path);
-  std::string text;
-  std::getline(stat, text);
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  static const long ticks = sysconf(_SC_CLK_TCK);
-  return static_cast<double>(utime + stime) / static_cast<double>(ticks > 0 ? ticks : 100);
-}
-
-// Every thread of the process `pid` and of its child processes, by thread id.
-std::map<int, double> threads_cpu_seconds(int pid) {
+// Every thread of the target's process tree (nginx's workers are its master's children), by
+// thread id: its CPU seconds so far.
+std::map<int, double> threads_cpu_seconds(const bench_context& ctx, const target& t) {
   std::map<int, double> out;
-  std::vector<int> pids{pid};
-  {
-    std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
-                           "/children");
-    int child = 0;
-    while (children >> child) pids.push_back(child);
-  }
-  for (int p : pids) {
+  for (int p : ctx.process_tree(t)) {
     const std::string dir = "/proc/" + std::to_string(p) + "/task";
     DIR* d = opendir(dir.c_str());
     if (d == nullptr) continue;
     while (const dirent* e = readdir(d)) {
       if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      if (auto s = task_cpu_seconds(dir + "/" + e->d_name + "/stat"))
-        out[std::stoi(e->d_name)] = *s;
+      if (auto times = cpu_times_of(dir + "/" + e->d_name + "/stat")) {
+        out[std::stoi(e->d_name)] = times->first + times->second;
+      }
     }
     closedir(d);
   }
@@ -102,9 +77,9 @@ json::object run_every_cpu(bench_context& ctx) {
       for (std::size_t i = 0; i < targets.size(); ++i) {
         const target& t = *targets[(i + r) % targets.size()];
         auto req = ctx.request(t, bench_models::immediate, false);
-        const auto before = threads_cpu_seconds(*t.pid);
+        const auto before = threads_cpu_seconds(ctx, t);
         auto res = run_closed_loop(ctx, t, {c, slice, 2'000'000, [&](std::size_t) { return req; }});
-        const auto after = threads_cpu_seconds(*t.pid);
+        const auto after = threads_cpu_seconds(ctx, t);
         auto& f = figs[t.name];
         double total = 0, busiest = 0;
         for (const auto& [tid, s] : after) {

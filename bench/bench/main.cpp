@@ -131,6 +131,32 @@ void raise_descriptor_limit() {
   }
 }
 
+// The nodes some scenarios use beside the three main targets (HOST:PORT[@PID] each): the flag,
+// the option it fills and the name the node's figures are reported under.
+struct node_flag {
+  std::string_view flag;
+  std::optional<target> bench_options::*slot;
+  std::string_view name;
+};
+const node_flag node_flags[] = {
+    {"--cluster-member", &bench_options::cluster_member, "tether-member"},
+    {"--cluster-member-cold", &bench_options::cluster_member_cold, "tether-member-cold"},
+    {"--replicas-healthy", &bench_options::replicas_healthy, "replicas-healthy"},
+    {"--replicas-dead", &bench_options::replicas_dead, "replicas-dead"},
+    {"--replicas-ejecting", &bench_options::replicas_ejecting, "replicas-ejecting"},
+    {"--tokens-node", &bench_options::tokens_node, "tether-tokens"},
+    {"--slots-node", &bench_options::slots_node, "tether-slots"},
+    {"--every-cpu-nginx", &bench_options::every_cpu_nginx, "nginx-every-cpu"},
+    {"--every-cpu-tether", &bench_options::every_cpu_tether, "tether-every-cpu"},
+};
+
+const node_flag* node_flag_of(std::string_view arg) {
+  for (const auto& n : node_flags) {
+    if (n.flag == arg) return &n;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,7 +205,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::string value = argv[++i];
-    if (arg == "--mock") {
+    if (const auto* node = node_flag_of(arg)) {
+      auto at = value.find('@');
+      auto ep = parse_endpoint(std::string_view(value).substr(0, at));
+      if (!ep) {
+        std::cerr << "tether-bench: bad " << arg << " " << value << "\n";
+        return 2;
+      }
+      auto& slot = options.*(node->slot);
+      slot = target{std::string(node->name), *ep, std::nullopt};
+      if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
+    } else if (arg == "--mock") {
       // The mock's pid is optional: only its CPU is read (scenario 10).
       const auto at = value.find('@');
       if (at != std::string::npos) options.mock_pid = std::stoi(value.substr(at + 1));
@@ -222,39 +258,6 @@ int main(int argc, char** argv) {
       cluster = "budget_host = \"" + value + "\"";
     } else if (arg == "--lease-idle-ms") {
       lease_idle = "\nlease_idle_ms = " + std::to_string(std::stoul(value));
-    } else if (arg == "--cluster-member" || arg == "--cluster-member-cold") {
-      bool cold = arg == "--cluster-member-cold";
-      auto at = value.find('@');
-      auto ep = parse_endpoint(std::string_view(value).substr(0, at));
-      if (!ep) {
-        std::cerr << "tether-bench: bad " << arg << " " << value << "\n";
-        return 2;
-      }
-      auto& slot = cold ? options.cluster_member_cold : options.cluster_member;
-      slot = target{cold ? "tether-member-cold" : "tether-member", *ep, std::nullopt};
-      if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
-    } else if (arg == "--tokens-node" || arg == "--slots-node") {
-      auto at = value.find('@');
-      auto ep = parse_endpoint(std::string_view(value).substr(0, at));
-      if (!ep) {
-        std::cerr << "tether-bench: bad " << arg << " " << value << "\n";
-        return 2;
-      }
-      const bool tokens = arg == "--tokens-node";
-      auto& slot = tokens ? options.tokens_node : options.slots_node;
-      slot = target{tokens ? "tether-tokens" : "tether-slots", *ep, std::nullopt};
-      if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
-    } else if (arg == "--every-cpu-nginx" || arg == "--every-cpu-tether") {
-      auto at = value.find('@');
-      auto ep = parse_endpoint(std::string_view(value).substr(0, at));
-      if (!ep) {
-        std::cerr << "tether-bench: bad " << arg << " " << value << "\n";
-        return 2;
-      }
-      const bool is_nginx = arg == "--every-cpu-nginx";
-      auto& slot = is_nginx ? options.every_cpu_nginx : options.every_cpu_tether;
-      slot = target{is_nginx ? "nginx-every-cpu" : "tether-every-cpu", *ep, std::nullopt};
-      if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
     } else if (arg == "--token-node") {
       if (value == "tokens") {
         token_node_config = token_node::tokens;
@@ -264,19 +267,6 @@ int main(int argc, char** argv) {
         std::cerr << "tether-bench: bad --token-node " << value << "\n";
         return 2;
       }
-    } else if (arg == "--replicas-healthy" || arg == "--replicas-dead" ||
-               arg == "--replicas-ejecting") {
-      auto at = value.find('@');
-      auto ep = parse_endpoint(std::string_view(value).substr(0, at));
-      if (!ep) {
-        std::cerr << "tether-bench: bad " << arg << " " << value << "\n";
-        return 2;
-      }
-      auto& slot = arg == "--replicas-healthy" ? options.replicas_healthy
-                   : arg == "--replicas-dead"  ? options.replicas_dead
-                                               : options.replicas_ejecting;
-      slot = target{std::string(arg.substr(2)), *ep, std::nullopt};
-      if (at != std::string::npos) slot->pid = std::stoi(value.substr(at + 1));
     } else if (arg == "--replicas") {
       if (value == "healthy") {
         replicas = replica_mode::healthy;
