@@ -86,7 +86,12 @@ std::string sha256_hex(std::string_view data) {
   return out;
 }
 
-gateway::gateway(caf::actor_system& system, runtime_ptr rt) : system_(system), rt_(std::move(rt)) {}
+gateway::gateway(caf::actor_system& system, runtime_ptr rt, const net::io_group& io)
+    : system_(system), io_(io), runtimes_(io.size(), rt) {}
+
+void gateway::adopt(runtime_ptr next) {
+  runtimes_[io_.here()] = std::move(next);
+}
 
 // The token of `Authorization: Bearer K`, or else of `x-api-key: K` (how the Anthropic SDK
 // sends it); empty: neither.
@@ -113,8 +118,8 @@ std::int64_t gateway::match_key(const net::incoming_request& req) const {
   auto digest = sha256_hex(v);
   std::int64_t found = -1;
   // Every key is compared, so the time taken does not depend on which one matched.
-  for (std::size_t i = 0; i < rt_->cfg.keys.size(); ++i) {
-    const auto& k = rt_->cfg.keys[i];
+  for (std::size_t i = 0; i < rt()->cfg.keys.size(); ++i) {
+    const auto& k = rt()->cfg.keys[i];
     if (!k.retired && token_equal(digest, k.sha256_hex)) found = static_cast<std::int64_t>(i);
   }
   return found;
@@ -140,7 +145,7 @@ void gateway::answer_model_refusal(const net::incoming_request& req, const std::
   r.ttfb_ms = elapsed;
   r.client_retry = client_retry_of(req);
   write_access_log(r);
-  rt_->stats->request_done(model, o, elapsed / 1000.0);
+  rt()->stats->request_done(model, o, elapsed / 1000.0);
 }
 
 // Which kind of request it is decides who answers: net/'s refusals, the small endpoints, or a
@@ -206,10 +211,10 @@ bool gateway::answer_small_endpoint(const net::incoming_request& req, const std:
     return true;
   }
   if (path == "/metrics") {
-    auto text = rt_->stats->render();
-    if (rt_->tracer) {
+    auto text = rt()->stats->render();
+    if (rt()->tracer) {
       // The exporter drops rather than blocks or grows: what it dropped must be visible.
-      auto t = rt_->tracer->stats();
+      auto t = rt()->tracer->stats();
       text +=
           "# HELP tether_trace_spans_exported_total Spans the collector accepted.\n"
           "# TYPE tether_trace_spans_exported_total counter\n"
@@ -225,14 +230,14 @@ bool gateway::answer_small_endpoint(const net::incoming_request& req, const std:
     return true;
   }
   if (path == "/v1/models") {
-    if (rt_->cfg.requires_keys() && match_key(req) < 0) {
+    if (rt()->cfg.requires_keys() && match_key(req) < 0) {
       channel.send_full(
           401, error_headers(request_id, 401, outcome::unauthorized),
           error_body(outcome::unauthorized, "missing or invalid gateway key", request_id));
       return true;
     }
     boost::json::array data;
-    for (const auto& name : rt_->routes->public_models()) {
+    for (const auto& name : rt()->routes->public_models()) {
       data.push_back(boost::json::object{
           {"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "tether"}});
     }
@@ -254,7 +259,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
     return nullptr;
   }
   std::int64_t key = -1;
-  if (rt_->cfg.requires_keys()) {
+  if (rt()->cfg.requires_keys()) {
     key = match_key(req);
     if (key < 0) {
       answer_model_refusal(req, request_id, "", outcome::unauthorized,
@@ -262,20 +267,20 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
       return nullptr;
     }
   }
-  auto inspected = inspect_model_request(req.body, rt_->cfg.server.max_json_depth);
+  auto inspected = inspect_model_request(req.body, rt()->cfg.server.max_json_depth);
   if (auto* err = std::get_if<body_error>(&inspected)) {
     answer_model_refusal(req, request_id, "", outcome::bad_request, err->message, *channel);
     return nullptr;
   }
   auto info = std::get<model_request_info>(std::move(inspected));
   const auto where = *surface_of(path);  // handle() let only model surfaces through
-  if (!rt_->routes->knows(info.model)) {
+  if (!rt()->routes->knows(info.model)) {
     // The label stays bounded: an unknown name is never a label value.
     answer_model_refusal(req, request_id, "", outcome::unknown_model,
                          "the model does not exist on this gateway", *channel);
     return nullptr;
   }
-  if (!rt_->routes->serves(info.model, where)) {
+  if (!rt()->routes->serves(info.model, where)) {
     answer_model_refusal(req, request_id, "", outcome::unknown_model,
                          "the model is not served on " + std::string(path_of(where)) +
                              " by this gateway (no deployment of it serves the " +
@@ -285,7 +290,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   }
   const auto prompt_tokens = estimate_prompt_tokens(req.body.size());
   if (auto heavy =
-          rt_->routes->too_heavy(info.model, where, prompt_tokens, info.max_output_tokens)) {
+          rt()->routes->too_heavy(info.model, where, prompt_tokens, info.max_output_tokens)) {
     // It could never be admitted: refused now rather than queued until its wait limit.
     answer_model_refusal(
         req, request_id, info.model, outcome::bad_request,
@@ -297,7 +302,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
     return nullptr;
   }
   if (key >= 0) {
-    const auto& allowed = rt_->cfg.keys[key].models;
+    const auto& allowed = rt()->cfg.keys[key].models;
     bool ok = std::find(allowed.begin(), allowed.end(), "*") != allowed.end() ||
               std::find(allowed.begin(), allowed.end(), info.model) != allowed.end();
     if (!ok) {
@@ -317,7 +322,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   }
   // Without a key the cap is a key's default: a caller must be given "high", it cannot take it.
   const auto asked = priority_of(net::find_header(req.headers, "x-priority"),
-                                 key >= 0 ? rt_->cfg.keys[key].max_priority : priority::normal);
+                                 key >= 0 ? rt()->cfg.keys[key].max_priority : priority::normal);
   if (!asked.valid) {
     answer_model_refusal(req, request_id, info.model, outcome::bad_request,
                          "X-Priority must be high, normal or low", *channel);
@@ -328,7 +333,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   request_spec spec;
   spec.where = where;
   spec.stream = info.stream && can_stream(spec.where);
-  spec.deadline = effective_deadline(rt_->cfg.effective_request(info.model).deadline, caller);
+  spec.deadline = effective_deadline(rt()->cfg.effective_request(info.model).deadline, caller);
   if (caller.what == caller_budget::kind::valid) spec.caller_deadline = caller.value;
   spec.client_retry = client_retry_of(req);
   spec.request_id = std::move(request_id);
@@ -340,23 +345,23 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   spec.arrival = req.arrival;
   spec.prompt_tokens = prompt_tokens;
   spec.max_output_tokens = info.max_output_tokens;
-  if (key >= 0 && (rt_->cfg.keys[key].rpm > 0 || rt_->cfg.keys[key].tpm > 0)) {
+  if (key >= 0 && (rt()->cfg.keys[key].rpm > 0 || rt()->cfg.keys[key].tpm > 0)) {
     spec.check_rate = true;
     spec.rate_tokens = token_weight(prompt_tokens, spec.max_output_tokens,
-                                    rt_->routes->default_max_tokens(spec.model, where));
+                                    rt()->routes->default_max_tokens(spec.model, where));
   }
   if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
   if (where == surface::responses) {
     if (auto previous = previous_response_id_of(spec.body))
-      spec.prefer_upstream = rt_->affinity->find(*previous);
+      spec.prefer_upstream = rt()->affinity->find(*previous);
   }
   if (is_anthropic(where)) {
     if (const auto* v = net::find_header(req.headers, "anthropic-version"))
       spec.anthropic_version = *v;
     if (const auto* v = net::find_header(req.headers, "anthropic-beta")) spec.anthropic_beta = *v;
   }
-  auto actor = system_.spawn(request_actor, rt_, std::move(channel), std::move(spec));
-  caf::anon_send(rt_->supervisor, adopt_atom::value, actor);
+  auto actor = system_.spawn(request_actor, rt(), std::move(channel), std::move(spec));
+  caf::anon_send(rt()->supervisor, adopt_atom::value, actor);
   return std::make_shared<request_observer>(std::move(actor));
 }
 

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "actors/runtime.hpp"
 #include "net/downstream.hpp"
@@ -14,14 +15,15 @@ namespace tether {
 
 class gateway {
  public:
-  gateway(caf::actor_system& system, runtime_ptr rt);
+  // Requests arrive on every member of `io`; each member reads the generation it last adopted.
+  gateway(caf::actor_system& system, runtime_ptr rt, const net::io_group& io);
 
   std::shared_ptr<net::exchange_observer> handle(net::incoming_request request,
                                                  std::shared_ptr<net::response_channel> channel);
 
-  // A reload: requests that arrive from now on run on `next`; those in flight keep theirs. On the
-  // thread that calls handle().
-  void adopt(runtime_ptr next) { rt_ = std::move(next); }
+  // A reload: requests that arrive on the calling io thread from now on run on `next`; those in
+  // flight keep theirs. Called on each member of the group in turn (reloader).
+  void adopt(runtime_ptr next);
 
   // After this, /readyz answers 503 and new model requests get 503 shutting_down.
   void start_draining() { draining_.store(true); }
@@ -41,8 +43,12 @@ class gateway {
   // Index of the gateway key the bearer token matches, -1 for none.
   std::int64_t match_key(const net::incoming_request& req) const;
 
+  // The calling io thread's generation (no lock: each member reads and writes its own slot).
+  const runtime_ptr& rt() const { return runtimes_[io_.here()]; }
+
   caf::actor_system& system_;
-  runtime_ptr rt_;
+  net::io_group io_;
+  std::vector<runtime_ptr> runtimes_;  // by member of io_
   std::atomic<bool> draining_{false};
 };
 

@@ -207,16 +207,18 @@ std::string allocator_line() {
   return t == nullptr ? std::string{"glibc malloc defaults"} : "GLIBC_TUNABLES " + std::string{t};
 }
 
-// tether's scheduler, whose first worker runs `io` (actors/scheduler.cpp says why), with `cores`
-// workers: one per usable CPU, one on a single CPU (a second worker there only spins in CAF's
-// polling, steals and wakes the first). No actor blocks a worker (only main's scoped_actor
-// blocks, on its own thread). The middleman (CAF's distribution layer) is loaded only where a
-// shared budget is configured.
+// tether's scheduler, whose worker k runs the k-th io runtime (actors/scheduler.cpp says why):
+// one worker per io thread and no other, so that every job runs beside the sockets it touches.
+// No actor blocks a worker (only main's scoped_actor blocks, on its own thread). The middleman
+// (CAF's distribution layer) is loaded only where a shared budget is configured.
 // (The config must outlive the actor system, which keeps a reference to it.)
-void configure_actors(caf::actor_system_config& sys_cfg, tether::net::io_runtime& io,
-                      unsigned cores, bool clustered) {
-  tether::use_tether_scheduler(sys_cfg, &io);
-  sys_cfg.set("scheduler.max-threads", static_cast<std::size_t>(cores));
+void configure_actors(caf::actor_system_config& sys_cfg,
+                      const std::vector<std::unique_ptr<tether::net::io_runtime>>& ios,
+                      bool clustered) {
+  std::vector<tether::net::io_runtime*> lent;
+  for (const auto& io : ios) lent.push_back(io.get());
+  tether::use_tether_scheduler(sys_cfg, lent);
+  sys_cfg.set("scheduler.max-threads", ios.size());
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
   if (clustered) sys_cfg.load<caf::io::middleman>();
 }
@@ -256,6 +258,10 @@ struct core_actors {
         system.spawn(supervisor_actor, rt.cfg.server.drain_timeout, rt.budget, rt.timers.get());
     // Last: it subscribes to the cluster's health news through rt.budget, the link on a member.
     rt.health_monitor = system.spawn(health_actor, shared);
+    // They serve every io thread: each runs where it is woken (actors/scheduler.hpp says why).
+    for (const auto* a : {&local_budget, &rt.budget, &rt.supervisor, &rt.health_monitor}) {
+      roam(system, *a);
+    }
     return true;
   }
 
@@ -270,13 +276,13 @@ struct core_actors {
   }
 };
 
-std::string startup_line(const tether::gateway_runtime& rt, std::uint16_t port, unsigned cores,
+std::string startup_line(const tether::gateway_runtime& rt, std::uint16_t port, unsigned threads,
                          const std::string& scheduling) {
   std::string upstreams;
   for (const auto& u : rt.cfg.upstreams) upstreams += (upstreams.empty() ? "" : ", ") + u.name;
   return "tether " TETHER_VERSION " listening on " + rt.cfg.server.listen_host + ":" +
-         std::to_string(port) + " (config " + rt.cfg.source_file + ", " + std::to_string(cores) +
-         " worker thread(s), " + scheduling + ", " + allocator_line() + ", upstreams " + upstreams +
+         std::to_string(port) + " (config " + rt.cfg.source_file + ", " + std::to_string(threads) +
+         " io thread(s), " + scheduling + ", " + allocator_line() + ", upstreams " + upstreams +
          ")";
 }
 
@@ -285,26 +291,34 @@ int serve(tether::config::gateway_config cfg) {
   setup_logging(cfg.telemetry.log_format, cfg.telemetry.log_level);
   const sigset_t signals = block_stop_signals();
   const auto scheduling = prefer_batch_scheduling(cfg.server.sched_batch);
-  const unsigned cores = usable_cpus();
-  // Outlives the actor system: no actor may outlive the sockets it owns.
-  net::io_runtime io{net::io_runtime::lent_thread};
+  const unsigned threads = cfg.server.threads == 0 ? usable_cpus() : cfg.server.threads;
+  // Outlive the actor system: no actor may outlive the sockets it owns.
+  std::vector<std::unique_ptr<net::io_runtime>> ios;
+  std::vector<net::io_runtime*> members;
+  for (unsigned i = 0; i < threads; ++i) {
+    ios.push_back(std::make_unique<net::io_runtime>(net::io_runtime::lent_thread));
+    members.push_back(ios.back().get());
+  }
+  const net::io_group io{members};
+  const auto join_io = [&ios] {
+    for (auto& each : ios) each->join();
+  };
   auto rt = build_runtime(std::move(cfg), io);
   const auto& cluster = rt->cfg.cluster;
   caf::actor_system_config sys_cfg;
-  configure_actors(sys_cfg, io, cores,
-                   !cluster.budget_listen.empty() || !cluster.budget_host.empty());
+  configure_actors(sys_cfg, ios, !cluster.budget_listen.empty() || !cluster.budget_host.empty());
   auto system = std::make_unique<caf::actor_system>(sys_cfg);
 
   core_actors core;
   auto fail_start = [&] {
     core.stop(*rt);
-    io.join();
+    join_io();
     system.reset();
     return 1;
   };
   if (!core.spawn(*system, rt)) return fail_start();
 
-  gateway gw{*system, rt};
+  gateway gw{*system, rt, io};
   net::http_server server{io, limits_of(rt->cfg.server),
                           [&gw](net::incoming_request req, auto channel) {
                             return gw.handle(std::move(req), std::move(channel));
@@ -316,7 +330,7 @@ int serve(tether::config::gateway_config cfg) {
     log_error(e.what());  // "cannot listen on HOST:PORT: why"
     return fail_start();
   }
-  log_info(startup_line(*rt, port, cores, scheduling));
+  log_info(startup_line(*rt, port, threads, scheduling));
 
   reloader reloads{*system, io, gw, rt, core.local_budget};
   const int sig = serve_until_stopped(signals, reloads);
@@ -339,9 +353,9 @@ int serve(tether::config::gateway_config cfg) {
   if (rt->tracer) rt->tracer->shutdown(std::chrono::seconds(1));
   core.stop(*rt);
   // Every request tree has ended (the drain said so), so no actor owns a socket any more. The io
-  // stops first; its thread, the first CAF worker, then runs the jobs left like any worker until
+  // stops first; each io thread, a CAF worker, then runs the jobs left like any worker until
   // ~actor_system shuts the workers down.
-  io.join();
+  join_io();
   system.reset();
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "actors/messages.hpp"
 #include "config/loader.hpp"
 #include "config/reload.hpp"
+#include "net/io_group.hpp"
 #include "net/io_runtime.hpp"
 
 namespace tether {
@@ -20,7 +21,7 @@ std::string joined(const std::vector<std::string>& parts) {
   return out;
 }
 
-// Runs `fn` on the io thread, where the gateway takes its requests, and waits for it.
+// Runs `fn` on an io thread, where the gateway takes its requests, and waits for it.
 bool run_on_io(net::io_runtime& io, std::function<void()> fn) {
   struct job {
     std::function<void()> fn;
@@ -41,8 +42,8 @@ bool run_on_io(net::io_runtime& io, std::function<void()> fn) {
 
 }  // namespace
 
-reloader::reloader(caf::actor_system& system, net::io_runtime& io, gateway& gw, runtime_ptr first,
-                   caf::actor local_budget)
+reloader::reloader(caf::actor_system& system, const net::io_group& io, gateway& gw,
+                   runtime_ptr first, caf::actor local_budget)
     : system_(system),
       io_(io),
       gw_(gw),
@@ -88,12 +89,15 @@ bool reloader::reload() {
 
   std::vector<std::shared_ptr<net::upstream_transport>> retiring;
   for (auto i : plan.retired_upstreams) retiring.push_back(next->upstreams[i]);
-  const bool adopted = run_on_io(io_, [this, next, retiring] {
-    gw_.adopt(next);
-    for (const auto& u : retiring) u->retire();
-  });
+  // Each io thread takes the new generation between two of its own requests; the retired
+  // upstreams close their idle connections once the last thread has moved on.
+  bool adopted = true;
+  for (std::size_t i = 0; i < io_.size(); ++i) {
+    adopted = run_on_io(io_.at(i), [this, next] { gw_.adopt(next); }) && adopted;
+  }
+  for (const auto& u : retiring) u->retire();
   // A busy io thread takes it later, but takes it: the reload stands either way.
-  if (!adopted) log_warn("config reload: the io thread had not taken the new config after 5 s");
+  if (!adopted) log_warn("config reload: an io thread had not taken the new config after 5 s");
   caf::anon_send(next->health_monitor, adopt_runtime_atom::value, next);
   current_ = std::move(next);
   current_->stats->config_reloaded(true);

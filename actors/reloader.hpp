@@ -16,7 +16,7 @@ class reloader {
  public:
   // `local_budget`: this node's budget actor (a cluster member's own, not its link to the host),
   // whose caps follow the file.
-  reloader(caf::actor_system& system, net::io_runtime& io, gateway& gw, runtime_ptr first,
+  reloader(caf::actor_system& system, const net::io_group& io, gateway& gw, runtime_ptr first,
            caf::actor local_budget);
 
   // Reads the file the gateway started from; logs what it did; true when it was applied. Called
@@ -27,7 +27,7 @@ class reloader {
   bool refuse(const std::vector<std::string>& errors);
 
   caf::actor_system& system_;
-  net::io_runtime& io_;
+  net::io_group io_;
   gateway& gw_;
   runtime_ptr current_;
   caf::actor local_budget_;

@@ -6,7 +6,7 @@ namespace tether {
 namespace {
 
 std::shared_ptr<net::upstream_transport> client_for(const config::upstream_config& u,
-                                                    net::io_runtime& io) {
+                                                    const net::io_group& io) {
   net::upstream_endpoint ep;
   ep.tls = u.url.tls;
   ep.host = u.url.host;
@@ -25,7 +25,7 @@ std::vector<std::string> names_of(const config::gateway_config& cfg) {
 
 }  // namespace
 
-runtime_ptr build_runtime(config::gateway_config cfg, net::io_runtime& io) {
+runtime_ptr build_runtime(config::gateway_config cfg, const net::io_group& io) {
   auto rt = std::make_shared<gateway_runtime>();
   rt->cfg = std::move(cfg);
   rt->routes = std::make_unique<router>(rt->cfg);
@@ -44,13 +44,13 @@ runtime_ptr build_runtime(config::gateway_config cfg, net::io_runtime& io) {
     net::otlp_options trace_opts;
     trace_opts.endpoint = rt->cfg.telemetry.otlp_endpoint;
     trace_opts.service_name = rt->cfg.telemetry.service_name;
-    rt->tracer = std::make_shared<net::otlp_exporter>(io, trace_opts);
+    rt->tracer = std::make_shared<net::otlp_exporter>(io.at(0), trace_opts);
   }
   return rt;
 }
 
 runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config next,
-                         const std::vector<std::size_t>& fresh_upstreams, net::io_runtime& io) {
+                         const std::vector<std::size_t>& fresh_upstreams, const net::io_group& io) {
   auto rt = std::make_shared<gateway_runtime>();
   rt->cfg = std::move(next);
   rt->routes = std::make_unique<router>(rt->cfg);

@@ -16,13 +16,10 @@
 #include "actors/policy/router.hpp"
 #include "actors/policy/upstream_health.hpp"
 #include "config/config.hpp"
+#include "net/io_group.hpp"
 #include "net/otlp_exporter.hpp"
 #include "net/timer_service.hpp"
 #include "net/upstream.hpp"
-
-namespace tether::net {
-class io_runtime;
-}
 
 namespace tether {
 
@@ -47,13 +44,13 @@ using runtime_ptr = std::shared_ptr<gateway_runtime>;
 
 // The first generation: the config, the router, the upstream clients on `io`, the metrics, the
 // retry budget, the timers and the tracer. The budget and supervisor are added by serve.
-runtime_ptr build_runtime(config::gateway_config cfg, net::io_runtime& io);
+runtime_ptr build_runtime(config::gateway_config cfg, const net::io_group& io);
 
 // A reload's generation (config/reload.hpp): its config and router; the upstreams the plan names
 // fresh get new clients on `io`, the others keep `running`'s; everything process-wide is shared
 // and left as it is (a reload refused after this changes nothing).
 runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config next,
-                         const std::vector<std::size_t>& fresh_upstreams, net::io_runtime& io);
+                         const std::vector<std::size_t>& fresh_upstreams, const net::io_group& io);
 
 // The process-wide parts take on `next`'s upstreams and retry limits: the metrics name the new
 // upstreams, the retry budget counts them under the new limits.

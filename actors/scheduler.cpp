@@ -5,6 +5,7 @@
 #include <caf/detail/thread_safe_actor_clock.hpp>
 #include <caf/policy/unprofiled.hpp>
 #include <caf/resumable.hpp>
+#include <caf/scheduled_actor.hpp>
 #include <caf/scheduler/coordinator.hpp>
 #include <caf/scheduler/worker.hpp>
 #include <caf/settings.hpp>
@@ -12,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -25,9 +27,11 @@
 
 namespace tether {
 
-// The io_runtime whose context the first worker runs (nullptr: none lent). Defined below the
-// coordinator, which holds it.
-net::io_runtime* lent_io(caf::scheduler::abstract_coordinator* parent);
+// The io_runtime whose context worker `id` runs (nullptr: none lent to it). Defined below the
+// coordinator, which holds them.
+net::io_runtime* lent_io(caf::scheduler::abstract_coordinator* parent, std::size_t id);
+// Whether `job` is an actor made to roam (roam(), below).
+bool roams(caf::scheduler::abstract_coordinator* parent, const caf::resumable* job);
 
 // CAF's work-stealing policy (its configuration keys, its aggressive polling and stealing, its
 // sleep on a condition variable), but each worker's jobs in a std::deque under the mutex that
@@ -38,15 +42,15 @@ net::io_runtime* lent_io(caf::scheduler::abstract_coordinator* parent);
 // kernel's timer slack), paid at every io → actor hop; sleeping on the condition variable, it
 // is woken by the enqueue at once.
 //
-// Given an io_runtime lent to it, the first worker runs that io context instead of a loop of
-// its own, and runs its jobs in a handler of the context (pump), a batch at a time behind the
-// io handlers queued meanwhile. Why: with the io on a thread of its own, every request crossed
-// threads four times (caller's bytes → request actor → upstream write; upstream's answer → actor
-// → caller's write), each crossing a futex or eventfd wake-up, and on one CPU a context switch.
-// On one thread, an io handler's message only queues a job, and an actor's post to a socket
+// Given an io_runtime lent to it (worker k gets the k-th), a worker runs that io context instead
+// of a loop of its own, and runs its jobs in a handler of the context (pump), a batch at a time
+// behind the io handlers queued meanwhile. Why: with the io on a thread of its own, every request
+// crossed threads four times (caller's bytes → request actor → upstream write; upstream's answer →
+// actor → caller's write), each crossing a futex or eventfd wake-up, and on one CPU a context
+// switch. On one thread, an io handler's message only queues a job, and an actor's post to a socket
 // only queues a handler: most context switches and some system calls per request go; a job and
 // its io share one thread's allocator cache too.
-// Workers beyond the first (more CPUs) work as above.
+// Workers without an io context (none lent to them) work as above.
 class stealing : public caf::policy::unprofiled {
  public:
   // A worker's jobs. Called with the worker's mutex held, but for looks_empty().
@@ -132,20 +136,49 @@ class stealing : public caf::policy::unprofiled {
     caf::timespan relaxed_sleep;
   };
 
-  // A job woken on a worker's own thread (the lent io context's handlers and timers run on the
-  // first worker's) stays with that worker: spreading them round-robin sent most of a request's
-  // jobs to another CPU and back, a hand-off each way per message, which cost more CPU per
-  // request than the second CPU gave back. Idle workers still steal. Other threads (the main
-  // thread, the middleman's) go round-robin.
+  // An actor's job goes to the worker that last ran it (its home): a request's actors start on
+  // the io thread that serves its caller and stay there, with its sockets and timers, whoever
+  // sends them a message. A job without a home (a new actor, a function job) stays with the
+  // worker whose thread woke it: spreading them round-robin sent most of a request's jobs to
+  // another CPU and back, a hand-off each way per message, which cost more CPU per request than
+  // the second CPU gave back. Idle workers without an io context still steal. Other threads
+  // (the main thread, the middleman's) go round-robin.
   template <class Coordinator>
   void central_enqueue(Coordinator* self, caf::resumable* job) {
-    if (auto* w = static_cast<typename Coordinator::worker_type*>(this_thread_worker);
-        w != nullptr && w->parent() == self) {
-      w->external_enqueue(job);
+    using worker_type = typename Coordinator::worker_type;
+    auto* here = static_cast<worker_type*>(this_thread_worker);
+    if (here != nullptr && here->parent() != self) here = nullptr;
+    if (auto* home = home_of(self, here, job)) {
+      home->external_enqueue(job);
+      return;
+    }
+    if (here != nullptr) {
+      here->external_enqueue(job);
       return;
     }
     auto* w = self->worker_by_id(d(self).next_worker++ % self->num_workers());
     w->external_enqueue(job);
+  }
+
+  // The worker of `coordinator` that last ran `job`'s actor, or nullptr (not an actor, never ran,
+  // last ran outside this coordinator's workers). `here`: the calling thread's worker, if any,
+  // looked at first.
+  template <class Coordinator>
+  static typename Coordinator::worker_type* home_of(Coordinator* coordinator,
+                                                    typename Coordinator::worker_type* here,
+                                                    caf::resumable* job) {
+    const auto n = coordinator->num_workers();
+    if (n < 2 || job->subtype() != caf::resumable::scheduled_actor) return nullptr;
+    if (roams(coordinator, job)) return nullptr;
+    // A scheduled_actor is a resumable by non-virtual inheritance: the cast is exact.
+    auto* last = static_cast<caf::scheduled_actor*>(job)->context();
+    if (last == nullptr) return nullptr;
+    if (here != nullptr && last == here) return here;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto* w = coordinator->worker_by_id(i);
+      if (w == last) return w;
+    }
+    return nullptr;
   }
 
   // The worker whose thread this is (set by the worker itself), or nullptr.
@@ -226,12 +259,12 @@ class stealing : public caf::policy::unprofiled {
     return true;
   }
 
-  // The first worker runs the lent io context (if any) until it stops; jobs meanwhile run in
-  // pump. false: the worker is to shut down.
+  // A worker with a lent io context runs it until it stops; jobs meanwhile run in pump. false:
+  // the worker is to shut down.
   template <class Worker>
   static bool run_lent_io(Worker* self) {
     auto& data = d(self);
-    data.io = self->id() == 0 ? lent_io(self->parent()) : nullptr;
+    data.io = lent_io(self->parent(), self->id());
     if (data.io == nullptr) return true;
     bool post = false;
     {
@@ -255,6 +288,10 @@ class stealing : public caf::policy::unprofiled {
   template <class Worker>
   void internal_enqueue(Worker* self, caf::resumable* job) {
     auto& data = d(self);
+    if (auto* home = home_of(self->parent(), self, job); home != nullptr && home != self) {
+      home->external_enqueue(job);
+      return;
+    }
     if (data.in_pump) {
       data.woken.push_back(job);
       return;
@@ -348,7 +385,7 @@ template <>
 void caf::scheduler::worker<tether::stealing>::start() {
   auto* self = this;
   this_thread_ = std::thread{[self] {
-    const bool runs_io = self->id() == 0 && tether::lent_io(self->parent()) != nullptr;
+    const bool runs_io = tether::lent_io(self->parent(), self->id()) != nullptr;
     caf::detail::set_thread_name(runs_io ? "tether.io" : "tether.worker");
     // The io thread writes what callers see (answers, a passed deadline's 504) and closes what
     // they left; the other workers keep the books. When both want one CPU, the io thread goes
@@ -415,10 +452,30 @@ class coordinator final : public caf::scheduler::coordinator<stealing> {
  public:
   using super = caf::scheduler::coordinator<stealing>;
 
-  coordinator(caf::actor_system& sys, net::io_runtime* io) : super(sys), io_(io) {}
+  coordinator(caf::actor_system& sys, std::vector<net::io_runtime*> ios)
+      : super(sys), ios_(std::move(ios)) {}
 
   quiet_clock& clock() noexcept override { return clock_; }
-  net::io_runtime* io() const noexcept { return io_; }
+  net::io_runtime* io(std::size_t worker) const noexcept {
+    return worker < ios_.size() ? ios_[worker] : nullptr;
+  }
+
+  bool roams(const caf::resumable* job) const noexcept {
+    for (const auto& each : roaming_) {
+      const auto* r = each.load(std::memory_order_relaxed);
+      if (r == nullptr) return false;
+      if (r == job) return true;
+    }
+    return false;
+  }
+  // False when the table is full (the actor then keeps a home like any other).
+  bool add_roaming(const caf::resumable* job) noexcept {
+    for (auto& each : roaming_) {
+      const caf::resumable* expected = nullptr;
+      if (each.compare_exchange_strong(expected, job) || expected == job) return true;
+    }
+    return false;
+  }
 
  protected:
   void start() override {
@@ -441,23 +498,45 @@ class coordinator final : public caf::scheduler::coordinator<stealing> {
  private:
   quiet_clock clock_;
   std::thread thread_;
-  net::io_runtime* io_;
+  std::vector<net::io_runtime*> ios_;  // the k-th is lent to worker k
+  // The actors that roam, filled from the front; a handful (the budget, its link, the
+  // supervisor, the health actor), looked through at every enqueue. Entries stay after the actor
+  // exits: a later actor at that address roams too, which only changes where it runs.
+  std::array<std::atomic<const caf::resumable*>, 8> roaming_{};
 };
 
 }  // namespace
 
-net::io_runtime* lent_io(caf::scheduler::abstract_coordinator* parent) {
-  return static_cast<coordinator*>(parent)->io();
+net::io_runtime* lent_io(caf::scheduler::abstract_coordinator* parent, std::size_t id) {
+  return static_cast<coordinator*>(parent)->io(id);
+}
+
+bool roams(caf::scheduler::abstract_coordinator* parent, const caf::resumable* job) {
+  return static_cast<coordinator*>(parent)->roams(job);
+}
+
+bool roam(caf::actor_system& system, const caf::actor& actor) {
+  auto* sched = dynamic_cast<coordinator*>(&system.scheduler());
+  auto* scheduled =
+      dynamic_cast<caf::scheduled_actor*>(caf::actor_cast<caf::abstract_actor*>(actor));
+  if (sched == nullptr || scheduled == nullptr) return false;
+  return sched->add_roaming(scheduled);
+}
+
+void use_tether_scheduler(caf::actor_system_config& cfg, std::vector<net::io_runtime*> ios) {
+  // An actor resumes at most this many messages before the next job (CAF's default: no limit).
+  // On a thread that also runs io, an actor whose mailbox kept filling would otherwise hold
+  // every socket up.
+  if (!ios.empty()) cfg.set("scheduler.max-throughput", stealing::max_messages_per_resume);
+  cfg.module_factories.push_back(
+      [ios = std::move(ios)](caf::actor_system& sys) -> caf::actor_system::module* {
+        return new coordinator(sys, ios);
+      });
 }
 
 void use_tether_scheduler(caf::actor_system_config& cfg, net::io_runtime* io) {
-  // An actor resumes at most this many messages before the next job (CAF's default: no limit).
-  // On the thread that also runs the io, an actor whose mailbox kept filling would otherwise
-  // hold every socket up.
-  if (io != nullptr) cfg.set("scheduler.max-throughput", stealing::max_messages_per_resume);
-  cfg.module_factories.push_back([io](caf::actor_system& sys) -> caf::actor_system::module* {
-    return new coordinator(sys, io);
-  });
+  use_tether_scheduler(
+      cfg, io == nullptr ? std::vector<net::io_runtime*>{} : std::vector<net::io_runtime*>{io});
 }
 
 }  // namespace tether

@@ -30,6 +30,9 @@ struct server_config {
   // per-thread cache of freed blocks (0 = glibc's own default, and no restart to apply it).
   bool sched_batch = true;
   std::uint32_t malloc_tcache_count = 64;
+  // io threads (each with its share of the connections and its own CAF worker); 0 = one per CPU
+  // of the process's affinity mask. Applied at start only.
+  std::uint32_t threads = 0;
   bool operator==(const server_config&) const = default;
 };
 

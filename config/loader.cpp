@@ -317,7 +317,7 @@ class loader {
     check_keys(t, p,
                {"listen", "max_request_bytes", "max_header_bytes", "max_header_fields",
                 "max_json_depth", "max_connections", "header_timeout_ms", "keepalive_timeout_ms",
-                "drain_timeout_ms", "sched_batch", "malloc_tcache_count"});
+                "drain_timeout_ms", "sched_batch", "malloc_tcache_count", "threads"});
     auto& s = cfg_.server;
     if (auto listen = read_string(t, "listen", p)) {
       if (auto hp = parse_host_port(*listen, "server.listen", t.get("listen"), 0)) {
@@ -339,6 +339,8 @@ class loader {
     if (auto b = read_bool(t, "sched_batch", p)) s.sched_batch = *b;
     // glibc refuses a tcache_count above 65535 (and keeps its default).
     read_into(t, "malloc_tcache_count", p, s.malloc_tcache_count, 0, 65535);
+    // 0 = one per usable CPU. More than 1024 io threads is a typo, not a machine.
+    read_into(t, "threads", p, s.threads, 0, 1024);
   }
 
   // Reads whichever [request] keys `t` has; shared by [request] and the model overrides.

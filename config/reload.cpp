@@ -45,6 +45,7 @@ void compare_server(const server_config& a, const server_config& b, std::vector<
       {a.drain_timeout != b.drain_timeout, "server.drain_timeout_ms"},
       {a.sched_batch != b.sched_batch, "server.sched_batch"},
       {a.malloc_tcache_count != b.malloc_tcache_count, "server.malloc_tcache_count"},
+      {a.threads != b.threads, "server.threads"},
   };
   for (const auto& [changed, key] : keys) {
     if (changed) out.emplace_back(key);

@@ -87,6 +87,7 @@ std::string render_effective(const gateway_config& cfg) {
   line("drain_timeout_ms", s.drain_timeout.count());
   line("sched_batch", s.sched_batch ? "true" : "false");
   line("malloc_tcache_count", s.malloc_tcache_count);
+  line("threads", s.threads);
 
   const auto& r = cfg.request;
   o += "\n[request]\n";

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "net/http_types.hpp"
+#include "net/io_group.hpp"
 
 namespace tether::net {
 
@@ -79,12 +80,11 @@ struct server_limits {
   std::chrono::milliseconds keepalive_timeout{60000};
 };
 
-class io_runtime;
-
-// Accepts connections and runs sessions on an io_runtime. Thread-safe.
+// Accepts connections and runs their sessions on the members of an io_group, spread evenly.
+// Thread-safe.
 class http_server {
  public:
-  http_server(io_runtime& io, server_limits limits, request_handler handler);
+  http_server(const io_group& io, server_limits limits, request_handler handler);
   ~http_server();
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;

@@ -5,6 +5,7 @@
 
 #include "net/downstream.hpp"
 #include "net/downstream_session.hpp"
+#include "net/io_group.hpp"
 #include "net/io_runtime.hpp"
 #include "net/listener.hpp"
 #include "net/server_context.hpp"
@@ -12,22 +13,21 @@
 namespace tether::net {
 
 struct http_server::impl {
-  impl(io_runtime& io, server_limits limits, request_handler handler)
-      : io(*static_cast<boost::asio::io_context*>(io.native())),
-        context(std::make_shared<server_context>(limits, std::move(handler))) {}
+  impl(const io_group& io, server_limits limits, request_handler handler)
+      : io(io), context(std::make_shared<server_context>(limits, std::move(handler))) {}
 
   std::vector<std::shared_ptr<listener>> listeners_snapshot() {
     std::lock_guard lock(mutex);
     return listeners;
   }
 
-  boost::asio::io_context& io;
+  io_group io;
   std::shared_ptr<server_context> context;
   std::mutex mutex;
   std::vector<std::shared_ptr<listener>> listeners;
 };
 
-http_server::http_server(io_runtime& io, server_limits limits, request_handler handler)
+http_server::http_server(const io_group& io, server_limits limits, request_handler handler)
     : impl_(std::make_shared<impl>(io, limits, std::move(handler))) {}
 
 http_server::~http_server() {

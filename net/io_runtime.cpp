@@ -15,6 +15,21 @@ namespace tether::net {
 
 namespace asio = boost::asio;
 
+namespace {
+
+thread_local io_runtime* running_here = nullptr;
+
+// Marks the calling thread as running `io` for as long as it lives.
+struct running_scope {
+  explicit running_scope(io_runtime* io) : previous(running_here) { running_here = io; }
+  ~running_scope() { running_here = previous; }
+  running_scope(const running_scope&) = delete;
+  running_scope& operator=(const running_scope&) = delete;
+  io_runtime* previous;
+};
+
+}  // namespace
+
 struct io_runtime::impl {
   explicit impl(unsigned threads)
       : context(static_cast<int>(threads)), guard(asio::make_work_guard(context)) {}
@@ -36,6 +51,7 @@ io_runtime::io_runtime(unsigned threads)
   impl_->threads.reserve(n);
   for (unsigned i = 0; i < n; ++i) {
     impl_->threads.emplace_back([this] {
+      const running_scope here{this};
       // A handler that throws must not take the whole io thread (and every socket on it) down:
       // the exception is dropped and the loop goes on until stop().
       for (;;) {
@@ -58,6 +74,7 @@ void io_runtime::run_here() {
     std::lock_guard<std::mutex> guard{impl_->lent_mutex};
     impl_->lent_runner = std::this_thread::get_id();
   }
+  const running_scope here{this};
   for (;;) {
     try {
       impl_->context.run();
@@ -101,6 +118,10 @@ void io_runtime::join() {
       thread.join();
     }
   }
+}
+
+io_runtime* io_runtime::current() {
+  return running_here;
 }
 
 void* io_runtime::native() {

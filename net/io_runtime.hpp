@@ -21,6 +21,9 @@ class io_runtime {
 
   // The underlying boost::asio::io_context, for net/ only (opaque to everyone else).
   void* native();
+  // The runtime whose context the calling thread is running (its own thread's, or the lent
+  // thread's inside run_here), or nullptr.
+  static io_runtime* current();
   void stop();
   bool stopped() const;
   // Lent mode: runs the context's handlers on the calling thread until stop(); a handler that

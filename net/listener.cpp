@@ -29,10 +29,11 @@ constexpr std::chrono::seconds stop_wait{2};
 
 }  // namespace
 
-listener::listener(asio::io_context& io, std::shared_ptr<server_context> context)
-    : io_(io),
+listener::listener(const io_group& io, std::shared_ptr<server_context> context)
+    : group_(io),
+      io_(*static_cast<asio::io_context*>(io.at(0).native())),
       context_(std::move(context)),
-      strand_(asio::make_strand(io)),
+      strand_(asio::make_strand(io_)),
       acceptor_(strand_),
       backoff_(strand_) {}
 
@@ -101,7 +102,9 @@ void listener::close() {
 
 void listener::do_accept() {
   if (stopped_) return;
-  acceptor_.async_accept(connection_executor(io_),
+  auto& member = *static_cast<asio::io_context*>(group_.at(next_member_).native());
+  next_member_ = (next_member_ + 1) % group_.size();
+  acceptor_.async_accept(connection_executor(member),
                          beast::bind_front_handler(&listener::on_accept, shared_from_this()));
 }
 

@@ -11,7 +11,7 @@
 
 namespace tether::net {
 
-class io_runtime;
+class io_group;
 
 class timer {
  public:
@@ -27,8 +27,8 @@ class timer_service {
   virtual std::shared_ptr<timer> start(std::chrono::nanoseconds delay, timer_callback fire) = 0;
 };
 
-// The gateway's: each timer on an io thread's timer_heap. (The actor tests use a clock of their
-// own, advanced by hand.)
-std::unique_ptr<timer_service> make_io_timer_service(io_runtime& io);
+// The gateway's: each timer on the timer_heap of the io thread that arms it (member 0 from a
+// thread outside the group). (The actor tests use a clock of their own, advanced by hand.)
+std::unique_ptr<timer_service> make_io_timer_service(const io_group& io);
 
 }  // namespace tether::net

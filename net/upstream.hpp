@@ -11,10 +11,9 @@
 #include <utility>
 
 #include "net/http_types.hpp"
+#include "net/io_group.hpp"
 
 namespace tether::net {
-
-class io_runtime;
 
 struct upstream_endpoint {
   bool tls = false;
@@ -89,7 +88,8 @@ class upstream_transport {
 
 class upstream_client final : public upstream_transport {
  public:
-  upstream_client(io_runtime& io, upstream_endpoint endpoint);
+  // Its connections are kept per member of `io`: an exchange uses those of its caller's thread.
+  upstream_client(const io_group& io, upstream_endpoint endpoint);
   ~upstream_client() override;
   upstream_client(const upstream_client&) = delete;
   upstream_client& operator=(const upstream_client&) = delete;

@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -161,6 +162,113 @@ TEST_F(LentSchedulerTest, WithTwoWorkersEveryActorAnswers) {
   std::promise<void> ran;
   post_io([&ran] { ran.set_value(); });
   EXPECT_EQ(ran.get_future().wait_for(5s), std::future_status::ready);
+}
+
+// Two io runtimes, one lent to each worker (as main.cpp does with server.threads = 2).
+class EveryIoSchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    use_tether_scheduler(cfg_, std::vector<net::io_runtime*>{&io_[0], &io_[1]});
+    cfg_.set("scheduler.max-threads", std::size_t{2});
+    cfg_.set("logger.verbosity", caf::atom("quiet"));
+    system_ = std::make_unique<caf::actor_system>(cfg_);
+  }
+
+  void TearDown() override {
+    for (auto& io : io_) io.join();
+    system_.reset();
+  }
+
+  // Runs `fn` in a handler of io `i` and waits for it.
+  void on_io(std::size_t i, std::function<void()> fn) {
+    struct job {
+      std::function<void()> fn;
+      std::promise<void> done;
+    };
+    auto* j = new job{std::move(fn), {}};
+    auto done = j->done.get_future();
+    io_[i].post(
+        [](void* arg) {
+          std::unique_ptr<job> owned{static_cast<job*>(arg)};
+          owned->fn();
+          owned->done.set_value();
+        },
+        j);
+    ASSERT_EQ(done.wait_for(5s), std::future_status::ready);
+  }
+
+  std::thread::id thread_of_io(std::size_t i) {
+    std::thread::id id;
+    on_io(i, [&id] { id = std::this_thread::get_id(); });
+    return id;
+  }
+
+  net::io_runtime io_[2] = {net::io_runtime{net::io_runtime::lent_thread},
+                            net::io_runtime{net::io_runtime::lent_thread}};
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> system_;
+};
+
+// An actor that reports, for every message, the thread it ran on.
+caf::behavior thread_reporter(caf::event_based_actor*,
+                              std::shared_ptr<std::promise<std::thread::id>>* next) {
+  return {[next](int) { (*next)->set_value(std::this_thread::get_id()); }};
+}
+
+// Each io context runs on a thread of its own, and an actor spawned by one io thread's handler
+// runs there. Then, messaged from the other io thread, it still runs at home: a request's actors
+// stay with the thread that serves its caller, whichever thread sends them a message (a timer,
+// an upstream's bytes, the budget's grant). Without the home rule, the sender's thread took it.
+TEST_F(EveryIoSchedulerTest, AnActorRunsOnTheIoThreadThatSpawnedItWhoeverMessagesIt) {
+  const auto first = thread_of_io(0);
+  const auto second = thread_of_io(1);
+  ASSERT_NE(first, second);
+  for (int round = 0; round < 50; ++round) {
+    const std::size_t home = static_cast<std::size_t>(round % 2);
+    const auto home_thread = home == 0 ? first : second;
+    auto next = std::make_shared<std::promise<std::thread::id>>();
+    caf::actor actor;
+    on_io(home, [&] {
+      actor = system_->spawn(thread_reporter, &next);
+      caf::anon_send(actor, 0);
+    });
+    auto ran = next->get_future();
+    ASSERT_EQ(ran.wait_for(5s), std::future_status::ready);
+    ASSERT_EQ(ran.get(), home_thread) << "round " << round;
+    for (int i = 1; i <= 3; ++i) {
+      // The actor's job has ended once a handler queued behind it runs: the message below finds
+      // it idle and must wake it at home.
+      on_io(home, [] {});
+      next = std::make_shared<std::promise<std::thread::id>>();
+      auto later = next->get_future();
+      on_io(1 - home, [&] { caf::anon_send(actor, i); });
+      ASSERT_EQ(later.wait_for(5s), std::future_status::ready);
+      EXPECT_EQ(later.get(), home_thread) << "round " << round << ", message " << i;
+    }
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
+}
+
+// An actor made to roam (the budget, the supervisor) runs on the thread that wakes it: asked from
+// either io thread, it answers there, with no hop to a home and back.
+TEST_F(EveryIoSchedulerTest, ARoamingActorRunsOnTheIoThreadThatWakesIt) {
+  const std::thread::id threads[] = {thread_of_io(0), thread_of_io(1)};
+  auto next = std::make_shared<std::promise<std::thread::id>>();
+  caf::actor actor;
+  on_io(0, [&] { actor = system_->spawn(thread_reporter, &next); });
+  ASSERT_TRUE(roam(*system_, actor));
+  for (int i = 0; i < 20; ++i) {
+    const std::size_t from = static_cast<std::size_t>(i % 2);
+    next = std::make_shared<std::promise<std::thread::id>>();
+    auto ran = next->get_future();
+    on_io(from, [&] { caf::anon_send(actor, i); });
+    ASSERT_EQ(ran.wait_for(5s), std::future_status::ready);
+    EXPECT_EQ(ran.get(), threads[from]) << "message " << i;
+    // The actor's job has ended once a handler queued behind it runs: the next message finds it
+    // idle, not still running here.
+    on_io(from, [] {});
+  }
+  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace

@@ -264,6 +264,10 @@ TEST(LoaderTest, ProcessSettingsAreReadAndBoundedOrNamed) {
   expect_error("[server]\nmalloc_tcache_count = -1\n" + minimal, "server.malloc_tcache_count");
   expect_error("[server]\nsched_batch = \"yes\"\n" + minimal,
                "server.sched_batch: expected a boolean, got a string");
+  EXPECT_EQ(expect_ok(minimal).server.threads, 0U);  // one per usable CPU
+  EXPECT_EQ(expect_ok("[server]\nthreads = 4\n" + minimal).server.threads, 4U);
+  expect_error("[server]\nthreads = 1025\n" + minimal, "server.threads");
+  expect_error("[server]\nthreads = -1\n" + minimal, "server.threads");
 }
 
 TEST(LoaderTest, BadHealthPathIsNamed) {

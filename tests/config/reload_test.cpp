@@ -160,13 +160,16 @@ TEST(ReloadPlanTest, ListenClusterAndLogFormatChangesWaitForARestartWhileTheLogL
   const auto base = upstream("a", 1) + model("m", "a");
   auto running = load("[server]\nlisten = \"127.0.0.1:8080\"\n" + base);
   auto plan = plan_reload(running, load("[server]\nlisten = \"127.0.0.1:9090\"\n"
-                                        "max_request_bytes = 1000\n" +
+                                        "max_request_bytes = 1000\n"
+                                        "threads = 3\n" +
                                         base +
                                         "[cluster]\nbudget_listen = \"127.0.0.1:7000\"\n"
                                         "[telemetry]\nlog_format = \"text\"\n"
                                         "log_level = \"warn\"\n"));
-  EXPECT_THAT(plan.needs_restart, ElementsAre("server.listen", "server.max_request_bytes",
-                                              "cluster", "telemetry.log_format"));
+  EXPECT_THAT(plan.needs_restart,
+              ElementsAre("server.listen", "server.max_request_bytes", "server.threads", "cluster",
+                          "telemetry.log_format"));
+  EXPECT_EQ(plan.next.server.threads, 0U);
   EXPECT_EQ(plan.next.server.listen_port, 8080);
   EXPECT_EQ(plan.next.server.max_request_bytes, running.server.max_request_bytes);
   EXPECT_TRUE(plan.next.cluster.budget_listen.empty());

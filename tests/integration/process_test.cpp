@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -35,7 +36,7 @@ TEST(ProcessTest, TheStartLineNamesTheConfigFileTheThreadsAndTheUpstreams) {
   auto line = gw.process().wait_for_line(std::regex("listening on"), std::chrono::seconds(5));
   ASSERT_TRUE(line);
   EXPECT_NE(line->line.find("config " + gw.config_path()), std::string::npos) << line->line;
-  EXPECT_TRUE(std::regex_search(line->line, std::regex(R"([1-9]\d* worker thread\(s\))")))
+  EXPECT_TRUE(std::regex_search(line->line, std::regex(R"([1-9]\d* io thread\(s\))")))
       << line->line;
   EXPECT_NE(line->line.find("upstreams mock"), std::string::npos) << line->line;
 }
@@ -47,6 +48,29 @@ std::string environ_of(pid_t pid) {
 
 // The two process-wide settings are the config's ([server] sched_batch, malloc_tcache_count),
 // and the start line says what the process runs with.
+// server.threads: that many io threads, named so in top and ps, each serving requests.
+TEST(ProcessTest, ThreadsStartsThatManyIoThreadsAndEachServes) {
+  mock_server mock;
+  gateway_process gw{gateway_config(mock, "", model_entry("m", "mock"), "", "threads = 3\n")};
+  auto line = gw.process().wait_for_line(std::regex("listening on"), std::chrono::seconds(5));
+  ASSERT_TRUE(line);
+  EXPECT_NE(line->line.find(" 3 io thread(s)"), std::string::npos) << line->line;
+  int io_threads = 0;
+  const auto tasks = "/proc/" + std::to_string(gw.process().pid()) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream in(task.path() / "comm");
+    std::string name;
+    std::getline(in, name);
+    if (name == "tether.io") ++io_threads;
+  }
+  EXPECT_EQ(io_threads, 3);
+  // Each request on a connection of its own: the connections take turns between the threads.
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(request("POST", gw.port(), "/v1/chat/completions", chat_body("m")).status, 200)
+        << "request " << i;
+  }
+}
+
 TEST(ProcessTest, TheProcessWideSettingsAreTheConfigsAndTheStartLineSaysSo) {
   if (std::getenv("GLIBC_TUNABLES") != nullptr) GTEST_SKIP() << "GLIBC_TUNABLES set by the runner";
   mock_server mock;

@@ -398,6 +398,53 @@ TEST_F(HttpServerArrivalTest, AFreshConnectionsFirstRequestArrivesWithItsBytesNo
 // session starts waiting for them), the session sees them. A guard for the first read's wait
 // (a peek, see downstream_session.cpp): an async_wait instead passed this too, in 5 runs, so it
 // does not prove that window, only that no request of these 2,000 is left hanging.
+// Two io threads (server.threads = 2): the connections take turns between them, and each
+// connection's requests are handled on its own thread, every time.
+TEST(HttpServerGroupTest, ConnectionsTakeTurnsBetweenTheIoThreadsAndStayOnTheirs) {
+  io_runtime first{1};
+  io_runtime second{1};
+  std::mutex mutex;
+  std::map<std::string, std::thread::id> thread_of;  // by X-Test: the connection's name
+  std::atomic<int> moved{0};
+  http_server server{io_group{{&first, &second}}, server_limits{},
+                     [&](incoming_request request, std::shared_ptr<response_channel> channel) {
+                       const auto* name = find_header(request.headers, "X-Test");
+                       {
+                         std::lock_guard lock(mutex);
+                         auto [at, fresh] =
+                             thread_of.emplace(name ? *name : "", std::this_thread::get_id());
+                         if (!fresh && at->second != std::this_thread::get_id()) ++moved;
+                       }
+                       channel->send_full(200, {}, "");
+                       return std::shared_ptr<exchange_observer>();
+                     }};
+  const auto port = server.listen("127.0.0.1", 0);
+  std::vector<std::unique_ptr<test_client>> clients;
+  for (int c = 0; c < 6; ++c) {
+    clients.push_back(std::make_unique<test_client>(port));
+    ASSERT_TRUE(clients.back()->connected());
+  }
+  for (int round = 0; round < 5; ++round) {
+    for (std::size_t c = 0; c < clients.size(); ++c) {
+      ASSERT_TRUE(clients[c]->send(get("/", "X-Test: c" + std::to_string(c) + "\r\n")));
+      const auto response = clients[c]->read_response();
+      ASSERT_TRUE(response) << "client " << c << ", round " << round;
+      EXPECT_EQ(response->status, 200);
+    }
+  }
+  EXPECT_EQ(moved.load(), 0);
+  std::map<std::thread::id, int> per_thread;
+  {
+    std::lock_guard lock(mutex);
+    ASSERT_EQ(thread_of.size(), 6u);
+    for (const auto& [name, id] : thread_of) ++per_thread[id];
+  }
+  ASSERT_EQ(per_thread.size(), 2u);
+  for (const auto& [id, connections] : per_thread) EXPECT_EQ(connections, 3);
+  clients.clear();
+  server.close_all();
+}
+
 TEST_F(HttpServerTest, RequestsSentAtOnceOnNewAndKeptAliveConnectionsAreAllAnswered) {
   serve(echo_handler(log_));
   constexpr int clients = 4;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "net/connection_affinity.hpp"
+#include "net/io_group.hpp"
 #include "net/io_runtime.hpp"
 #include "net/upstream.hpp"
 
@@ -494,6 +495,50 @@ TEST_F(UpstreamClientTest, AnExchangeWithAffinityRunsOnItsCallersStrand) {
   EXPECT_LT(closed.get() - cancelled.get_future().get(), 50ms);
   ASSERT_TRUE(events->wait_closed());
   EXPECT_EQ(events->off_strand(), 0);
+}
+
+// With two io threads, an exchange runs on its caller's thread with that thread's connections:
+// each thread keeps its own idle connection, and one thread's never serves the other.
+TEST(UpstreamClientGroupTest, EachIoThreadKeepsAndReusesItsOwnConnections) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    while (read_request(s, b)) send(s, ok_response);
+  });
+  tether::net::io_runtime first{1};
+  tether::net::io_runtime second{1};
+  tether::net::io_runtime* members[] = {&first, &second};
+  upstream_client client(tether::net::io_group{{&first, &second}}, local_endpoint(server.port()));
+  // Starts an exchange from a handler of io `i` (as a request's actor does on its io thread) and
+  // returns what it reported.
+  const auto exchange_on = [&](std::size_t i) {
+    auto events = std::make_shared<recorder>();
+    std::shared_ptr<tether::net::upstream_exchange> exchange;
+    std::promise<std::thread::id> started;
+    auto* job = new std::function<void()>([&] {
+      exchange = client.start(simple_request(), events);
+      started.set_value(std::this_thread::get_id());
+    });
+    members[i]->post(
+        [](void* arg) {
+          std::unique_ptr<std::function<void()>> f{static_cast<std::function<void()>*>(arg)};
+          (*f)();
+        },
+        job);
+    auto ran = started.get_future();
+    EXPECT_EQ(ran.wait_for(wait_limit), std::future_status::ready);
+    EXPECT_TRUE(events->wait_closed());
+    return events->log();
+  };
+  EXPECT_THAT(exchange_on(0), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+  EXPECT_THAT(exchange_on(1), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+  EXPECT_EQ(server.accepted(), 2);
+  EXPECT_EQ(client.idle_connections(), 2u);
+  for (const std::size_t i : std::initializer_list<std::size_t>{0, 1, 1, 0}) {
+    EXPECT_THAT(exchange_on(i),
+                ElementsAre("connected:reused", "head:200", "body", "end", "closed"))
+        << "on io " << i;
+  }
+  EXPECT_EQ(server.accepted(), 2);
 }
 
 TEST_F(UpstreamClientTest, PooledConnectionClosedByServerIsNotReused) {
