@@ -166,9 +166,8 @@ TEST(ReloadPlanTest, ListenClusterAndLogFormatChangesWaitForARestartWhileTheLogL
                                         "[cluster]\nbudget_listen = \"127.0.0.1:7000\"\n"
                                         "[telemetry]\nlog_format = \"text\"\n"
                                         "log_level = \"warn\"\n"));
-  EXPECT_THAT(plan.needs_restart,
-              ElementsAre("server.listen", "server.max_request_bytes", "server.threads", "cluster",
-                          "telemetry.log_format"));
+  EXPECT_THAT(plan.needs_restart, ElementsAre("server.listen", "server.max_request_bytes",
+                                              "server.threads", "cluster", "telemetry.log_format"));
   EXPECT_EQ(plan.next.server.threads, 0U);
   EXPECT_EQ(plan.next.server.listen_port, 8080);
   EXPECT_EQ(plan.next.server.max_request_bytes, running.server.max_request_bytes);
