@@ -16,6 +16,8 @@
 # (callgrind simulates a 32 KiB L1 and a 1 MiB last level — this host's L2 per core — and the data
 # misses per request are printed too: what a request keeps that is no longer in the cache when it is
 # touched again, which grows with PARALLEL where the instruction count does not).
+# STREAM=1 asks for a streamed answer ("stream": true): with MODEL=mock-stream-stamped-<n>x1, two
+# counts with different n give the instructions per relayed event.
 # bench/callgrind.sh --floor [N=2000] counts the same for tether-actor-floor instead: the actor
 # tree of a request with none of tether's work in it (bench/floor/actor_floor.cpp).
 set -euo pipefail
@@ -65,6 +67,9 @@ fi
 sim=()
 if [ -n "${CACHE_SIM:-}" ]; then sim=(--cache-sim=yes --LL=1048576,16,64); fi
 
+stream=false
+if [ "${STREAM:-0}" = 1 ]; then stream=true; fi
+
 pin=()
 if [ "${CPUS:-0}" != "all" ]; then pin=(taskset -c "${CPUS:-0}"); fi
 
@@ -84,7 +89,7 @@ measure() {
     local curls=()
     for _ in $(seq "$parallel"); do
       curl -s -H 'content-type: application/json' "${extra[@]}" \
-        -d '{"model":"'"${MODEL:-mock}"'","messages":[{"role":"user","content":"hello"}]}' \
+        -d '{"model":"'"${MODEL:-mock}"'","stream":'"$stream"',"messages":[{"role":"user","content":"hello"}]}' \
         "${urls[@]}" >/dev/null &
       curls+=($!)
     done

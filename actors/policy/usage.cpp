@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <boost/json/basic_parser_impl.hpp>
+#include <cstring>
 
 #include "actors/policy/json_members.hpp"
 
@@ -77,44 +78,58 @@ class usage_counts
   count member_ = none;
 };
 
-}  // namespace
-
-std::optional<token_usage> usage_of(std::string_view text) {
+// Where the value of the last `"usage"` member that is an object starts, or npos. From the end
+// (the usage object closes a response), jumping between the key's rarest byte with memrchr: a
+// stream relays every event through here, and OpenAI's chunks carry `"usage":null` until the
+// last, so a byte-by-byte search from the end read nearly every event whole. In a string the
+// quotes of a "usage" key are escaped, so a match is a member name.
+std::size_t last_usage_object(std::string_view text) {
   constexpr std::string_view key = "\"usage\"";
-  // From the end: the usage object closes a response, and in a string the quotes of a
-  // "usage" key are escaped, so a match is a member name.
-  for (auto at = text.rfind(key); at != std::string_view::npos;
-       at = at == 0 ? std::string_view::npos : text.rfind(key, at - 1)) {
-    auto pos = at + key.size();
+  constexpr std::size_t g_at = 4;  // key[g_at] == 'g'
+  std::size_t end = text.size();   // 'g' is looked for before this
+  while (end > 0) {
+    const void* hit = ::memrchr(text.data(), 'g', end);
+    if (hit == nullptr) break;
+    const auto g = static_cast<std::size_t>(static_cast<const char*>(hit) - text.data());
+    end = g;
+    if (g < g_at || text.substr(g - g_at, key.size()) != key) continue;
+    auto pos = g - g_at + key.size();
     while (pos < text.size() && is_ws(text[pos])) ++pos;
     if (pos >= text.size() || text[pos] != ':') continue;
     ++pos;
     while (pos < text.size() && is_ws(text[pos])) ++pos;
-    if (pos >= text.size() || text[pos] != '{') continue;
-    boost::json::parse_options opts;
-    opts.max_depth = 8;
-    boost::json::basic_parser<usage_counts> p{opts};
-    boost::system::error_code ec;
-    // The object ends where its value does; what follows it is the rest of the response.
-    p.write_some(false, text.data() + pos, text.size() - pos, ec);
-    if (ec) return std::nullopt;  // an incomplete value is an error here too
-    const auto& c = p.handler().counts;
-    token_usage u;
-    u.prompt = c[usage_counts::prompt];
-    if (!u.prompt) {
-      if (auto input = c[usage_counts::input]) {
-        // Anthropic counts the cached part of the prompt apart; the model read it all.
-        *input +=
-            c[usage_counts::cache_creation].value_or(0) + c[usage_counts::cache_read].value_or(0);
-        u.prompt = input;
-      }
-    }
-    u.completion = c[usage_counts::completion];
-    if (!u.completion) u.completion = c[usage_counts::output];
-    if (!u.prompt && !u.completion) return std::nullopt;
-    return u;
+    if (pos < text.size() && text[pos] == '{') return pos;
   }
-  return std::nullopt;
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+std::optional<token_usage> usage_of(std::string_view text) {
+  const auto pos = last_usage_object(text);
+  if (pos == std::string_view::npos) return std::nullopt;
+  boost::json::parse_options opts;
+  opts.max_depth = 8;
+  boost::json::basic_parser<usage_counts> p{opts};
+  boost::system::error_code ec;
+  // The object ends where its value does; what follows it is the rest of the response.
+  p.write_some(false, text.data() + pos, text.size() - pos, ec);
+  if (ec) return std::nullopt;  // an incomplete value is an error here too
+  const auto& c = p.handler().counts;
+  token_usage u;
+  u.prompt = c[usage_counts::prompt];
+  if (!u.prompt) {
+    if (auto input = c[usage_counts::input]) {
+      // Anthropic counts the cached part of the prompt apart; the model read it all.
+      *input +=
+          c[usage_counts::cache_creation].value_or(0) + c[usage_counts::cache_read].value_or(0);
+      u.prompt = input;
+    }
+  }
+  u.completion = c[usage_counts::completion];
+  if (!u.completion) u.completion = c[usage_counts::output];
+  if (!u.prompt && !u.completion) return std::nullopt;
+  return u;
 }
 
 void merge_usage(token_usage& into, const token_usage& later) {

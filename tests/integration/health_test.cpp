@@ -236,8 +236,12 @@ TEST(HealthTest, UnderManyCallersTheReplicaWithLessLiveWorkTakesMore) {
   const double on_slow = requests_at(slow);
   const double on_fast = requests_at(fast);
   EXPECT_EQ(on_slow + on_fast, 200);
-  // Equal weights: with no load they would split evenly.
-  EXPECT_GT(on_fast, 2 * on_slow) << on_fast << " : " << on_slow;
+  // Equal weights: with no load they would split evenly (100 : 100). Two random draws, the one
+  // with less live work taken: the first burst (40 callers, nothing live yet) splits evenly and
+  // a draw of the same replica twice (half of them) takes it, so the fast one can get at most
+  // three in four of the rest; about 140 : 60 is expected, and 120 : 80 is three standard
+  // deviations below that and three above an even split.
+  EXPECT_GT(on_fast, 1.5 * on_slow) << on_fast << " : " << on_slow;
 }
 
 TEST(HealthTest, WeightsShareTheTrafficOfTwoEqualReplicas) {

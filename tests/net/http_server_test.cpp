@@ -815,6 +815,31 @@ TEST_F(HttpServerTest, StreamedChunksReachClientOneByOneAsSent) {
   EXPECT_EQ(next->status, 204);
 }
 
+// Each chunk's size line is its length in lower-case hex, across every number of digits; the
+// client's parser reassembles the body byte for byte.
+TEST_F(HttpServerTest, ChunksOfEverySizeAreFramedWithTheirHexLengths) {
+  const std::vector<std::size_t> sizes = {1,   9,    10,   15,    16,    17,     255,
+                                          256, 4095, 4096, 65535, 65536, 1048577};
+  std::string expected;
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    expected += std::string(sizes[i], static_cast<char>('a' + i));
+  serve([&](incoming_request, std::shared_ptr<response_channel> channel) {
+    channel->start_stream(200, {});
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      channel->send_chunk(std::string(sizes[i], static_cast<char>('a' + i)));
+    }
+    channel->end_stream();
+    return std::shared_ptr<exchange_observer>();
+  });
+  test_client client(port_);
+  ASSERT_TRUE(client.send(get("/chunks")));
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->body.size(), expected.size());
+  EXPECT_TRUE(response->body == expected);
+}
+
 // Told of the close itself: within `bound`, where the server's own timers that could also end
 // the exchange (header and keep-alive timeouts) are 10 s and more away.
 TEST_F(HttpServerTest, ClientLeavingDuringHandlerWaitCallsOnClientGoneOnce) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,59 @@ TEST(SseFramerTest, OneByteAtATimeYieldsSameEvents) {
   for (std::size_t i = 1; i < mixed_body.size(); ++i) cuts.push_back(i);
   sse_framer framer;
   EXPECT_EQ(feed_in_slices(framer, mixed_body, cuts), mixed_expected);
+}
+
+// The framing rule read off the whole body at once, a byte at a time: the reference the framer
+// must match whatever the slices it is fed.
+events reference_events(const std::string& body) {
+  events out;
+  std::size_t start = 0;
+  bool at_line_start = true;
+  std::size_t i = 0;
+  while (i < body.size()) {
+    const char c = body[i];
+    if (c == '\n') {
+      if (at_line_start) {
+        out.push_back(body.substr(start, i + 1 - start));
+        start = i + 1;
+      }
+      at_line_start = true;
+      ++i;
+    } else if (c == '\r') {
+      const std::size_t end = i + 1 < body.size() && body[i + 1] == '\n' ? i + 2 : i + 1;
+      if (at_line_start) {
+        out.push_back(body.substr(start, end - start));
+        start = end;
+      }
+      at_line_start = true;
+      i = end;
+    } else {
+      at_line_start = false;
+      ++i;
+    }
+  }
+  return out;
+}
+
+// Random bodies of terminators and ordinary bytes, each fed in random slices: the events are the
+// reference's (the ordinary bytes are skipped in runs, so a run cut anywhere must not matter).
+TEST(SseFramerTest, RandomBodiesInRandomSlicesYieldTheReferenceEvents) {
+  std::mt19937 rng{20261205};
+  const std::string alphabet = "ab: \r\n\n";
+  for (int round = 0; round < 3000; ++round) {
+    std::string body;
+    const auto length = std::uniform_int_distribution<std::size_t>{0, 80}(rng);
+    for (std::size_t k = 0; k < length; ++k) {
+      body += alphabet[std::uniform_int_distribution<std::size_t>{0, alphabet.size() - 1}(rng)];
+    }
+    std::vector<std::size_t> cuts;
+    for (std::size_t k = 1; k < body.size(); ++k) {
+      if (std::uniform_int_distribution<int>{0, 5}(rng) == 0) cuts.push_back(k);
+    }
+    sse_framer framer;
+    EXPECT_EQ(feed_in_slices(framer, body, cuts), reference_events(body))
+        << "round " << round << ", body of " << body.size() << " bytes";
+  }
 }
 
 TEST(SseFramerTest, CrlfSplitBetweenCrAndLfStaysInOneEvent) {
