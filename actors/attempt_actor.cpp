@@ -2,6 +2,7 @@
 
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
+#include "actors/policy/idle_watch.hpp"
 #include "actors/policy/retry_policy.hpp"
 #include "actors/relay_events.hpp"
 #include "net/sse_framer.hpp"
@@ -28,11 +29,10 @@ struct attempt_state {
   bool done = false;
   std::string body;
   net::sse_framer framer{max_sse_event_bytes};
-  std::uint64_t idle_generation = 0;
+  std::optional<idle_watch> idle;  // with a stream idle timeout
   // The per-try and stream idle timers; pending ones are cancelled when the state goes with the
   // behavior (an attach_functor would cost allocations and the actor's mutex per attempt).
   std::optional<actor_timers> timers;
-  std::shared_ptr<net::timer> idle_timer;
   caf::actor request;
   caf::actor connection;
 
@@ -40,6 +40,7 @@ struct attempt_state {
   void fail(attempt_end kind, std::string message);
   void arm_attempt_timer();
   void arm_idle();
+  void on_idle_timer();
   void relay_events(std::vector<std::string> events);
   void on_head(int status, net::header_list& headers);
   void on_body(std::string& bytes);
@@ -73,11 +74,22 @@ void attempt_state::arm_attempt_timer() {
   timers->after(attempt_timeout, attempt_timeout_atom::value);
 }
 
+// An event came: the idle timer, if none is pending, is armed for the whole limit.
 void attempt_state::arm_idle() {
   if (idle_timeout.count() <= 0) return;
+  if (!idle) idle.emplace(idle_timeout);
+  if (!idle->on_event(timer_service->now())) return;
   if (!timers) timers.emplace(timer_service, self->address());
-  if (idle_timer) idle_timer->cancel();
-  idle_timer = timers->after(idle_timeout, idle_timeout_atom::value, ++idle_generation);
+  timers->after(idle->limit(), idle_timeout_atom::value);
+}
+
+void attempt_state::on_idle_timer() {
+  if (!idle || !committed || done) return;
+  if (auto again = idle->on_fire(timer_service->now())) {
+    timers->after(*again, idle_timeout_atom::value);
+    return;
+  }
+  fail(attempt_end::timeout, "stream idle timeout");
 }
 
 void attempt_state::relay_events(std::vector<std::string> events) {
@@ -201,10 +213,7 @@ caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::a
         if (st->committed) return;
         st->fail(attempt_end::timeout, "attempt timed out");
       },
-      [st](idle_timeout_atom, std::uint64_t generation) {
-        if (generation != st->idle_generation || !st->committed) return;
-        st->fail(attempt_end::timeout, "stream idle timeout");
-      },
+      [st](idle_timeout_atom) { st->on_idle_timer(); },
   };
 }
 

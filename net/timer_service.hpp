@@ -25,6 +25,10 @@ class timer_service {
   virtual ~timer_service() = default;
   // Due `delay` from now (the moment of this call: arming does not wait for the io thread).
   virtual std::shared_ptr<timer> start(std::chrono::nanoseconds delay, timer_callback fire) = 0;
+  // The clock the delays count on (the steady clock; a test's own clock in the actor tests).
+  virtual std::chrono::nanoseconds now() const {
+    return std::chrono::steady_clock::now().time_since_epoch();
+  }
 };
 
 // The gateway's: each timer on the timer_heap of the io thread that arms it (member 0 from a

@@ -23,6 +23,8 @@ class manual_timers final : public net::timer_service {
     return e;
   }
 
+  std::chrono::nanoseconds now() const override { return now_; }
+
   // Moves the clock on by `by`, firing what falls due, earliest first.
   void advance(std::chrono::nanoseconds by) {
     const auto until = now_ + by;
