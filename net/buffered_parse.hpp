@@ -25,11 +25,12 @@ std::size_t put_buffered(boost::beast::http::basic_parser<is_request>& parser,
     const auto used = parser.put(buffer.data(), ec);
     buffer.consume(used);
     consumed += used;
-    if (ec == http::error::need_more || ec == http::error::need_buffer) {
-      ec = {};
+    // Compared only when set: each comparison with a Beast error builds a code of its category.
+    if (ec) {
+      if (ec == http::error::need_more || ec == http::error::need_buffer) ec = {};
       break;
     }
-    if (ec || used == 0) break;
+    if (used == 0) break;
     if (!had_head && !parser.eager() && parser.is_header_done()) break;
   }
   return consumed;

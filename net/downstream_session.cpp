@@ -762,8 +762,8 @@ void downstream_session::do_write() {
     gather_writes(buffers);
     beast::error_code ec;
     const auto n = stream_.socket().write_some(buffers, ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec) {
+      if (ec == asio::error::would_block || ec == asio::error::try_again) break;
       do_close();
       return;
     }

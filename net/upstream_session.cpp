@@ -415,10 +415,10 @@ void upstream_session::do_read_body() {
 
 void upstream_session::on_read_body(error_code ec, std::size_t) {
   if (cancelled_ || !connection_) return finish();
-  if (ec == http::error::need_buffer) ec = {};
+  if (ec && ec == http::error::need_buffer) ec = {};
   // A body delimited by the end of the connection, over TLS without close_notify: the usual way
   // such servers end, and the parser has all there is.
-  if (ec == asio::ssl::error::stream_truncated && parser_->need_eof()) parser_->put_eof(ec);
+  if (ec && ec == asio::ssl::error::stream_truncated && parser_->need_eof()) parser_->put_eof(ec);
   const auto& buffer = connection_->body_buffer();
   const auto produced = buffer.size() - parser_->body().size;
   if (produced > 0) events_->on_body(std::string(buffer.data(), produced));
