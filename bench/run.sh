@@ -25,7 +25,8 @@
 # TETHER_MEMBER_PORT (18103..18105), TETHER_COLD_MEMBER_PORT (18106), REPLICAS_HEALTHY_PORT/
 # REPLICAS_DEAD_PORT/REPLICAS_EJECTING_PORT (18107..18109), DEAD_UPSTREAM_PORT (18110: never
 # listened on), TOKENS_NODE_PORT/SLOTS_NODE_PORT (18111, 18112), SKIP_BUILD=1 (use the binaries
-# as built), BENCH_LOG_DIR=dir (keep the logs).
+# as built), BENCH_LOG_DIR=dir (keep the logs), TETHER_SERVER_KEYS="key = value" (added to every
+# tether node's [server] section, e.g. "sched_batch = false").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
@@ -169,6 +170,11 @@ start_tether() {
   shift 2
   "$build/bench/tether-bench" --print-tether-config --listen "127.0.0.1:$port" \
     --mock "127.0.0.1:$mock_port" --cap "$cap" "$@" >"$work/$name.toml"
+  if [ -n "${TETHER_SERVER_KEYS:-}" ]; then
+    # Extra [server] keys for every tether node (e.g. "sched_batch = false"), to compare settings.
+    printf '%s\n' "$TETHER_SERVER_KEYS" >"$work/$name.server-keys"
+    sed -i "/^\[server\]/r $work/$name.server-keys" "$work/$name.toml"
+  fi
   local cpus=("${proxy_cpus[@]}")
   if [ "${UNPINNED:-0}" = 1 ]; then cpus=(); fi
   "${cpus[@]}" "$build/actors/tether" --config "$work/$name.toml" >"$work/$name.log" 2>&1 &
