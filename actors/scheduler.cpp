@@ -169,11 +169,12 @@ class stealing : public caf::policy::unprofiled {
                                                     caf::resumable* job) {
     const auto n = coordinator->num_workers();
     if (n < 2 || job->subtype() != caf::resumable::scheduled_actor) return nullptr;
-    if (roams(coordinator, job)) return nullptr;
     // A scheduled_actor is a resumable by non-virtual inheritance: the cast is exact.
     auto* last = static_cast<caf::scheduled_actor*>(job)->context();
     if (last == nullptr) return nullptr;
+    // Home and the waking thread agree (the common case): where it goes either way, roaming or not.
     if (here != nullptr && last == here) return here;
+    if (roams(coordinator, job)) return nullptr;
     for (std::size_t i = 0; i < n; ++i) {
       auto* w = coordinator->worker_by_id(i);
       if (w == last) return w;
