@@ -30,8 +30,8 @@ struct connection_state {
 
 void connection_state::ask_for_slot() {
   asked_ns = now_ns();
-  self->send(rt->budget, acquire_atom::value, static_cast<std::uint64_t>(spec.upstream), spec.key,
-             spec.rank, spec.tokens);
+  self->send(spec.budget ? spec.budget : rt->budget, acquire_atom::value,
+             static_cast<std::uint64_t>(spec.upstream), spec.key, spec.rank, spec.tokens);
 }
 
 // The exchange starts only with a slot: no socket is opened for work the budget has not counted.

@@ -34,6 +34,8 @@ struct connection_spec {
   bool tell_grant = false;
   // Which of the request's attempts this connection serves (its place in the access line).
   std::uint32_t attempt_index = 0;
+  // Who is asked for the slot: the caller's io thread's budget shard (null: rt->budget).
+  caf::actor budget;
 };
 
 // `attempt` receives up_* messages (straight from net/) and (granted_atom); `request`

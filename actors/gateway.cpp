@@ -360,8 +360,11 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
       spec.anthropic_version = *v;
     if (const auto* v = net::find_header(req.headers, "anthropic-beta")) spec.anthropic_beta = *v;
   }
-  auto actor = system_.spawn(request_actor, rt(), std::move(channel), std::move(spec));
-  caf::anon_send(rt()->supervisor, adopt_atom::value, actor);
+  const auto member = io_.here();
+  const auto& here = runtimes_[member];
+  if (member < here->budget_shards.size()) spec.budget = here->budget_shards[member];
+  auto actor = system_.spawn(request_actor, here, std::move(channel), std::move(spec));
+  caf::anon_send(here->supervisor, adopt_atom::value, actor);
   return std::make_shared<request_observer>(std::move(actor));
 }
 

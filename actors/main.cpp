@@ -17,6 +17,7 @@
 #include "actors/access_log.hpp"
 #include "actors/budget_actor.hpp"
 #include "actors/budget_link_actor.hpp"
+#include "actors/budget_shard_actor.hpp"
 #include "actors/gateway.hpp"
 #include "actors/health_actor.hpp"
 #include "actors/messages.hpp"
@@ -178,6 +179,14 @@ void drain_and_report(caf::actor_system& system, tether::gateway_runtime& rt) {
     self->request(rt.supervisor, caf::infinite, drain_atom::value)
         .receive([&](drained_atom, std::uint64_t n) { cancelled = n; },
                  [&](caf::error& err) { log_error("drain failed: " + system.render(err)); });
+    // Each shard gives back the slots it keeps idle (the drain's end, which the supervisor tells
+    // only when the timeout cut requests short) and then answers: its returns reach the budget
+    // before the budget is asked. Slots still at work are counted by the budget as leases.
+    for (const auto& shard : rt.budget_shards) {
+      self->send(shard, drain_now_atom::value);
+      self->request(shard, std::chrono::seconds(5), slots_atom::value)
+          .receive([](std::uint64_t) {}, [](caf::error&) {});
+    }
     std::uint64_t leftover = 0;
     self->request(rt.budget, std::chrono::seconds(5), slots_atom::value)
         .receive([&](std::uint64_t n) { leftover = n; }, [&](caf::error&) {});
@@ -224,12 +233,14 @@ void configure_actors(caf::actor_system_config& sys_cfg,
 }
 
 // The actors that live as long as the gateway: this node's budget (published to the cluster when
-// it hosts the shared one), the link to a budget host when it is a member, and the supervisor.
+// it hosts the shared one), the link to a budget host when it is a member, else a budget shard
+// per io thread, and the supervisor.
 struct core_actors {
   caf::actor local_budget;
 
-  // False (logged) when the shared budget cannot be published.
-  bool spawn(caf::actor_system& system, const tether::runtime_ptr& shared) {
+  // False (logged) when the shared budget cannot be published or a shard cannot be started.
+  bool spawn(caf::actor_system& system, const tether::runtime_ptr& shared,
+             const tether::net::io_group& io) {
     using namespace tether;
     auto& rt = *shared;
     const auto& cluster = rt.cfg.cluster;
@@ -251,11 +262,16 @@ struct core_actors {
       auto [host, port] = split_host_port(cluster.budget_host);
       rt.budget = system.spawn(budget_link_actor, local_budget, host, port, cluster.lease_idle,
                                rt.stats.get(), rt.timers.get());
+    } else if (!spawn_shards(system, rt, io)) {
+      return false;
     }
     // After rt.budget is known: the drain's end is told to it (on a member, the link, which
     // tells the node's own budget too).
-    rt.supervisor =
-        system.spawn(supervisor_actor, rt.cfg.server.drain_timeout, rt.budget, rt.timers.get());
+    std::vector<caf::actor> told_at_drain_end{rt.budget};
+    told_at_drain_end.insert(told_at_drain_end.end(), rt.budget_shards.begin(),
+                             rt.budget_shards.end());
+    rt.supervisor = system.spawn(supervisor_actor, rt.cfg.server.drain_timeout,
+                                 std::move(told_at_drain_end), rt.timers.get());
     // Last: it subscribes to the cluster's health news through rt.budget, the link on a member.
     rt.health_monitor = system.spawn(health_actor, shared);
     // They serve every io thread: each runs where it is woken (actors/scheduler.hpp says why).
@@ -265,14 +281,34 @@ struct core_actors {
     return true;
   }
 
+  // Each shard is spawned on its io thread, so that it runs there (an actor stays on the worker
+  // that first ran it: actors/scheduler.cpp) beside the connection actors it serves.
+  static bool spawn_shards(caf::actor_system& system, tether::gateway_runtime& rt,
+                           const tether::net::io_group& io) {
+    using namespace tether;
+    rt.budget_shards.resize(io.size());
+    for (std::size_t i = 0; i < io.size(); ++i) {
+      auto& shard = rt.budget_shards[i];
+      const bool ran = io.at(i).run_and_wait(
+          [&] { shard = system.spawn(budget_shard_actor, rt.budget, rt.stats.get()); },
+          std::chrono::seconds(5));
+      if (!ran) {
+        log_error("io thread " + std::to_string(i) + " did not start its budget shard");
+        return false;
+      }
+    }
+    return true;
+  }
+
   // ~actor_system waits for every actor, and these end only when told: a start that fails, or
   // the end of the shutdown, tells them. (Returning without this once hung the process, deaf to
-  // SIGTERM, which the main thread blocks.)
+  // SIGTERM, which the main thread blocks.) A shard ends with its budget.
   void stop(tether::gateway_runtime& rt) {
     for (auto* a : {&rt.budget, &local_budget, &rt.supervisor, &rt.health_monitor}) {
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
       *a = nullptr;
     }
+    rt.budget_shards.clear();
   }
 };
 
@@ -316,7 +352,7 @@ int serve(tether::config::gateway_config cfg) {
     system.reset();
     return 1;
   };
-  if (!core.spawn(*system, rt)) return fail_start();
+  if (!core.spawn(*system, rt, io)) return fail_start();
 
   gateway gw{*system, rt, io};
   net::http_server server{io, limits_of(rt->cfg.server),

@@ -59,11 +59,15 @@ class metrics {
 
   void requests_in_flight_add(int delta) { requests_in_flight_.fetch_add(delta); }
   void upstream_work_add(std::size_t upstream, int delta);
-  // Who queues attempts for a slot on this node: its budget, and on a cluster member also the link
-  // (waiting for a lease). Each sets its own count; the gauge is their sum.
-  enum class queue_owner : std::uint8_t { budget, link };
+  // Who queues attempts for a slot on this node: its budget, on a cluster member also the link
+  // (waiting for a lease), elsewhere the io threads' budget shards. The budget and the link set
+  // their own count; the shards, being many, add to theirs. The gauge is the sum.
+  enum class queue_owner : std::uint8_t { budget, link, shards };
   void queue_depth_set(queue_owner who, std::int64_t depth) {
     queue_depth_[static_cast<std::size_t>(who)].store(depth);
+  }
+  void queue_depth_add(queue_owner who, std::int64_t delta) {
+    queue_depth_[static_cast<std::size_t>(who)].fetch_add(delta);
   }
   void cluster_connected_set(int v) { cluster_connected_.store(v); }
   // A budget host exports the slots its budget holds for the whole cluster (leases included).
@@ -75,7 +79,9 @@ class metrics {
 
   std::int64_t requests_in_flight() const { return requests_in_flight_.load(); }
   std::int64_t upstream_work(std::size_t upstream) const;
-  std::int64_t queue_depth() const { return queue_depth_[0].load() + queue_depth_[1].load(); }
+  std::int64_t queue_depth() const {
+    return queue_depth_[0].load() + queue_depth_[1].load() + queue_depth_[2].load();
+  }
   std::uint64_t requests_total(const std::string& model, outcome o) const;
 
   std::string render() const;
@@ -96,7 +102,7 @@ class metrics {
   std::atomic<std::int64_t> requests_in_flight_{0};
   // Fixed arrays of config::max_upstreams, read and written without the lock.
   std::unique_ptr<std::atomic<std::int64_t>[]> upstream_work_;
-  std::array<std::atomic<std::int64_t>, 2> queue_depth_{};  // by queue_owner
+  std::array<std::atomic<std::int64_t>, 3> queue_depth_{};  // by queue_owner
   std::atomic<int> cluster_connected_{-1};  // -1: standalone, the gauge is not exported
   std::unique_ptr<std::atomic<std::int64_t>[]> cluster_slots_;
   std::atomic<bool> cluster_slots_exported_{false};

@@ -1,7 +1,6 @@
 #include "actors/reloader.hpp"
 
 #include <chrono>
-#include <future>
 
 #include "actors/access_log.hpp"
 #include "actors/budget_actor.hpp"
@@ -19,25 +18,6 @@ std::string joined(const std::vector<std::string>& parts) {
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
   return out;
-}
-
-// Runs `fn` on an io thread, where the gateway takes its requests, and waits for it.
-bool run_on_io(net::io_runtime& io, std::function<void()> fn) {
-  struct job {
-    std::function<void()> fn;
-    std::promise<void> done;
-  };
-  auto* j = new job{std::move(fn), {}};
-  auto done = j->done.get_future();
-  io.post(
-      [](void* arg) {
-        auto* j = static_cast<job*>(arg);
-        j->fn();
-        j->done.set_value();
-        delete j;
-      },
-      j);
-  return done.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
 }
 
 }  // namespace
@@ -93,7 +73,8 @@ bool reloader::reload() {
   // upstreams close their idle connections once the last thread has moved on.
   bool adopted = true;
   for (std::size_t i = 0; i < io_.size(); ++i) {
-    adopted = run_on_io(io_.at(i), [this, next] { gw_.adopt(next); }) && adopted;
+    adopted = io_.at(i).run_and_wait([this, next] { gw_.adopt(next); }, std::chrono::seconds(5)) &&
+              adopted;
   }
   for (const auto& u : retiring) u->retire();
   // A busy io thread takes it later, but takes it: the reload stands either way.

@@ -199,6 +199,7 @@ void request_state::start_attempt(const command& c) {
   a.connection.max_response_bytes = settings.max_response_bytes;
   a.connection.stream = spec.stream;
   a.connection.affinity = channel->affinity();
+  a.connection.budget = spec.budget;
   a.connection.attempt_index = c.attempt;
   auto& req = a.connection.request;
   req.method = "POST";

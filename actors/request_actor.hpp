@@ -41,6 +41,9 @@ struct request_spec {
   // `rate_tokens` (its token weight on the model's first deployment).
   bool check_rate = false;
   std::uint64_t rate_tokens = 0;
+  // Where the attempts ask for their slots: the caller's io thread's budget shard (null: the
+  // runtime's budget).
+  caf::actor budget;
 };
 
 caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,

@@ -36,6 +36,10 @@ struct gateway_runtime {
   std::shared_ptr<net::timer_service> timers;  // cancellable timers for the request actors
   std::shared_ptr<net::otlp_exporter> tracer;  // null when telemetry.otlp_endpoint is empty
   caf::actor budget;
+  // One per io thread (by io_group member), each leasing its slots from `budget`; a request's
+  // attempts ask the shard of the thread that serves its caller. Empty (a cluster member, whose
+  // link leases from the host): they ask `budget`.
+  std::vector<caf::actor> budget_shards;
   caf::actor supervisor;
   caf::actor health_monitor;  // health_actor: announcements, ejection ends, active checks
 };

@@ -12,7 +12,7 @@ namespace {
 struct supervisor_state {
   caf::event_based_actor* self = nullptr;
   std::chrono::milliseconds drain_timeout{0};
-  caf::actor budget;  // told to refuse this node's work before the trees are stopped
+  std::vector<caf::actor> budgets;  // told to refuse this node's work before the trees are stopped
   // Strong handles: CAF 0.17 collects an actor nobody holds a strong reference to at once. Keyed
   // by the actor's id (every request actor is local): one insert and one erase per request.
   std::unordered_map<caf::actor_id, caf::actor> live;
@@ -58,7 +58,7 @@ void supervisor_state::cancel_all() {
   // A stopping request frees its slot when its socket closes; without this, the budget could
   // give that slot to a queued request whose own stop is still on its way, and its upstream
   // would see a request the drain had already stopped.
-  if (budget) self->send(budget, drain_now_atom::value);
+  for (const auto& b : budgets) self->send(b, drain_now_atom::value);
   for (auto& [id, req] : live) {
     ++cancelled;
     self->monitor(req);
@@ -75,13 +75,13 @@ void supervisor_state::settle() {
 }  // namespace
 
 caf::behavior supervisor_actor(caf::event_based_actor* self,
-                               std::chrono::milliseconds drain_timeout, caf::actor budget,
-                               net::timer_service* timers) {
+                               std::chrono::milliseconds drain_timeout,
+                               std::vector<caf::actor> budgets, net::timer_service* timers) {
   auto st = std::make_shared<supervisor_state>();
   st->self = self;
   st->timers.emplace(timers, self->address());
   st->drain_timeout = drain_timeout;
-  st->budget = std::move(budget);
+  st->budgets = std::move(budgets);
 
   // A request's end arrives through its link (any reason: this actor outlives its requests),
   // or, once it has been cancelled, through the monitor. The shutdown's anon_send_exit names

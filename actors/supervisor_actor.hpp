@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <vector>
 
 #include "net/timer_service.hpp"
 
@@ -14,10 +15,11 @@ namespace tether {
 
 // (adopt_atom, actor)  a new request actor to link to and hold
 // (drain_atom) → (drained_atom, uint64 cancelled)  once no request actor is left
-// (drain_now_atom)     stop every request now (the drain timeout, or a second signal); `budget`
-//                      (this node's budget actor) is told first, and refuses this node's work
+// (drain_now_atom)     stop every request now (the drain timeout, or a second signal); `budgets`
+//                      (this node's budget actor, or its link, and its io threads' budget shards)
+//                      are told first, and refuse this node's work
 caf::behavior supervisor_actor(caf::event_based_actor* self,
-                               std::chrono::milliseconds drain_timeout, caf::actor budget,
-                               net::timer_service* timers);
+                               std::chrono::milliseconds drain_timeout,
+                               std::vector<caf::actor> budgets, net::timer_service* timers);
 
 }  // namespace tether

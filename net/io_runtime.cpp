@@ -1,6 +1,7 @@
 #include "net/io_runtime.hpp"
 
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -89,6 +90,24 @@ void io_runtime::run_here() {
 
 void io_runtime::post(void (*fn)(void*), void* arg) {
   asio::post(impl_->context, [fn, arg] { fn(arg); });
+}
+
+bool io_runtime::run_and_wait(std::function<void()> fn, std::chrono::milliseconds limit) {
+  struct job {
+    std::function<void()> fn;
+    std::promise<void> done;
+  };
+  auto* j = new job{std::move(fn), {}};
+  auto done = j->done.get_future();
+  post(
+      [](void* arg) {
+        auto* j = static_cast<job*>(arg);
+        j->fn();
+        j->done.set_value();
+        delete j;
+      },
+      j);
+  return done.wait_for(limit) == std::future_status::ready;
 }
 
 bool io_runtime::stopped() const {

@@ -2,6 +2,8 @@
 // that no actor outlives the sockets it owns.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 
 namespace tether::net {
@@ -31,6 +33,9 @@ class io_runtime {
   void run_here();
   // Queues fn(arg) behind the handlers already queued; from any thread.
   void post(void (*fn)(void*), void* arg);
+  // Runs `fn` on this runtime's thread, behind the handlers already queued, and waits for it up to
+  // `limit`: false when it has not run by then (it still runs later). From outside that thread.
+  bool run_and_wait(std::function<void()> fn, std::chrono::milliseconds limit);
   // stop() and wait for the threads (or the lent thread) to leave: after this no handler runs.
   // Idempotent.
   void join();

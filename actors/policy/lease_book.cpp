@@ -1,6 +1,7 @@
 #include "actors/policy/lease_book.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace tether {
 
@@ -23,6 +24,9 @@ lease_book::actions lease_book::acquire(holder who, pool_key k, std::int64_t ran
   queue_key q{rank, next_seq_++};
   p.waiting.emplace(q, waiter{who, now_ns});
   waiting_by_.emplace(who, std::make_pair(k, q));
+  // The slots idle in other pools are of no use to this waiter, and at the host they may be what
+  // keeps its ask waiting (the host recalls for others' waiters, never for this book's own).
+  give_back_idle(out);
   // One ask per waiter: whichever answer comes first serves the oldest waiter.
   while (p.asks.size() < p.waiting.size()) {
     auto id = next_lease_++;
@@ -46,14 +50,32 @@ void lease_book::hand_over(pool& p, const pool_key& k, lease id, std::int64_t no
 
 void lease_book::free_slot(pool& p, const pool_key& k, lease id, std::int64_t now_ns,
                            actions& out) {
-  if (recalled_ || (!keep_idle_ && p.waiting.empty())) {
+  if (recalled_) {
     // Someone elsewhere waits: the host's queue, not this node, decides who is next — a local
     // waiter still has its own ask queued there.
     out.returns.push_back(id);
-  } else if (!p.waiting.empty()) {
+  } else if (!p.waiting.empty() && p.waiting.size() == waiting_by_.size()) {
     hand_over(p, k, id, now_ns, out);
-  } else {
+  } else if (keeps_idle(k)) {
     p.idle.push_back({id, now_ns});
+  } else {
+    // Waiters of other pools (other keys, other upstreams) wait here too: which of them goes next
+    // is the host's fair queue's to decide, not this book's.
+    out.returns.push_back(id);
+  }
+}
+
+bool lease_book::keeps_idle(const pool_key& k) const {
+  // A waiter here (of another pool) may need the host's room this slot takes; a token-weighted
+  // slot would serve only a claim of the very same weight, and idle it keeps the upstream's token
+  // cap from everyone else.
+  return keep_idle_ && !recalled_ && waiting_by_.empty() && k.tokens == 0;
+}
+
+void lease_book::give_back_idle(actions& out) {
+  for (auto& [k, p] : pools_) {
+    for (const auto& slot : p.idle) out.returns.push_back(slot.id);
+    p.idle.clear();
   }
 }
 
@@ -77,21 +99,26 @@ lease_book::actions lease_book::answered(lease id, bool granted, const std::stri
   auto [k, rank] = a->second;
   ask_pool_.erase(a);
   auto& p = pools_[k];
-  p.asks.erase({rank, id});
+  auto ask = p.asks.find({rank, id});
+  const auto place = static_cast<std::size_t>(std::distance(p.asks.begin(), ask));
+  p.asks.erase(ask);
   if (!granted) {
-    // The host's queue is full or its wait limit passed: the oldest local waiter gets that answer.
+    // The host's queue is full (its newest ask is refused) or its wait limit passed (its oldest):
+    // asks and waiters pair up in order, so the waiter in the refused ask's place gets the answer
+    // and the others keep theirs.
     if (!p.waiting.empty()) {
-      auto first = p.waiting.begin();
-      out.refusals.push_back({first->second.who, reason});
-      waiting_by_.erase(first->second.who);
-      p.waiting.erase(first);
+      auto w = std::next(p.waiting.begin(),
+                         static_cast<std::ptrdiff_t>(std::min(place, p.waiting.size() - 1)));
+      out.refusals.push_back({w->second.who, reason});
+      waiting_by_.erase(w->second.who);
+      p.waiting.erase(w);
     }
   } else if (!p.waiting.empty()) {
     hand_over(p, k, id, now_ns, out);  // granted by the host's order: served even when recalled
-  } else if (recalled_ || !keep_idle_) {
-    out.returns.push_back(id);
-  } else {
+  } else if (keeps_idle(k)) {
     p.idle.push_back({id, now_ns});
+  } else {
+    out.returns.push_back(id);
   }
   trim_asks(p, out);
   return out;
@@ -121,11 +148,7 @@ lease_book::actions lease_book::holder_gone(holder who, std::int64_t now_ns) {
 lease_book::actions lease_book::recall(bool on) {
   actions out;
   recalled_ = on;
-  if (!on) return out;
-  for (auto& [k, p] : pools_) {
-    for (const auto& slot : p.idle) out.returns.push_back(slot.id);
-    p.idle.clear();
-  }
+  if (on) give_back_idle(out);
   return out;
 }
 
@@ -167,9 +190,8 @@ lease_book::actions lease_book::stop_taking_work(const std::string& reason) {
     }
     p.waiting.clear();
     trim_asks(p, out);
-    for (const auto& slot : p.idle) out.returns.push_back(slot.id);
-    p.idle.clear();
   }
+  give_back_idle(out);
   return out;
 }
 

@@ -1,15 +1,17 @@
-// A cluster member's ledger of the slots it leases from the shared budget (issue #7).
+// The slots leased from a budget actor by one who serves many connection actors: a cluster
+// member's link (issue #7) or an io thread's budget shard (issue #27).
 //
-// A remote acquire costs a loopback round trip through two middleman threads, a visible share of a
-// fast request's latency, so a member keeps the slots the host granted it as leases: a slot whose
-// work ended stays with the member for a while and the next local request takes it without asking
-// anyone. The host still counts every leased slot against the cap, so the upstream never sees more
-// than the cap; it monitors the member's link actor, so a dead member's leases are freed by its
-// down_msg. Fairness: while some other node waits at the host, the host recalls; a recalled member
-// gives back its idle slots at once and every slot whose work ends, so the host's queue decides who
-// goes next.
+// Asking the budget costs a message each way to an actor every thread shares (for a member, a
+// loopback round trip through two middleman threads), so the lessee keeps the slots it was granted
+// as leases: a slot whose work ended stays with it for a while and the next local request takes it
+// without asking anyone. The budget still counts every leased slot against the cap, so the
+// upstream never sees more than the cap; it monitors the lessee, so a dead lessee's leases are
+// freed by its down_msg. Fairness: while someone else waits at the budget, it recalls; a recalled
+// lessee gives back its idle slots at once and every slot whose work ends, so the budget's queue
+// decides who goes next. For the same reason no slot stays idle while a waiter of this book waits
+// for another pool's, and a token-weighted slot is never kept idle.
 //
-// Pure bookkeeping: events in, actions out. Holders are opaque ids (the link maps them to its
+// Pure bookkeeping: events in, actions out. Holders are opaque ids (the lessee maps them to its
 // connection actors); leases are ids this book mints.
 #pragma once
 
@@ -122,6 +124,8 @@ class lease_book {
   void hand_over(pool& p, const pool_key& k, lease id, std::int64_t now_ns, actions& out);
   void free_slot(pool& p, const pool_key& k, lease id, std::int64_t now_ns, actions& out);
   void trim_asks(pool& p, actions& out);
+  bool keeps_idle(const pool_key& k) const;
+  void give_back_idle(actions& out);
 
   std::map<pool_key, pool> pools_;
   std::unordered_map<holder, busy_slot> busy_;

@@ -18,6 +18,7 @@ slot_book::slot_book(caps limits) : caps_(std::move(limits)) {
   held_tokens_.assign(held_upstream_.size(), 0);
   queued_upstream_.assign(held_upstream_.size(), 0);
   held_key_.assign(caps_.per_key.size(), 0);
+  count_caps_reached();
 }
 
 slot_book::actions slot_book::set_caps(caps limits, std::int64_t now_ns) {
@@ -29,6 +30,7 @@ slot_book::actions slot_book::set_caps(caps limits, std::int64_t now_ns) {
     queued_upstream_.resize(upstreams, 0);
   }
   if (caps_.per_key.size() > held_key_.size()) held_key_.resize(caps_.per_key.size(), 0);
+  count_caps_reached();
   actions out;
   for (auto it = queue_.begin(); it != queue_.end();) {
     auto why = never_fits(it->second.what);
@@ -104,22 +106,26 @@ slot_book::lessee* slot_book::lessee_of(const holder& h) {
 }
 
 void slot_book::take(holder h, const claim& c, bool local) {
+  caps_reached_ -= caps_reached(c);
   ++held_;
   ++held_upstream_[c.upstream];
   held_tokens_[c.upstream] += c.tokens;
   // Only a key with a cap entry is counted: nothing else reads the count.
   if (c.key >= 0 && static_cast<std::size_t>(c.key) < held_key_.size()) ++held_key_[c.key];
+  caps_reached_ += caps_reached(c);
   holders_.emplace(h, held_slot{c, local});
   if (auto* l = lessee_of(h)) ++l->slots;
 }
 
 void slot_book::release(std::map<holder, held_slot>::iterator it, actions& out) {
   const auto& [h, slot] = *it;
+  caps_reached_ -= caps_reached(slot.what);
   --held_;
   --held_upstream_[slot.what.upstream];
   held_tokens_[slot.what.upstream] -= slot.what.tokens;
   if (slot.what.key >= 0 && static_cast<std::size_t>(slot.what.key) < held_key_.size())
     --held_key_[slot.what.key];
+  caps_reached_ += caps_reached(slot.what);
   if (auto* l = lessee_of(h)) --l->slots;
   out.released.push_back({slot.what, slot.local});
   holders_.erase(it);
@@ -312,10 +318,35 @@ slot_book::actions slot_book::owner_gone(owner who, std::int64_t now_ns) {
   return out;
 }
 
+std::uint32_t slot_book::caps_reached(const claim& c) const {
+  std::uint32_t n = held_ >= caps_.global ? 1 : 0;
+  if (c.upstream < caps_.per_upstream.size() &&
+      held_upstream_[c.upstream] >= caps_.per_upstream[c.upstream])
+    ++n;
+  if (c.key >= 0 && static_cast<std::size_t>(c.key) < caps_.per_key.size() &&
+      caps_.per_key[c.key] > 0 && held_key_[c.key] >= caps_.per_key[c.key])
+    ++n;
+  return n;
+}
+
+void slot_book::count_caps_reached() {
+  caps_reached_ = held_ >= caps_.global ? 1 : 0;
+  for (std::size_t u = 0; u < caps_.per_upstream.size() && u < held_upstream_.size(); ++u) {
+    if (held_upstream_[u] >= caps_.per_upstream[u]) ++caps_reached_;
+  }
+  for (std::size_t k = 0; k < caps_.per_key.size() && k < held_key_.size(); ++k) {
+    if (caps_.per_key[k] > 0 && held_key_[k] >= caps_.per_key[k]) ++caps_reached_;
+  }
+}
+
 void slot_book::update_recalls(actions& out) {
+  // At a cap (global, an upstream's, a key's), a lessee's idle slots go back too, and so does each
+  // whose work ends: an ask that finds the cap reached may not be let wait (a full queue, a
+  // queue_max of 0), so no slot may sit idle then; and past a cap a reload lowered, a kept slot
+  // reused would start work beyond it.
   // A link that holds no slot has nothing to give back, so it is not told it is recalled.
   for (auto& [link, l] : lessees_) {
-    bool want = queue_.size() > l.queued;
+    bool want = caps_reached_ > 0 || queue_.size() > l.queued;
     if (want == l.recalled || (want && l.slots == 0)) continue;
     l.recalled = want;
     out.recalls.push_back({link, want});

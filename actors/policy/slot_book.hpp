@@ -176,6 +176,9 @@ class slot_book {
   std::optional<ticket> next_to_serve() const;
   std::uint64_t stride_of(std::int64_t key) const;
   void update_recalls(actions& out);
+  // How many of the caps `c` counts against (global, its upstream's, its key's) are reached.
+  std::uint32_t caps_reached(const claim& c) const;
+  void count_caps_reached();
   lessee* lessee_of(const holder& h);
 
   caps caps_;
@@ -193,6 +196,8 @@ class slot_book {
   std::uint64_t next_seq_ = 0;
   std::size_t waiting_local_ = 0;
   std::optional<std::string> refusing_local_;  // set by refuse_local: why
+  // The caps (global, each upstream's, each key's) reached or passed: lessees are recalled.
+  std::uint32_t caps_reached_ = 0;
 };
 
 }  // namespace tether

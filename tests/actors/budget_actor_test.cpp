@@ -159,39 +159,65 @@ TEST_F(BudgetActorTest, LeasesCountAgainstTheCapAndTheLinksExitFreesThemAll) {
   auto link = std::make_unique<caf::scoped_actor>(system_);
   lease(*link, budget, 1);
   lease(*link, budget, 2);
-  EXPECT_EQ(heard(*link), (strings{"grant 1", "grant 2"}));
+  // At the upstream's cap: no slot of the link's may sit idle.
+  EXPECT_EQ(heard(*link), (strings{"grant 1", "grant 2", "recall on"}));
   EXPECT_EQ(stats_.cluster_slots(0), 2);
   EXPECT_EQ(stats_.upstream_work(0), 0);
   caf::scoped_actor c{system_};
   EXPECT_EQ(acquire(c, budget, 0, -1, 100ms), std::nullopt);
-  EXPECT_EQ(heard(*link), (strings{"recall on"}));  // someone else waits
-  link.reset();                                     // the member is gone
+  link.reset();  // the member is gone
   EXPECT_EQ(await_grant(c), std::optional<bool>(true));
   EXPECT_EQ(stats_.cluster_slots(0), 1);
   EXPECT_EQ(stats_.upstream_work(0), 1);
 }
 
+// A waiter held back by the token cap (no slot cap is reached): the link is recalled for it, and
+// the recall is lifted once nobody else waits.
 TEST_F(BudgetActorTest, AReturnedLeaseGoesToTheOldestWaiterAndTheRecallIsLifted) {
-  auto budget = spawn_budget(8, {1, 1});
+  budget_limits l;
+  l.global = 8;
+  l.per_upstream = {8, 8};
+  l.tokens_per_upstream = {1000};
+  auto budget = system_.spawn(budget_actor, l, &stats_, nullptr);
   caf::scoped_actor link{system_}, b{system_};
-  lease(link, budget, 1);
+  link->send(budget, lease_atom::value, std::uint64_t{0}, std::int64_t{-1}, std::int64_t{0},
+             std::uint64_t{600}, std::uint64_t{1});
   EXPECT_EQ(heard(link), (strings{"grant 1"}));
-  EXPECT_EQ(acquire(b, budget, 0, -1, 100ms), std::nullopt);
+  b->send(budget, acquire_atom::value, std::uint64_t{0}, std::int64_t{-1}, std::int64_t{0},
+          std::uint64_t{600});
+  EXPECT_EQ(await_grant(b, 100ms), std::nullopt);
   EXPECT_EQ(heard(link), (strings{"recall on"}));
   link->send(budget, lease_return_atom::value, std::uint64_t{1});
   EXPECT_EQ(await_grant(b), std::optional<bool>(true));
   EXPECT_EQ(heard(link), (strings{"recall off"}));
 }
 
-// While only the link's own asks wait, it keeps its slots: it hands them to its own waiters.
+// While only the link's own asks wait (and no cap is reached), it keeps its slots: it hands them
+// to its own waiters.
 TEST_F(BudgetActorTest, NoRecallWhileOnlyTheLinkItselfWaits) {
-  auto budget = spawn_budget(8, {1, 1});
+  budget_limits l;
+  l.global = 8;
+  l.per_upstream = {8, 8};
+  l.tokens_per_upstream = {1000};
+  auto budget = system_.spawn(budget_actor, l, &stats_, nullptr);
   caf::scoped_actor link{system_};
-  lease(link, budget, 1);
-  lease(link, budget, 2);
+  for (std::uint64_t id : {1, 2}) {
+    link->send(budget, lease_atom::value, std::uint64_t{0}, std::int64_t{-1}, std::int64_t{0},
+               std::uint64_t{600}, id);
+  }
   EXPECT_EQ(heard(link), (strings{"grant 1"}));
   link->send(budget, lease_return_atom::value, std::uint64_t{1});
   EXPECT_EQ(heard(link), (strings{"grant 2"}));
+}
+
+// At a cap, a link holding a slot is recalled; below every cap again, the recall is lifted.
+TEST_F(BudgetActorTest, ALinkIsRecalledWhileACapIsReached) {
+  auto budget = spawn_budget(8, {1, 1});
+  caf::scoped_actor link{system_};
+  lease(link, budget, 1);
+  EXPECT_EQ(heard(link), (strings{"grant 1", "recall on"}));
+  link->send(budget, lease_return_atom::value, std::uint64_t{1});
+  EXPECT_EQ(heard(link), (strings{"recall off"}));
 }
 
 TEST_F(BudgetActorTest, AWithdrawnAskNeverTakesASlot) {

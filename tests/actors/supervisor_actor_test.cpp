@@ -58,7 +58,8 @@ class SupervisorActorTest : public ::testing::Test {
       : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
         sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {
     budget_ = system_.spawn(fake_budget, order_);
-    supervisor_ = system_.spawn(supervisor_actor, drain_timeout, budget_, &timers_);
+    supervisor_ =
+        system_.spawn(supervisor_actor, drain_timeout, std::vector<caf::actor>{budget_}, &timers_);
     sched_.run();
   }
   // The actor system waits for every actor at its end: the stand-ins and the supervisor go first.

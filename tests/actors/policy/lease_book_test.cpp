@@ -169,28 +169,47 @@ TEST(LeaseBookTest, WaitersAreServedByPriorityThenArrival) {
   EXPECT_EQ(order, (std::vector<lease_book::holder>{2, 4, 5, 1, 3}));
 }
 
-TEST(LeaseBookTest, ARefusalGoesToTheOldestWaiterOfThatPoolWithTheHostsReason) {
+// Asks and waiters pair up in order: the refused ask (rank 20, the later of the two) stands for
+// the later waiter, so that waiter is refused and the earlier one keeps its place.
+TEST(LeaseBookTest, ARefusalGoesToTheWaiterInTheRefusedAsksPlaceWithTheHostsReason) {
   lease_book b;
   auto a1 = b.acquire(1, pool_a, 20, 0);
   auto a2 = b.acquire(2, pool_a, 10, 0);
   auto other = b.acquire(3, pool_b, 0, 0);
   auto r = b.answered(a1.asks.at(0).id, false, "queue full", 5);
   ASSERT_EQ(r.refusals.size(), 1u);
-  EXPECT_EQ(r.refusals[0].who, 2u);  // rank 10 is older than 20
+  EXPECT_EQ(r.refusals[0].who, 1u);
   EXPECT_EQ(r.refusals[0].reason, "queue full");
   EXPECT_TRUE(r.grants.empty());
   EXPECT_TRUE(r.returns.empty());
-  EXPECT_FALSE(b.knows(2));
-  EXPECT_TRUE(b.knows(1));
+  EXPECT_FALSE(b.knows(1));
+  EXPECT_TRUE(b.knows(2));
   EXPECT_TRUE(b.knows(3));
   EXPECT_EQ(b.waiting(), 2u);
   EXPECT_EQ(b.asks_out(), 2u);
 
-  // The ask left serves holder 1.
+  // The ask left serves holder 2.
   auto g = b.answered(a2.asks.at(0).id, true, "", 6);
-  EXPECT_EQ(granted_to(g), std::vector<lease_book::holder>{1});
+  EXPECT_EQ(granted_to(g), std::vector<lease_book::holder>{2});
   auto g3 = b.answered(other.asks.at(0).id, true, "", 7);
   EXPECT_EQ(granted_to(g3), std::vector<lease_book::holder>{3});
+}
+
+// The host's full queue refuses the newest ask, its wait limit the oldest: in each case the
+// waiter of that place is refused, so a full queue never costs an earlier caller its place.
+TEST(LeaseBookTest, AFullQueueRefusesTheNewestWaiterAndAWaitLimitTheOldest) {
+  lease_book b;
+  auto a1 = b.acquire(1, pool_a, 0, 0);
+  auto a2 = b.acquire(2, pool_a, 0, 1);
+  auto a3 = b.acquire(3, pool_a, 0, 2);
+  auto full = b.answered(a3.asks.at(0).id, false, "queue full", 3);
+  ASSERT_EQ(full.refusals.size(), 1u);
+  EXPECT_EQ(full.refusals[0].who, 3u);
+  auto limit = b.answered(a1.asks.at(0).id, false, "waited too long", 4);
+  ASSERT_EQ(limit.refusals.size(), 1u);
+  EXPECT_EQ(limit.refusals[0].who, 1u);
+  EXPECT_EQ(granted_to(b.answered(a2.asks.at(0).id, true, "", 5)),
+            std::vector<lease_book::holder>{2});
 }
 
 TEST(LeaseBookTest, AWaiterThatGoesAwayWithdrawsTheNewestAsk) {
@@ -265,41 +284,89 @@ TEST(LeaseBookTest, AnAnswerIsUsedOnlyOnce) {
 }
 
 TEST(LeaseBookTest, IdleSlotsAreNotSharedAcrossUpstreamsOrKeys) {
+  for (const auto& other : {pool_b, pool_a_keyed}) {
+    lease_book b;
+    auto id = lease_one(b, 1, pool_a);
+    b.holder_gone(1, 10);
+    ASSERT_EQ(b.idle(), 1u);
+
+    auto asked = b.acquire(2, other, 0, 20);
+    EXPECT_TRUE(asked.grants.empty());
+    ASSERT_EQ(asked.asks.size(), 1u);
+    EXPECT_EQ(asked.asks[0].pool, other);
+    // The idle slot of pool_a cannot serve the waiter, and at the host it may be the very room
+    // the waiter's ask needs: it goes back.
+    EXPECT_EQ(asked.returns, std::vector<lease_book::lease>{id});
+    EXPECT_EQ(b.idle(), 0u);
+    EXPECT_EQ(b.waiting(), 1u);
+  }
+}
+
+TEST(LeaseBookTest, ASlotOfTheSamePoolIsReusedWhileNobodyWaits) {
   lease_book b;
   lease_one(b, 1, pool_a);
   b.holder_gone(1, 10);
-  ASSERT_EQ(b.idle(), 1u);
-
-  auto other_upstream = b.acquire(2, pool_b, 0, 20);
-  EXPECT_TRUE(other_upstream.grants.empty());
-  ASSERT_EQ(other_upstream.asks.size(), 1u);
-  EXPECT_EQ(other_upstream.asks[0].pool, pool_b);
-
-  auto other_key = b.acquire(3, pool_a_keyed, 0, 20);
-  EXPECT_TRUE(other_key.grants.empty());
-  ASSERT_EQ(other_key.asks.size(), 1u);
-  EXPECT_EQ(other_key.asks[0].pool, pool_a_keyed);
-
-  EXPECT_EQ(b.idle(), 1u);
-  EXPECT_EQ(b.waiting(), 2u);
-
   auto same = b.acquire(4, pool_a, 0, 30);
   EXPECT_EQ(granted_to(same), std::vector<lease_book::holder>{4});
   EXPECT_TRUE(same.asks.empty());
+  EXPECT_TRUE(same.returns.empty());
   EXPECT_EQ(b.idle(), 0u);
 }
 
 TEST(LeaseBookTest, AFreedSlotIsNotHandedToAWaiterOfAnotherPool) {
   lease_book b;
-  lease_one(b, 1, pool_a);
-  b.acquire(2, pool_b, 0, 5);
+  auto id = lease_one(b, 1, pool_a);
+  auto waiting_b = b.acquire(2, pool_b, 0, 5);
   auto gone = b.holder_gone(1, 10);
   EXPECT_TRUE(gone.grants.empty());
-  EXPECT_TRUE(gone.returns.empty());
+  // Nor kept idle while that waiter waits: the host may need its room to serve it.
+  EXPECT_EQ(gone.returns, std::vector<lease_book::lease>{id});
   EXPECT_EQ(gone.work_ended, std::vector<pool_key>{pool_a});
-  EXPECT_EQ(b.idle(), 1u);
+  EXPECT_EQ(b.idle(), 0u);
   EXPECT_EQ(b.waiting(), 1u);
   EXPECT_EQ(b.asks_out(), 1u);
+
+  // Once nobody waits, a freed slot is kept again.
+  EXPECT_EQ(granted_to(b.answered(waiting_b.asks.at(0).id, true, "", 11)),
+            std::vector<lease_book::holder>{2});
+  EXPECT_TRUE(b.holder_gone(2, 12).returns.empty());
+  EXPECT_EQ(b.idle(), 1u);
+}
+
+// With waiters of two keys here, a freed slot of one key is not handed to that key's waiter: the
+// host's queue, fair across keys, decides which goes next.
+TEST(LeaseBookTest, AFreedSlotGoesBackWhileWaitersOfAnotherPoolWaitHereToo) {
+  lease_book b;
+  auto id = lease_one(b, 1, pool_a);
+  b.acquire(2, pool_a, 0, 1);
+  b.acquire(3, pool_a_keyed, 0, 2);
+  auto gone = b.holder_gone(1, 3);
+  EXPECT_TRUE(gone.grants.empty());
+  EXPECT_EQ(gone.returns, std::vector<lease_book::lease>{id});
+  EXPECT_EQ(b.waiting(), 2u);
+  EXPECT_EQ(b.asks_out(), 2u);
+}
+
+TEST(LeaseBookTest, ATokenWeightedSlotIsNeverKeptIdle) {
+  const pool_key weighted{0, -1, 300};
+  lease_book b;
+  auto id = lease_one(b, 1, weighted);
+  auto gone = b.holder_gone(1, 10);
+  EXPECT_EQ(gone.returns, std::vector<lease_book::lease>{id});
+  EXPECT_EQ(b.idle(), 0u);
+
+  // A waiter of the same weight still takes it straight from the one who ends.
+  auto first = lease_one(b, 2, weighted, 20);
+  b.acquire(3, weighted, 0, 21);
+  auto handed = b.holder_gone(2, 22);
+  EXPECT_EQ(granted_to(handed), std::vector<lease_book::holder>{3});
+  EXPECT_EQ(handed.returns.size(), 1u);  // 3's own ask, no longer needed
+  EXPECT_NE(handed.returns.at(0), first);
+
+  // A grant that finds nobody waiting goes straight back too.
+  auto late = b.acquire(4, weighted, 0, 30);
+  b.holder_gone(4, 31);  // withdrawn before the answer
+  EXPECT_TRUE(nothing(b.answered(late.asks.at(0).id, true, "", 32)));
 }
 
 TEST(LeaseBookTest, ASecondAcquireBySameHolderChangesNothing) {
@@ -310,10 +377,11 @@ TEST(LeaseBookTest, ASecondAcquireBySameHolderChangesNothing) {
   EXPECT_EQ(b.waiting(), 1u);
   EXPECT_EQ(b.asks_out(), 1u);
 
+  b.holder_gone(1, 2);  // withdrawn: nobody waits any more
+  lease_one(b, 3, pool_a_keyed);
   lease_one(b, 2, pool_b);
   b.holder_gone(2, 5);
   ASSERT_EQ(b.idle(), 1u);
-  lease_one(b, 3, pool_a_keyed);
   // Holder 3 is busy: asking again, even where a slot is idle, takes nothing.
   EXPECT_TRUE(nothing(b.acquire(3, pool_b, 0, 6)));
   EXPECT_EQ(b.idle(), 1u);
@@ -681,11 +749,20 @@ TEST(LeaseBookTest, EveryLeaseIsBusyIdleOrReturnedExactlyOnceUnderRandomTraffic)
 // over meanwhile), its asks and idle slots go back to the host, the running work keeps its slot
 // until it ends and then returns it, and any later ask is refused.
 TEST(LeaseBookTest, StoppingRefusesTheWaitersReturnsWhatIsNotAtWorkAndRefusesLaterAsks) {
+  // No slot is idle while someone waits here, so the idle slot is a second book's.
+  lease_book quiet;
+  lease_one(quiet, 1, pool_a);
+  auto idle = lease_one(quiet, 2, pool_b);
+  quiet.holder_gone(2, 10);  // kept idle
+  ASSERT_EQ(quiet.idle(), 1u);
+  auto q = quiet.stop_taking_work("the gateway is shutting down");
+  EXPECT_TRUE(q.refusals.empty());
+  EXPECT_EQ(q.returns, std::vector<lease_book::lease>{idle});
+  EXPECT_EQ(quiet.idle(), 0u);
+  EXPECT_EQ(quiet.busy(), 1u);
+
   lease_book b;
   auto busy = lease_one(b, 1, pool_a);
-  auto idle = lease_one(b, 2, pool_b);
-  b.holder_gone(2, 10);  // kept idle
-  ASSERT_EQ(b.idle(), 1u);
   auto queued = b.acquire(3, pool_a, 20, 20);
   ASSERT_EQ(queued.asks.size(), 1u);
 
@@ -693,8 +770,7 @@ TEST(LeaseBookTest, StoppingRefusesTheWaitersReturnsWhatIsNotAtWorkAndRefusesLat
   ASSERT_EQ(s.refusals.size(), 1u);
   EXPECT_EQ(s.refusals[0].who, 3u);
   EXPECT_EQ(s.refusals[0].reason, "the gateway is shutting down");
-  std::set<lease_book::lease> returned(s.returns.begin(), s.returns.end());
-  EXPECT_EQ(returned, (std::set<lease_book::lease>{queued.asks[0].id, idle}));
+  EXPECT_EQ(s.returns, std::vector<lease_book::lease>{queued.asks[0].id});
   EXPECT_EQ(b.waiting(), 0u);
   EXPECT_EQ(b.asks_out(), 0u);
   EXPECT_EQ(b.idle(), 0u);

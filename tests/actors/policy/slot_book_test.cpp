@@ -322,10 +322,12 @@ TEST(SlotBookTest, ALinksEndFreesAllItsLeasesAndWithdrawsItsAsks) {
   EXPECT_EQ(b.waiting(), 0u);
 }
 
+// A waiter behind the token cap (no slot cap is reached): the link is recalled for it.
 TEST(SlotBookTest, ALinkHoldingSlotsIsRecalledWhileSomeoneElseWaitsAndReleasedAfter) {
-  auto b = book(8, {1, 1});
-  b.lease(9, 1, 0, -1, 0, 0, 0);
-  auto a = ask(b, 2, 0);
+  auto b = slot_book({8, {8}, {}, 16, {1000}, {}});
+  EXPECT_TRUE(b.lease(9, 1, 0, -1, 0, 600, 0).recalls.empty());
+  auto a = b.acquire(2, 0, -1, 0, 600, true, 0);
+  EXPECT_TRUE(a.queued);
   ASSERT_EQ(a.recalls.size(), 1u);
   EXPECT_EQ(a.recalls[0].link, 9u);
   EXPECT_TRUE(a.recalls[0].on);
@@ -336,14 +338,35 @@ TEST(SlotBookTest, ALinkHoldingSlotsIsRecalledWhileSomeoneElseWaitsAndReleasedAf
 }
 
 TEST(SlotBookTest, ALinkIsNotRecalledWhileOnlyItsOwnAsksWait) {
-  auto b = book(8, {1, 1});
-  b.lease(9, 1, 0, -1, 0, 0, 0);
-  auto own = b.lease(9, 2, 0, -1, 0, 0, 0);
+  auto b = slot_book({8, {8}, {}, 16, {1000}, {}});
+  b.lease(9, 1, 0, -1, 0, 600, 0);
+  auto own = b.lease(9, 2, 0, -1, 0, 600, 0);
   EXPECT_TRUE(own.queued);
   EXPECT_TRUE(own.recalls.empty());
   auto back = b.give_back({9, 1}, 0);
   EXPECT_EQ(granted(back), (holders{{9, 2}}));
   EXPECT_TRUE(back.recalls.empty());
+}
+
+// At a cap, whoever asks next cannot be served, and may not even be let wait (a full queue, a
+// queue_max of 0): no lessee may keep a slot idle then. Below every cap again, it may.
+TEST(SlotBookTest, ALinkIsRecalledWhileACapIsReachedAndReleasedBelowIt) {
+  for (int which = 0; which < 3; ++which) {
+    auto b = slot_book(
+        {which == 0 ? 2u : 8u, {which == 1 ? 2u : 8u}, {which == 2 ? 2u : 0u}, 0, {}, {}});
+    EXPECT_TRUE(b.lease(9, 1, 0, 0, 0, 0, 0).recalls.empty()) << which;
+    auto full = b.lease(9, 2, 0, 0, 0, 0, 0);
+    ASSERT_EQ(full.recalls.size(), 1u) << which;
+    EXPECT_TRUE(full.recalls[0].on);
+    auto back = b.give_back({9, 1}, 1);
+    ASSERT_EQ(back.recalls.size(), 1u) << which;
+    EXPECT_FALSE(back.recalls[0].on);
+  }
+  // Another key at its cap recalls too: the recall is the link's, not a pool's.
+  auto b = slot_book({8, {8}, {1, 0}, 0, {}, {}});
+  b.lease(9, 1, 0, 1, 0, 0, 0);
+  auto full = b.lease(7, 1, 0, 0, 0, 0, 0);
+  ASSERT_EQ(full.recalls.size(), 2u);
 }
 
 // Nothing to give back: the link is told once it holds a slot.
@@ -357,6 +380,30 @@ TEST(SlotBookTest, ALinkHoldingNoSlotIsNotRecalledUntilItHoldsOne) {
   EXPECT_EQ(granted(a), (holders{{9, 1}}));
   ASSERT_EQ(a.recalls.size(), 1u);
   EXPECT_TRUE(a.recalls[0].on);
+}
+
+// A reload lowered a cap below what lessees hold: they are recalled (a kept slot reused would
+// start work beyond the new cap) until the count is below every cap again.
+TEST(SlotBookTest, ALinkIsRecalledWhileMoreIsHeldThanALoweredCapAllows) {
+  for (int which = 0; which < 3; ++which) {
+    auto b = slot_book({8, {4}, {4}, 16, {}, {}});
+    for (slot_book::lease_id id = 1; id <= 3; ++id) b.lease(9, id, 0, 0, 0, 0, 0);
+    slot_book::caps lowered{8, {4}, {4}, 16, {}, {}};
+    if (which == 0) lowered.global = 2;
+    if (which == 1) lowered.per_upstream = {2};
+    if (which == 2) lowered.per_key = {2};
+    auto act = b.set_caps(lowered, 1);
+    ASSERT_EQ(act.recalls.size(), 1u) << which;
+    EXPECT_TRUE(act.recalls[0].on);
+    EXPECT_TRUE(b.give_back({9, 1}, 2).recalls.empty()) << which;  // 2 held: at the cap
+    auto back = b.give_back({9, 2}, 3);                            // 1 held: below
+    ASSERT_EQ(back.recalls.size(), 1u) << which;
+    EXPECT_FALSE(back.recalls[0].on);
+  }
+  // Below the caps after the reload: nobody is recalled.
+  auto b = book(8, {4});
+  b.lease(9, 1, 0, -1, 0, 0, 0);
+  EXPECT_TRUE(b.set_caps({3, {3}, {}, 16, {}, {}}, 1).recalls.empty());
 }
 
 TEST(SlotBookTest, ALeaseAskQueuesInRankOrderWithConnectionActors) {
