@@ -172,7 +172,10 @@ class budget {
       answer(g.who, true, {});
     }
     for (const auto& r : act.refusals) answer(r.who, false, r.reason);
-    for (const auto& r : act.recalls) self_->send(handles_[r.link], recall_atom::value, r.on);
+    for (const auto& r : act.recalls) {
+      self_->send(handles_[r.link], recall_atom::value, r.on, static_cast<std::int32_t>(r.scope),
+                  r.index);
+    }
     // A waiter granted before its timeout makes the timer's message a no-op (the ticket is
     // gone from the book).
     if (act.queued && queue_timeout_.count() > 0 && timers_) {

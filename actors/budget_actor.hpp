@@ -57,12 +57,15 @@ using health_news_atom = caf::atom_constant<caf::atom("h_news")>;
 // end: this node's waiters are refused and its later asks too ("the gateway is shutting down");
 // members' leases are served as before. (holders_atom) → (vector<actor> holders, vector<uint64>
 // upstreams, vector<int64> keys, vector<uint64> tokens): who holds a slot now (a cluster member
-// that rejoins its budget host registers them there). Leases, from a cluster member's link actor,
-// which may hold many slots: (lease_atom, upstream, key, rank, tokens, lease: uint64) asks for one
+// that rejoins its budget host registers them there). Leases, from a lessee (a cluster member's
+// link actor, an io thread's budget shard), which may hold many slots: (lease_atom, upstream, key,
+// rank, tokens, lease: uint64) asks for one
 // slot under that id, answered with (lease_grant_atom, lease, granted: bool, reason) sent to the
 // link; (lease_return_atom, lease) gives a held slot back or withdraws a queued ask. The link is
-// monitored: its down_msg frees all it holds. While anyone but that link waits in the queue, the
-// link is sent (recall_atom, true), and (recall_atom, false) when that is no longer so. Rates
+// monitored: its down_msg frees all it holds. Recalls (slot_book::update_recalls): (recall_atom,
+// on: bool, scope: int32 (recall_scope), index: int64) — all its slots while anyone but that
+// lessee waits in the queue or the global cap is reached, its slots of an upstream or a key while
+// that cap is reached; the same with on = false when that is no longer so. Rates
 // (actors/policy/rate_book.hpp): (rate_atom, key: int64, tokens: uint64) from a request actor whose
 // key has an rpm or tpm → (admitted: bool, never: bool, retry_after_ms: int64, charged_second:
 // int64, reason: string); the request is charged one request and `tokens`. (rate_fix_atom, key,

@@ -102,8 +102,8 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     self_->send(local_budget_, drain_now_atom::value);
   }
 
-  void recalled(bool on) {
-    if (remote_) apply(book_.recall(on));
+  void recalled(bool on, std::int32_t scope, std::int64_t index) {
+    if (remote_) apply(book_.recall(on, static_cast<recall_scope>(scope), index));
   }
 
   void lease_tick() {
@@ -339,7 +339,9 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
       [st](lease_grant_atom, std::uint64_t lease, bool granted, const std::string& reason) {
         st->lease_answered(lease, granted, reason);
       },
-      [st](recall_atom, bool on) { st->recalled(on); },
+      [st](recall_atom, bool on, std::int32_t scope, std::int64_t index) {
+        st->recalled(on, scope, index);
+      },
       [st](drain_now_atom) { st->drain_now(); },
       [st](lease_tick_atom) { st->lease_tick(); },
       [st](slots_atom a) { return st->slots(a); },

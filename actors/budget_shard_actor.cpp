@@ -31,7 +31,9 @@ class budget_shard {
     apply(book_.answered(lease, granted, reason, now_ns()));
   }
 
-  void recalled(bool on) { apply(book_.recall(on)); }
+  void recalled(bool on, std::int32_t scope, std::int64_t index) {
+    apply(book_.recall(on, static_cast<recall_scope>(scope), index));
+  }
   void drain_now() { apply(book_.stop_taking_work("the gateway is shutting down")); }
   std::uint64_t busy() const { return book_.busy(); }
 
@@ -105,7 +107,9 @@ caf::behavior budget_shard_actor(caf::event_based_actor* self, caf::actor budget
       [st](lease_grant_atom, std::uint64_t lease, bool granted, const std::string& reason) {
         st->answered(lease, granted, reason);
       },
-      [st](recall_atom, bool on) { st->recalled(on); },
+      [st](recall_atom, bool on, std::int32_t scope, std::int64_t index) {
+        st->recalled(on, scope, index);
+      },
       [st](drain_now_atom) { st->drain_now(); },
       [st](slots_atom) { return st->busy(); },
   };

@@ -18,9 +18,9 @@ namespace tether {
 
 // Protocol: (acquire_atom, upstream, key, rank, tokens) from a connection actor, answered later
 // with (grant_atom, granted, reason), as by budget_actor; (lease_grant_atom, ...) and
-// (recall_atom, on) from the budget; (drain_now_atom), from the supervisor at the drain's end:
-// this shard's waiters are refused, and so are its later asks, and its idle slots go back;
-// (slots_atom) → the slots at work through this shard. `stats` gets the work and queue gauges
+// (recall_atom, on, scope, index) from the budget; (drain_now_atom), from the supervisor at the
+// drain's end: this shard's waiters are refused, and so are its later asks, and its idle slots go
+// back; (slots_atom) → the slots at work through this shard. `stats` gets the work and queue gauges
 // of the slots granted here (the budget counts leases as another's work).
 caf::behavior budget_shard_actor(caf::event_based_actor* self, caf::actor budget, metrics* stats);
 

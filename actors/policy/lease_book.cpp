@@ -50,9 +50,9 @@ void lease_book::hand_over(pool& p, const pool_key& k, lease id, std::int64_t no
 
 void lease_book::free_slot(pool& p, const pool_key& k, lease id, std::int64_t now_ns,
                            actions& out) {
-  if (recalled_) {
-    // Someone elsewhere waits: the host's queue, not this node, decides who is next — a local
-    // waiter still has its own ask queued there.
+  if (recalled(k)) {
+    // Someone elsewhere waits, or a cap this slot counts against is reached: the host's queue, not
+    // this node, decides who is next — a local waiter still has its own ask queued there.
     out.returns.push_back(id);
   } else if (!p.waiting.empty() && p.waiting.size() == waiting_by_.size()) {
     hand_over(p, k, id, now_ns, out);
@@ -69,7 +69,12 @@ bool lease_book::keeps_idle(const pool_key& k) const {
   // A waiter here (of another pool) may need the host's room this slot takes; a token-weighted
   // slot would serve only a claim of the very same weight, and idle it keeps the upstream's token
   // cap from everyone else.
-  return keep_idle_ && !recalled_ && waiting_by_.empty() && k.tokens == 0;
+  return keep_idle_ && !recalled(k) && waiting_by_.empty() && k.tokens == 0;
+}
+
+bool lease_book::recalled(const pool_key& k) const {
+  return recalled_ || recalled_upstreams_.count(k.upstream) > 0 ||
+         (k.key >= 0 && recalled_keys_.count(k.key) > 0);
 }
 
 void lease_book::give_back_idle(actions& out) {
@@ -145,10 +150,34 @@ lease_book::actions lease_book::holder_gone(holder who, std::int64_t now_ns) {
   return out;
 }
 
-lease_book::actions lease_book::recall(bool on) {
+lease_book::actions lease_book::recall(bool on, recall_scope scope, std::int64_t index) {
   actions out;
-  recalled_ = on;
-  if (on) give_back_idle(out);
+  switch (scope) {
+    case recall_scope::all:
+      recalled_ = on;
+      break;
+    case recall_scope::upstream:
+      if (index < 0) return out;
+      if (on) {
+        recalled_upstreams_.insert(static_cast<std::uint64_t>(index));
+      } else {
+        recalled_upstreams_.erase(static_cast<std::uint64_t>(index));
+      }
+      break;
+    case recall_scope::key:
+      if (on) {
+        recalled_keys_.insert(index);
+      } else {
+        recalled_keys_.erase(index);
+      }
+      break;
+  }
+  if (!on) return out;
+  for (auto& [k, p] : pools_) {
+    if (!recalled(k)) continue;
+    for (const auto& slot : p.idle) out.returns.push_back(slot.id);
+    p.idle.clear();
+  }
   return out;
 }
 
@@ -175,6 +204,8 @@ lease_book::handover lease_book::drop_all() {
   waiting_by_.clear();
   ask_pool_.clear();
   recalled_ = false;
+  recalled_upstreams_.clear();
+  recalled_keys_.clear();
   return h;
 }
 

@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "actors/policy/recall_scope.hpp"
+
 namespace tether {
 
 class lease_book {
@@ -82,8 +84,9 @@ class lease_book {
   actions answered(lease id, bool granted, const std::string& reason, std::int64_t now_ns);
   // A holder ended: its busy slot is free (kept, handed on, or given back), or it stops waiting.
   actions holder_gone(holder who, std::int64_t now_ns);
-  // The host wants slots back (another node waits) or no longer does.
-  actions recall(bool on);
+  // The host wants slots back, or no longer does: every slot (another node waits, or the global
+  // cap is reached), or those of one upstream or key (its cap is reached; `index` names it).
+  actions recall(bool on, recall_scope scope = recall_scope::all, std::int64_t index = -1);
   // Gives back the slots idle for at least `idle_ns`.
   actions expire_idle(std::int64_t now_ns, std::int64_t idle_ns);
   // The host is gone and every lease with it.
@@ -125,6 +128,7 @@ class lease_book {
   void free_slot(pool& p, const pool_key& k, lease id, std::int64_t now_ns, actions& out);
   void trim_asks(pool& p, actions& out);
   bool keeps_idle(const pool_key& k) const;
+  bool recalled(const pool_key& k) const;
   void give_back_idle(actions& out);
 
   std::map<pool_key, pool> pools_;
@@ -133,7 +137,9 @@ class lease_book {
   std::unordered_map<lease, std::pair<pool_key, std::int64_t>> ask_pool_;  // → (pool, rank)
   lease next_lease_ = 1;
   std::uint64_t next_seq_ = 0;
-  bool recalled_ = false;
+  bool recalled_ = false;  // every slot
+  std::set<std::uint64_t> recalled_upstreams_;
+  std::set<std::int64_t> recalled_keys_;
   bool keep_idle_ = true;
   bool stopped_ = false;
   std::string stop_reason_;

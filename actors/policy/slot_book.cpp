@@ -18,7 +18,9 @@ slot_book::slot_book(caps limits) : caps_(std::move(limits)) {
   held_tokens_.assign(held_upstream_.size(), 0);
   queued_upstream_.assign(held_upstream_.size(), 0);
   held_key_.assign(caps_.per_key.size(), 0);
-  count_caps_reached();
+  for (std::size_t u = 0; u < held_upstream_.size(); ++u) touched_upstreams_.insert(u);
+  for (std::size_t k = 0; k < held_key_.size(); ++k)
+    touched_keys_.insert(static_cast<std::int64_t>(k));
 }
 
 slot_book::actions slot_book::set_caps(caps limits, std::int64_t now_ns) {
@@ -30,7 +32,9 @@ slot_book::actions slot_book::set_caps(caps limits, std::int64_t now_ns) {
     queued_upstream_.resize(upstreams, 0);
   }
   if (caps_.per_key.size() > held_key_.size()) held_key_.resize(caps_.per_key.size(), 0);
-  count_caps_reached();
+  for (std::size_t u = 0; u < held_upstream_.size(); ++u) touched_upstreams_.insert(u);
+  for (std::size_t k = 0; k < held_key_.size(); ++k)
+    touched_keys_.insert(static_cast<std::int64_t>(k));
   actions out;
   for (auto it = queue_.begin(); it != queue_.end();) {
     auto why = never_fits(it->second.what);
@@ -106,26 +110,24 @@ slot_book::lessee* slot_book::lessee_of(const holder& h) {
 }
 
 void slot_book::take(holder h, const claim& c, bool local) {
-  caps_reached_ -= caps_reached(c);
+  touched(c);
   ++held_;
   ++held_upstream_[c.upstream];
   held_tokens_[c.upstream] += c.tokens;
   // Only a key with a cap entry is counted: nothing else reads the count.
   if (c.key >= 0 && static_cast<std::size_t>(c.key) < held_key_.size()) ++held_key_[c.key];
-  caps_reached_ += caps_reached(c);
   holders_.emplace(h, held_slot{c, local});
   if (auto* l = lessee_of(h)) ++l->slots;
 }
 
 void slot_book::release(std::map<holder, held_slot>::iterator it, actions& out) {
   const auto& [h, slot] = *it;
-  caps_reached_ -= caps_reached(slot.what);
+  touched(slot.what);
   --held_;
   --held_upstream_[slot.what.upstream];
   held_tokens_[slot.what.upstream] -= slot.what.tokens;
   if (slot.what.key >= 0 && static_cast<std::size_t>(slot.what.key) < held_key_.size())
     --held_key_[slot.what.key];
-  caps_reached_ += caps_reached(slot.what);
   if (auto* l = lessee_of(h)) --l->slots;
   out.released.push_back({slot.what, slot.local});
   holders_.erase(it);
@@ -318,39 +320,59 @@ slot_book::actions slot_book::owner_gone(owner who, std::int64_t now_ns) {
   return out;
 }
 
-std::uint32_t slot_book::caps_reached(const claim& c) const {
-  std::uint32_t n = held_ >= caps_.global ? 1 : 0;
-  if (c.upstream < caps_.per_upstream.size() &&
-      held_upstream_[c.upstream] >= caps_.per_upstream[c.upstream])
-    ++n;
-  if (c.key >= 0 && static_cast<std::size_t>(c.key) < caps_.per_key.size() &&
-      caps_.per_key[c.key] > 0 && held_key_[c.key] >= caps_.per_key[c.key])
-    ++n;
-  return n;
+bool slot_book::upstream_full(std::size_t upstream) const {
+  return upstream < caps_.per_upstream.size() && upstream < held_upstream_.size() &&
+         held_upstream_[upstream] >= caps_.per_upstream[upstream];
 }
 
-void slot_book::count_caps_reached() {
-  caps_reached_ = held_ >= caps_.global ? 1 : 0;
-  for (std::size_t u = 0; u < caps_.per_upstream.size() && u < held_upstream_.size(); ++u) {
-    if (held_upstream_[u] >= caps_.per_upstream[u]) ++caps_reached_;
-  }
-  for (std::size_t k = 0; k < caps_.per_key.size() && k < held_key_.size(); ++k) {
-    if (caps_.per_key[k] > 0 && held_key_[k] >= caps_.per_key[k]) ++caps_reached_;
-  }
+bool slot_book::key_full(std::int64_t key) const {
+  if (key < 0) return false;
+  const auto k = static_cast<std::size_t>(key);
+  return k < caps_.per_key.size() && k < held_key_.size() && caps_.per_key[k] > 0 &&
+         held_key_[k] >= caps_.per_key[k];
+}
+
+void slot_book::touched(const claim& c) {
+  touched_upstreams_.insert(c.upstream);
+  if (c.key >= 0) touched_keys_.insert(c.key);
 }
 
 void slot_book::update_recalls(actions& out) {
-  // At a cap (global, an upstream's, a key's), a lessee's idle slots go back too, and so does each
-  // whose work ends: an ask that finds the cap reached may not be let wait (a full queue, a
-  // queue_max of 0), so no slot may sit idle then; and past a cap a reload lowered, a kept slot
-  // reused would start work beyond it.
-  // A link that holds no slot has nothing to give back, so it is not told it is recalled.
+  // At a cap, whoever asks next cannot be served and may not even be let wait (a full queue, a
+  // queue_max of 0), so no slot under that cap may sit idle; past a cap a reload lowered, a kept
+  // slot reused would start work beyond it. So each lessee is recalled for the upstreams and keys
+  // at their cap, and for everything at the global cap or while someone else waits here.
+  const bool global_full = held_ >= caps_.global;
   for (auto& [link, l] : lessees_) {
-    bool want = caps_reached_ > 0 || queue_.size() > l.queued;
-    if (want == l.recalled || (want && l.slots == 0)) continue;
-    l.recalled = want;
-    out.recalls.push_back({link, want});
+    // A link that holds no slot has nothing to give back, so it is not told it is recalled.
+    const bool want = global_full || queue_.size() > l.queued;
+    if (want != l.recalled && !(want && l.slots == 0)) {
+      l.recalled = want;
+      out.recalls.push_back({link, want, recall_scope::all, -1});
+    }
+    for (auto u : touched_upstreams_) {
+      const bool full = upstream_full(u);
+      if (full == (l.upstreams_recalled.count(u) > 0) || (full && l.slots == 0)) continue;
+      if (full) {
+        l.upstreams_recalled.insert(u);
+      } else {
+        l.upstreams_recalled.erase(u);
+      }
+      out.recalls.push_back({link, full, recall_scope::upstream, static_cast<std::int64_t>(u)});
+    }
+    for (auto k : touched_keys_) {
+      const bool full = key_full(k);
+      if (full == (l.keys_recalled.count(k) > 0) || (full && l.slots == 0)) continue;
+      if (full) {
+        l.keys_recalled.insert(k);
+      } else {
+        l.keys_recalled.erase(k);
+      }
+      out.recalls.push_back({link, full, recall_scope::key, k});
+    }
   }
+  touched_upstreams_.clear();
+  touched_keys_.clear();
 }
 
 }  // namespace tether

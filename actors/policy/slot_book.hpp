@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "actors/policy/recall_scope.hpp"
+
 namespace tether {
 
 class slot_book {
@@ -75,9 +77,13 @@ class slot_book {
     claim what;
     bool local = false;
   };
+  // On or off, for every slot the link holds or only for one upstream's or one key's
+  // (`index`; -1 with recall_scope::all).
   struct recall {
     owner link;
     bool on;
+    recall_scope scope = recall_scope::all;
+    std::int64_t index = -1;
   };
   // What the caller must do: update the gauges for the slots released and granted, answer the
   // grants and refusals, then tell each link whether it is recalled. `queued`: the asker waits
@@ -160,7 +166,9 @@ class slot_book {
   struct lessee {
     std::uint32_t slots = 0;
     std::uint32_t queued = 0;
-    bool recalled = false;
+    bool recalled = false;                     // all its slots
+    std::set<std::size_t> upstreams_recalled;  // its slots of these upstreams
+    std::set<std::int64_t> keys_recalled;      // its slots of these keys
   };
 
   claim claim_for(std::uint64_t upstream, std::int64_t key, std::uint64_t tokens) const;
@@ -176,9 +184,9 @@ class slot_book {
   std::optional<ticket> next_to_serve() const;
   std::uint64_t stride_of(std::int64_t key) const;
   void update_recalls(actions& out);
-  // How many of the caps `c` counts against (global, its upstream's, its key's) are reached.
-  std::uint32_t caps_reached(const claim& c) const;
-  void count_caps_reached();
+  bool upstream_full(std::size_t upstream) const;
+  bool key_full(std::int64_t key) const;
+  void touched(const claim& c);
   lessee* lessee_of(const holder& h);
 
   caps caps_;
@@ -196,8 +204,10 @@ class slot_book {
   std::uint64_t next_seq_ = 0;
   std::size_t waiting_local_ = 0;
   std::optional<std::string> refusing_local_;  // set by refuse_local: why
-  // The caps (global, each upstream's, each key's) reached or passed: lessees are recalled.
-  std::uint32_t caps_reached_ = 0;
+  // The upstreams and keys whose slot count changed since the recalls were last brought up to
+  // date: only their caps can have been reached or left (a reload's set_caps marks them all).
+  std::set<std::size_t> touched_upstreams_;
+  std::set<std::int64_t> touched_keys_;
 };
 
 }  // namespace tether

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/messages.hpp"
+#include "actors/policy/recall_scope.hpp"
 
 namespace tether {
 namespace {
@@ -51,7 +52,14 @@ class BudgetActorTest : public ::testing::Test {
           [&](lease_grant_atom, std::uint64_t lease, bool ok, const std::string&) {
             out.push_back((ok ? "grant " : "refused ") + std::to_string(lease));
           },
-          [&](recall_atom, bool on) { out.emplace_back(on ? "recall on" : "recall off"); },
+          [&](recall_atom, bool on, std::int32_t scope, std::int64_t index) {
+            std::string s = on ? "recall on" : "recall off";
+            if (scope == static_cast<std::int32_t>(recall_scope::upstream))
+              s += " upstream " + std::to_string(index);
+            if (scope == static_cast<std::int32_t>(recall_scope::key))
+              s += " key " + std::to_string(index);
+            out.push_back(std::move(s));
+          },
           caf::after(wait) >> [&] { more = false; });
     }
     return out;
@@ -160,7 +168,7 @@ TEST_F(BudgetActorTest, LeasesCountAgainstTheCapAndTheLinksExitFreesThemAll) {
   lease(*link, budget, 1);
   lease(*link, budget, 2);
   // At the upstream's cap: no slot of the link's may sit idle.
-  EXPECT_EQ(heard(*link), (strings{"grant 1", "grant 2", "recall on"}));
+  EXPECT_EQ(heard(*link), (strings{"grant 1", "grant 2", "recall on upstream 0"}));
   EXPECT_EQ(stats_.cluster_slots(0), 2);
   EXPECT_EQ(stats_.upstream_work(0), 0);
   caf::scoped_actor c{system_};
@@ -215,9 +223,9 @@ TEST_F(BudgetActorTest, ALinkIsRecalledWhileACapIsReached) {
   auto budget = spawn_budget(8, {1, 1});
   caf::scoped_actor link{system_};
   lease(link, budget, 1);
-  EXPECT_EQ(heard(link), (strings{"grant 1", "recall on"}));
+  EXPECT_EQ(heard(link), (strings{"grant 1", "recall on upstream 0"}));
   link->send(budget, lease_return_atom::value, std::uint64_t{1});
-  EXPECT_EQ(heard(link), (strings{"recall off"}));
+  EXPECT_EQ(heard(link), (strings{"recall off upstream 0"}));
 }
 
 TEST_F(BudgetActorTest, AWithdrawnAskNeverTakesASlot) {
@@ -245,7 +253,8 @@ TEST_F(BudgetActorTest, LeaseAsksQueueInPriorityOrderWithOtherWaiters) {
              std::uint64_t{0}, std::uint64_t{3});  // an older request: ahead of b
   EXPECT_EQ(heard(link), strings{});
   a.reset();
-  EXPECT_EQ(heard(link), (strings{"grant 3", "recall on"}));  // b still waits
+  // b still waits, and upstream 0 is at its cap.
+  EXPECT_EQ(heard(link), (strings{"grant 3", "recall on", "recall on upstream 0"}));
   EXPECT_EQ(await_grant(b, 100ms), std::nullopt);
 }
 

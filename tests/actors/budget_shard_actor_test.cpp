@@ -96,10 +96,9 @@ class BudgetShardTest : public ::testing::Test {
   };
 
   // A connection actor of shard `s` asks; returns its index in holders_.
-  std::size_t ask(std::size_t s, std::uint64_t tokens = 0) {
+  std::size_t ask(std::size_t s, std::uint64_t tokens = 0, std::uint64_t upstream = 0) {
     auto log = std::make_shared<answer_log>();
-    holders_.push_back(
-        {system_.spawn(fake_connection, shards_.at(s), std::uint64_t{0}, tokens, log), log});
+    holders_.push_back({system_.spawn(fake_connection, shards_.at(s), upstream, tokens, log), log});
     sched_.run();
     return holders_.size() - 1;
   }
@@ -256,6 +255,28 @@ TEST_F(BudgetShardTest, TheWorkNeverExceedsTheCapUnderRandomTraffic) {
   EXPECT_EQ(stats_.upstream_work(0), 0);
   EXPECT_EQ(stats_.queue_depth(), 0);
   EXPECT_LE(slots_of(budget_), static_cast<std::uint64_t>(cap));
+}
+
+// One upstream at its cap recalls the shards' slots of that upstream only: the other upstream's
+// freed slots stay with their shard, so its requests still do without the budget.
+TEST_F(BudgetShardTest, AnUpstreamAtItsCapRecallsOnlyThatUpstreamsSlots) {
+  budget_limits l;
+  l.global = 8;
+  l.per_upstream = {1, 8};
+  budget_ = system_.spawn(budget_actor, l, &stats_, nullptr);
+  shards_.push_back(system_.spawn(budget_shard_actor, budget_, &stats_));
+  sched_.run();
+  auto small = ask(0, 0, 0);  // upstream 0 is now at its cap of 1
+  auto big = ask(0, 0, 1);
+  EXPECT_EQ(granted(small), true);
+  EXPECT_EQ(granted(big), true);
+  stop(big);
+  EXPECT_EQ(slots_of(budget_), 2u);  // upstream 1's slot is kept, idle
+  auto big_again = ask(0, 0, 1);
+  EXPECT_EQ(granted(big_again), true);
+  EXPECT_EQ(slots_of(budget_), 2u);  // and reused
+  stop(small);
+  EXPECT_EQ(slots_of(budget_), 1u);  // upstream 0's goes back
 }
 
 TEST_F(BudgetShardTest, TheDrainsEndRefusesTheWaitersAndLaterAsksAndReturnsWhatEnds) {

@@ -347,6 +347,35 @@ TEST(LeaseBookTest, AFreedSlotGoesBackWhileWaitersOfAnotherPoolWaitHereToo) {
   EXPECT_EQ(b.asks_out(), 2u);
 }
 
+// A recall for one upstream (or key) at its cap gives back that upstream's (key's) idle slots
+// and each of its slots whose work ends; the other pools' slots are kept.
+TEST(LeaseBookTest, AScopedRecallCoversOnlyItsUpstreamOrKey) {
+  for (const auto scope : {recall_scope::upstream, recall_scope::key}) {
+    const pool_key covered = scope == recall_scope::upstream ? pool_a : pool_a_keyed;
+    const pool_key other = pool_b;
+    const std::int64_t index = scope == recall_scope::upstream ? 0 : 7;
+    lease_book b;
+    auto c1 = lease_one(b, 1, covered);
+    lease_one(b, 2, other);
+    auto c2 = lease_one(b, 3, covered);
+    b.holder_gone(1, 10);
+    b.holder_gone(2, 11);
+    ASSERT_EQ(b.idle(), 2u);
+
+    auto on = b.recall(true, scope, index);
+    EXPECT_EQ(on.returns, std::vector<lease_book::lease>{c1});
+    EXPECT_EQ(b.idle(), 1u);  // the other pool's
+    EXPECT_EQ(b.holder_gone(3, 12).returns, std::vector<lease_book::lease>{c2});
+
+    EXPECT_TRUE(b.recall(false, scope, index).returns.empty());
+    auto again = lease_one(b, 4, covered, 20);
+    EXPECT_TRUE(b.holder_gone(4, 21).returns.empty());  // kept again
+    EXPECT_NE(again, c1);
+    // Only 4's: the other pool's idle slot went back when 4 had to ask the host.
+    EXPECT_EQ(b.idle(), 1u);
+  }
+}
+
 TEST(LeaseBookTest, ATokenWeightedSlotIsNeverKeptIdle) {
   const pool_key weighted{0, -1, 300};
   lease_book b;

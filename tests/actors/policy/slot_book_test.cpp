@@ -27,6 +27,21 @@ holders granted(const slot_book::actions& a) {
   return out;
 }
 
+// "9 on all", "9 off upstream 0", "7 on key 1": each recall, in order.
+std::vector<std::string> recalls_of(const slot_book::actions& a) {
+  std::vector<std::string> out;
+  for (const auto& r : a.recalls) {
+    std::string s = std::to_string(r.link) + (r.on ? " on " : " off ");
+    if (r.scope == recall_scope::all) {
+      s += "all";
+    } else {
+      s += (r.scope == recall_scope::upstream ? "upstream " : "key ") + std::to_string(r.index);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 holders refused(const slot_book::actions& a) {
   holders out;
   for (const auto& r : a.refusals) out.push_back(r.who);
@@ -354,19 +369,18 @@ TEST(SlotBookTest, ALinkIsRecalledWhileACapIsReachedAndReleasedBelowIt) {
   for (int which = 0; which < 3; ++which) {
     auto b = slot_book(
         {which == 0 ? 2u : 8u, {which == 1 ? 2u : 8u}, {which == 2 ? 2u : 0u}, 0, {}, {}});
+    const std::string scope = which == 0 ? "all" : which == 1 ? "upstream 0" : "key 0";
     EXPECT_TRUE(b.lease(9, 1, 0, 0, 0, 0, 0).recalls.empty()) << which;
     auto full = b.lease(9, 2, 0, 0, 0, 0, 0);
-    ASSERT_EQ(full.recalls.size(), 1u) << which;
-    EXPECT_TRUE(full.recalls[0].on);
+    EXPECT_EQ(recalls_of(full), std::vector<std::string>{"9 on " + scope});
     auto back = b.give_back({9, 1}, 1);
-    ASSERT_EQ(back.recalls.size(), 1u) << which;
-    EXPECT_FALSE(back.recalls[0].on);
+    EXPECT_EQ(recalls_of(back), std::vector<std::string>{"9 off " + scope});
   }
-  // Another key at its cap recalls too: the recall is the link's, not a pool's.
+  // A key's cap recalls every lessee's slots of that key, and only those.
   auto b = slot_book({8, {8}, {1, 0}, 0, {}, {}});
-  b.lease(9, 1, 0, 1, 0, 0, 0);
+  b.lease(9, 1, 0, 1, 0, 0, 0);  // key 1 has no cap
   auto full = b.lease(7, 1, 0, 0, 0, 0, 0);
-  ASSERT_EQ(full.recalls.size(), 2u);
+  EXPECT_EQ(recalls_of(full), (std::vector<std::string>{"7 on key 0", "9 on key 0"}));
 }
 
 // Nothing to give back: the link is told once it holds a slot.
@@ -378,8 +392,8 @@ TEST(SlotBookTest, ALinkHoldingNoSlotIsNotRecalledUntilItHoldsOne) {
   EXPECT_TRUE(other.recalls.empty());
   auto a = b.owner_gone(1, 0);  // the link's ask is older: it takes the slot, 2 still waits
   EXPECT_EQ(granted(a), (holders{{9, 1}}));
-  ASSERT_EQ(a.recalls.size(), 1u);
-  EXPECT_TRUE(a.recalls[0].on);
+  // Recalled for all it holds (2 waits), and for upstream 0's slots (its cap is reached).
+  EXPECT_EQ(recalls_of(a), (std::vector<std::string>{"9 on all", "9 on upstream 0"}));
 }
 
 // A reload lowered a cap below what lessees hold: they are recalled (a kept slot reused would
@@ -392,13 +406,12 @@ TEST(SlotBookTest, ALinkIsRecalledWhileMoreIsHeldThanALoweredCapAllows) {
     if (which == 0) lowered.global = 2;
     if (which == 1) lowered.per_upstream = {2};
     if (which == 2) lowered.per_key = {2};
+    const std::string scope = which == 0 ? "all" : which == 1 ? "upstream 0" : "key 0";
     auto act = b.set_caps(lowered, 1);
-    ASSERT_EQ(act.recalls.size(), 1u) << which;
-    EXPECT_TRUE(act.recalls[0].on);
+    EXPECT_EQ(recalls_of(act), std::vector<std::string>{"9 on " + scope});
     EXPECT_TRUE(b.give_back({9, 1}, 2).recalls.empty()) << which;  // 2 held: at the cap
     auto back = b.give_back({9, 2}, 3);                            // 1 held: below
-    ASSERT_EQ(back.recalls.size(), 1u) << which;
-    EXPECT_FALSE(back.recalls[0].on);
+    EXPECT_EQ(recalls_of(back), std::vector<std::string>{"9 off " + scope});
   }
   // Below the caps after the reload: nobody is recalled.
   auto b = book(8, {4});
