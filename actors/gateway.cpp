@@ -364,8 +364,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   const auto& here = runtimes_[member];
   if (member < here->budget_shards.size()) spec.budget = here->budget_shards[member];
   auto actor = system_.spawn(request_actor, here, std::move(channel), std::move(spec));
-  caf::anon_send(here->supervisors[member < here->supervisors.size() ? member : 0],
-                 adopt_atom::value, actor);
+  caf::anon_send(here->supervisor, adopt_atom::value, actor);
   return std::make_shared<request_observer>(std::move(actor));
 }
 

@@ -68,7 +68,7 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
   rt->tracer = running.tracer;
   rt->budget = running.budget;
   rt->budget_shards = running.budget_shards;
-  rt->supervisors = running.supervisors;
+  rt->supervisor = running.supervisor;
   rt->health_monitor = running.health_monitor;
   return rt;
 }

@@ -40,9 +40,7 @@ struct gateway_runtime {
   // attempts ask the shard of the thread that serves its caller. Empty (a cluster member, whose
   // link leases from the host): they ask `budget`.
   std::vector<caf::actor> budget_shards;
-  // One per io thread (by io_group member), each holding the requests that thread's callers
-  // started: a request is adopted on its own thread, and the drain asks every one.
-  std::vector<caf::actor> supervisors;
+  caf::actor supervisor;
   caf::actor health_monitor;  // health_actor: announcements, ejection ends, active checks
 };
 
