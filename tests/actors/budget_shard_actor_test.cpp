@@ -7,6 +7,7 @@
 
 #include <caf/scheduler/test_coordinator.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <random>
@@ -25,6 +26,7 @@ using stop_atom = caf::atom_constant<caf::atom("stop_now")>;
 struct answer_log {
   std::optional<bool> granted;
   std::string reason;
+  bool ended = false;  // told to stop and gone: its upstream no longer sees its work
 };
 
 // A connection actor's stand-in: asks `shard` for a slot at once, notes the answer, and exits
@@ -37,7 +39,10 @@ caf::behavior fake_connection(caf::event_based_actor* self, caf::actor shard,
             log->granted = ok;
             log->reason = reason;
           },
-          [self](stop_atom) { self->quit(); }};
+          [self, log](stop_atom) {
+            log->ended = true;
+            self->quit();
+          }};
 }
 
 // What reached the budget's stand-in.
@@ -277,6 +282,90 @@ TEST_F(BudgetShardTest, AnUpstreamAtItsCapRecallsOnlyThatUpstreamsSlots) {
   EXPECT_EQ(slots_of(budget_), 2u);  // and reused
   stop(small);
   EXPECT_EQ(slots_of(budget_), 1u);  // upstream 0's goes back
+}
+
+// Asks, ends, leases, returns and recalls interleave one message at a time, in a random order,
+// across three shards and two upstreams with caps of their own under a smaller global one: at no
+// message does the work an upstream sees exceed its cap, nor all of it the global cap.
+TEST_F(BudgetShardTest, EveryCapHoldsAtEveryMessageUnderInterleavedTraffic) {
+  const std::vector<int> upstream_cap{2, 3};
+  constexpr int global_cap = 4;
+  budget_limits l;
+  l.global = global_cap;
+  l.per_upstream = {2, 3};
+  l.queue_max = 100000;  // asks may outrun ends for a while: nobody is turned away
+  budget_ = system_.spawn(budget_actor, l, &stats_, nullptr);
+  for (int i = 0; i < 3; ++i)
+    shards_.push_back(system_.spawn(budget_shard_actor, budget_, &stats_));
+  sched_.run();
+
+  std::vector<std::uint64_t> upstream_of;
+  auto working = [&](std::optional<std::uint64_t> upstream) {
+    int n = 0;
+    for (std::size_t i = 0; i < holders_.size(); ++i) {
+      const auto& log = *holders_[i].log;
+      if (log.granted == true && !log.ended && (!upstream || upstream_of[i] == *upstream)) ++n;
+    }
+    return n;
+  };
+  std::vector<int> peak(2, 0);
+  std::mt19937 rng(20261206);
+  for (int step = 0; step < 3000; ++step) {
+    std::vector<std::size_t> running;
+    std::size_t waiting = 0;
+    for (std::size_t i = 0; i < holders_.size(); ++i) {
+      if (holders_[i].log->granted == true && !holders_[i].stopped) running.push_back(i);
+      if (!holders_[i].log->granted) ++waiting;
+    }
+    // Phases in which work ends faster, as fast, or slower than it comes: the caps are reached
+    // and left again, with slots idle in some shards while others' holders wait.
+    const auto stop_in_4 = 1u + static_cast<unsigned>(step / 50) % 3u;
+    if (!running.empty() && (waiting >= 6 || rng() % 4 < stop_in_4)) {
+      auto h = running[rng() % running.size()];
+      caf::anon_send(holders_[h].actor, stop_atom::value);
+      holders_[h].stopped = true;
+    } else {
+      auto log = std::make_shared<answer_log>();
+      const std::uint64_t upstream = rng() % 2;
+      upstream_of.push_back(upstream);
+      holders_.push_back(
+          {system_.spawn(fake_connection, shards_[rng() % shards_.size()], upstream, 0, log), log});
+    }
+    for (auto n = rng() % 12; n > 0 && sched_.has_job(); --n) {
+      // Any actor with mail may go next, not only the first scheduled.
+      auto next = sched_.jobs.begin() + static_cast<std::ptrdiff_t>(rng() % sched_.jobs.size());
+      std::rotate(sched_.jobs.begin(), next, next + 1);
+      sched_.run_once();
+      for (std::uint64_t u = 0; u < 2; ++u) {
+        ASSERT_LE(working(u), upstream_cap[u]) << "step " << step << ", upstream " << u;
+        peak[u] = std::max(peak[u], working(u));
+      }
+      ASSERT_LE(working(std::nullopt), global_cap) << "step " << step;
+    }
+  }
+  EXPECT_EQ(peak, upstream_cap);
+  // Everyone still waiting gets a slot as the work ends, and nothing is left.
+  for (int rounds = 0; rounds < 10000; ++rounds) {
+    sched_.run();
+    bool stopped_any = false;
+    for (auto& h : holders_) {
+      if (h.log->granted == true && !h.stopped) {
+        caf::anon_send(h.actor, stop_atom::value);
+        h.stopped = true;
+        stopped_any = true;
+      }
+    }
+    if (!stopped_any) break;
+  }
+  sched_.run();
+  for (std::size_t i = 0; i < holders_.size(); ++i)
+    EXPECT_EQ(granted(i), true) << i << ": " << holders_[i].log->reason;
+  EXPECT_EQ(stats_.upstream_work(0), 0);
+  EXPECT_EQ(stats_.upstream_work(1), 0);
+  EXPECT_EQ(stats_.queue_depth(), 0);
+  for (const auto& s : shards_) caf::anon_send(s, drain_now_atom::value);
+  sched_.run();
+  EXPECT_EQ(slots_of(budget_), 0u);
 }
 
 TEST_F(BudgetShardTest, TheDrainsEndRefusesTheWaitersAndLaterAsksAndReturnsWhatEnds) {
