@@ -253,13 +253,16 @@ bool gateway::answer_small_endpoint(const net::incoming_request& req, const std:
 std::shared_ptr<net::exchange_observer> gateway::start_model_request(
     net::incoming_request req, std::string request_id, std::string path,
     std::shared_ptr<net::response_channel> channel) {
+  // The caller's io thread, found once: the config it runs with and its budget shard.
+  const auto member = io_.here();
+  const auto& here = runtimes_[member];
   if (draining()) {
     answer_model_refusal(req, request_id, "", outcome::shutting_down,
                          "the gateway is shutting down", *channel);
     return nullptr;
   }
   std::int64_t key = -1;
-  if (rt()->cfg.requires_keys()) {
+  if (here->cfg.requires_keys()) {
     key = match_key(req);
     if (key < 0) {
       answer_model_refusal(req, request_id, "", outcome::unauthorized,
@@ -267,20 +270,20 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
       return nullptr;
     }
   }
-  auto inspected = inspect_model_request(req.body, rt()->cfg.server.max_json_depth);
+  auto inspected = inspect_model_request(req.body, here->cfg.server.max_json_depth);
   if (auto* err = std::get_if<body_error>(&inspected)) {
     answer_model_refusal(req, request_id, "", outcome::bad_request, err->message, *channel);
     return nullptr;
   }
   auto info = std::get<model_request_info>(std::move(inspected));
   const auto where = *surface_of(path);  // handle() let only model surfaces through
-  if (!rt()->routes->knows(info.model)) {
+  if (!here->routes->knows(info.model)) {
     // The label stays bounded: an unknown name is never a label value.
     answer_model_refusal(req, request_id, "", outcome::unknown_model,
                          "the model does not exist on this gateway", *channel);
     return nullptr;
   }
-  if (!rt()->routes->serves(info.model, where)) {
+  if (!here->routes->serves(info.model, where)) {
     answer_model_refusal(req, request_id, "", outcome::unknown_model,
                          "the model is not served on " + std::string(path_of(where)) +
                              " by this gateway (no deployment of it serves the " +
@@ -290,7 +293,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   }
   const auto prompt_tokens = estimate_prompt_tokens(req.body.size());
   if (auto heavy =
-          rt()->routes->too_heavy(info.model, where, prompt_tokens, info.max_output_tokens)) {
+          here->routes->too_heavy(info.model, where, prompt_tokens, info.max_output_tokens)) {
     // It could never be admitted: refused now rather than queued until its wait limit.
     answer_model_refusal(
         req, request_id, info.model, outcome::bad_request,
@@ -302,7 +305,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
     return nullptr;
   }
   if (key >= 0) {
-    const auto& allowed = rt()->cfg.keys[key].models;
+    const auto& allowed = here->cfg.keys[key].models;
     bool ok = std::find(allowed.begin(), allowed.end(), "*") != allowed.end() ||
               std::find(allowed.begin(), allowed.end(), info.model) != allowed.end();
     if (!ok) {
@@ -322,7 +325,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   }
   // Without a key the cap is a key's default: a caller must be given "high", it cannot take it.
   const auto asked = priority_of(net::find_header(req.headers, "x-priority"),
-                                 key >= 0 ? rt()->cfg.keys[key].max_priority : priority::normal);
+                                 key >= 0 ? here->cfg.keys[key].max_priority : priority::normal);
   if (!asked.valid) {
     answer_model_refusal(req, request_id, info.model, outcome::bad_request,
                          "X-Priority must be high, normal or low", *channel);
@@ -333,7 +336,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   request_spec spec;
   spec.where = where;
   spec.stream = info.stream && can_stream(spec.where);
-  spec.deadline = effective_deadline(rt()->cfg.effective_request(info.model).deadline, caller);
+  spec.deadline = effective_deadline(here->cfg.effective_request(info.model).deadline, caller);
   if (caller.what == caller_budget::kind::valid) spec.caller_deadline = caller.value;
   spec.client_retry = client_retry_of(req);
   spec.request_id = std::move(request_id);
@@ -345,23 +348,21 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   spec.arrival = req.arrival;
   spec.prompt_tokens = prompt_tokens;
   spec.max_output_tokens = info.max_output_tokens;
-  if (key >= 0 && (rt()->cfg.keys[key].rpm > 0 || rt()->cfg.keys[key].tpm > 0)) {
+  if (key >= 0 && (here->cfg.keys[key].rpm > 0 || here->cfg.keys[key].tpm > 0)) {
     spec.check_rate = true;
     spec.rate_tokens = token_weight(prompt_tokens, spec.max_output_tokens,
-                                    rt()->routes->default_max_tokens(spec.model, where));
+                                    here->routes->default_max_tokens(spec.model, where));
   }
   if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
   if (where == surface::responses) {
     if (auto previous = previous_response_id_of(spec.body))
-      spec.prefer_upstream = rt()->affinity->find(*previous);
+      spec.prefer_upstream = here->affinity->find(*previous);
   }
   if (is_anthropic(where)) {
     if (const auto* v = net::find_header(req.headers, "anthropic-version"))
       spec.anthropic_version = *v;
     if (const auto* v = net::find_header(req.headers, "anthropic-beta")) spec.anthropic_beta = *v;
   }
-  const auto member = io_.here();
-  const auto& here = runtimes_[member];
   if (member < here->budget_shards.size()) spec.budget = here->budget_shards[member];
   auto actor = system_.spawn(request_actor, here, std::move(channel), std::move(spec));
   caf::anon_send(here->supervisor, adopt_atom::value, actor);

@@ -9,6 +9,24 @@ namespace {
 // the stride keeps three significant digits of the ratio.
 constexpr std::uint64_t full_stride = std::uint64_t{1} << 20;
 
+// Brings one lessee's recalls for one kind of cap (upstreams or keys) up to date: on for each
+// touched index whose cap is reached (unless the lessee holds no slot), off for each it left.
+template <class Index, class Full>
+void recall_at_caps(slot_book::owner link, std::uint32_t slots, const std::set<Index>& touched,
+                    std::set<Index>& recalled, recall_scope scope, Full full,
+                    slot_book::actions& out) {
+  for (auto i : touched) {
+    const bool on = full(i);
+    if (on == (recalled.count(i) > 0) || (on && slots == 0)) continue;
+    if (on) {
+      recalled.insert(i);
+    } else {
+      recalled.erase(i);
+    }
+    out.recalls.push_back({link, on, scope, static_cast<std::int64_t>(i)});
+  }
+}
+
 }  // namespace
 
 slot_book::slot_book(caps limits) : caps_(std::move(limits)) {
@@ -350,26 +368,12 @@ void slot_book::update_recalls(actions& out) {
       l.recalled = want;
       out.recalls.push_back({link, want, recall_scope::all, -1});
     }
-    for (auto u : touched_upstreams_) {
-      const bool full = upstream_full(u);
-      if (full == (l.upstreams_recalled.count(u) > 0) || (full && l.slots == 0)) continue;
-      if (full) {
-        l.upstreams_recalled.insert(u);
-      } else {
-        l.upstreams_recalled.erase(u);
-      }
-      out.recalls.push_back({link, full, recall_scope::upstream, static_cast<std::int64_t>(u)});
-    }
-    for (auto k : touched_keys_) {
-      const bool full = key_full(k);
-      if (full == (l.keys_recalled.count(k) > 0) || (full && l.slots == 0)) continue;
-      if (full) {
-        l.keys_recalled.insert(k);
-      } else {
-        l.keys_recalled.erase(k);
-      }
-      out.recalls.push_back({link, full, recall_scope::key, k});
-    }
+    recall_at_caps(
+        link, l.slots, touched_upstreams_, l.upstreams_recalled, recall_scope::upstream,
+        [this](std::size_t u) { return upstream_full(u); }, out);
+    recall_at_caps(
+        link, l.slots, touched_keys_, l.keys_recalled, recall_scope::key,
+        [this](std::int64_t k) { return key_full(k); }, out);
   }
   touched_upstreams_.clear();
   touched_keys_.clear();
