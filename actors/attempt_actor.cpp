@@ -159,6 +159,8 @@ attempt_end failure_kind(std::int32_t net_kind) {
   switch (net_kind) {
     case up_fail_overloaded:
       return attempt_end::overloaded;
+    case up_fail_shutting_down:
+      return attempt_end::shutting_down;
     case up_fail_too_large:
       return attempt_end::too_large;
     case static_cast<std::int32_t>(net::upstream_failure::connect_failed):

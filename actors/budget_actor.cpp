@@ -169,9 +169,9 @@ class budget {
     for (const auto& g : act.grants) {
       count_work(g.what, g.local, 1);
       if (stats_ && g.local) stats_->queue_wait(static_cast<double>(g.waited_ns) / 1e9);
-      answer(g.who, true, {});
+      answer(g.who, slot_refusal::none, {});
     }
-    for (const auto& r : act.refusals) answer(r.who, false, r.reason);
+    for (const auto& r : act.refusals) answer(r.who, r.why, r.reason);
     for (const auto& r : act.recalls) {
       self_->send(handles_[r.link], recall_atom::value, r.on, static_cast<std::int32_t>(r.scope),
                   r.index);
@@ -191,13 +191,13 @@ class budget {
     if (c.tokens > 0) stats_->upstream_tokens_set(c.upstream, book_.tokens_on_upstream(c.upstream));
   }
 
-  void answer(const slot_book::holder& h, bool granted, const std::string& reason) {
+  void answer(const slot_book::holder& h, slot_refusal why, const std::string& reason) {
     auto& handle = handles_[h.who];
     if (h.id != 0) {
-      self_->send(handle, lease_grant_atom::value, h.id, granted, reason);
+      self_->send(handle, lease_grant_atom::value, h.id, why == slot_refusal::none, reason);
       return;
     }
-    self_->send(handle, grant_atom::value, granted, reason);
+    self_->send(handle, grant_atom::value, static_cast<std::int32_t>(why), reason);
     if (!book_.is_lessee(h.who)) handle = nullptr;  // answered: from now on only its exit counts
   }
 

@@ -47,7 +47,8 @@ using health_news_atom = caf::atom_constant<caf::atom("h_news")>;
 // Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), rank: int64, tokens:
 // uint64) from the connection actor (tokens: the token weight held with the slot, 0 where the
 // upstream has no token cap; rank: its place in its key's lane, actors/policy/queue_priority.hpp);
-// answered later with (grant_atom, granted: bool, reason: string)
+// answered later with (grant_atom, refusal: int32, reason: string): a slot_refusal, none (0)
+// for a slot
 // sent to it.
 // (slots_atom) → the number of slots held (for drain's leak report).
 // (limits_atom, global, per_upstream: vector<uint32>, per_key: vector<uint32>, queue_max,

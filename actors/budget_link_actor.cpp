@@ -264,10 +264,12 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
       stats_->upstream_work_add(g.pool.upstream, 1);
       stats_->queue_wait(static_cast<double>(g.waited_ns) / 1e9);
       if (const auto& who = holders_[g.who])
-        self_->send(who, grant_atom::value, true, std::string{});
+        self_->send(who, grant_atom::value, static_cast<std::int32_t>(slot_refusal::none),
+                    std::string{});
     }
     for (const auto& r : act.refusals) {
-      if (const auto& who = holders_[r.who]) self_->send(who, grant_atom::value, false, r.reason);
+      if (const auto& who = holders_[r.who])
+        self_->send(who, grant_atom::value, static_cast<std::int32_t>(r.why), r.reason);
       holders_.erase(r.who);
     }
     for (const auto& e : act.work_ended) stats_->upstream_work_add(e.upstream, -1);

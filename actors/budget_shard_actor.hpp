@@ -17,7 +17,7 @@
 namespace tether {
 
 // Protocol: (acquire_atom, upstream, key, rank, tokens) from a connection actor, answered later
-// with (grant_atom, granted, reason), as by budget_actor; (lease_grant_atom, ...) and
+// with (grant_atom, refusal, reason), as by budget_actor; (lease_grant_atom, ...) and
 // (recall_atom, on, scope, index) from the budget; (drain_now_atom), from the supervisor at the
 // drain's end: this shard's waiters are refused, and so are its later asks, and its idle slots go
 // back; (slots_atom) → the slots at work through this shard. `stats` gets the work and queue gauges

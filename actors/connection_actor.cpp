@@ -1,6 +1,7 @@
 #include "actors/connection_actor.hpp"
 
 #include "actors/messages.hpp"
+#include "actors/policy/slot_refusal.hpp"
 #include "actors/relay_events.hpp"
 
 #include <optional>
@@ -23,7 +24,7 @@ struct connection_state {
   std::int64_t queue_wait_ns = 0;  // asked → the budget's answer, or → the end if none came
 
   void ask_for_slot();
-  void budget_answered(bool slot, const std::string& reason);
+  void budget_answered(slot_refusal refusal, const std::string& reason);
   void cancel();
   void finish(std::int64_t at_ns);
 };
@@ -35,14 +36,16 @@ void connection_state::ask_for_slot() {
 }
 
 // The exchange starts only with a slot: no socket is opened for work the budget has not counted.
-void connection_state::budget_answered(bool slot, const std::string& reason) {
+void connection_state::budget_answered(slot_refusal refusal, const std::string& reason) {
   // A second answer comes only when a lost budget host's claims were re-asked locally
   // (budget_link_actor); the local budget counts this actor either way.
   if (closing || closed || answered) return;
   answered = true;
   queue_wait_ns = now_ns() - asked_ns;
-  if (!slot) {
-    self->send(attempt, up_fail_atom::value, up_fail_overloaded, reason);
+  if (refusal != slot_refusal::none) {
+    self->send(attempt, up_fail_atom::value,
+               refusal == slot_refusal::stopping ? up_fail_shutting_down : up_fail_overloaded,
+               reason);
     finish(now_ns());
     return;
   }
@@ -104,8 +107,8 @@ caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf
 
   st->ask_for_slot();
   return {
-      [st](grant_atom, bool granted, const std::string& reason) {
-        st->budget_answered(granted, reason);
+      [st](grant_atom, std::int32_t refusal, const std::string& reason) {
+        st->budget_answered(static_cast<slot_refusal>(refusal), reason);
       },
       [st](up_closed_atom, std::int64_t closed_ns) { st->finish(closed_ns); },
   };

@@ -35,8 +35,9 @@ using up_whole_atom = caf::atom_constant<caf::atom("whole")>;
 using up_fail_atom = caf::atom_constant<caf::atom("failure")>;
 using up_closed_atom = caf::atom_constant<caf::atom("closed")>;
 // (up_fail, kind, message): kind is a net::upstream_failure, or one of these.
-constexpr std::int32_t up_fail_overloaded = -1;  // the budget refused a slot
-constexpr std::int32_t up_fail_too_large = -2;   // the body outgrew request.max_response_bytes
+constexpr std::int32_t up_fail_overloaded = -1;     // the budget refused a slot: no room
+constexpr std::int32_t up_fail_too_large = -2;      // the body outgrew request.max_response_bytes
+constexpr std::int32_t up_fail_shutting_down = -3;  // the budget refused a slot: the drain ended
 
 // upstream connection actor → request actor, as it exits: the socket is gone, the slot is about
 // to be freed (work_ended, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns)

@@ -10,7 +10,7 @@ lease_book::actions lease_book::acquire(holder who, pool_key k, std::int64_t ran
   actions out;
   if (knows(who)) return out;
   if (stopped_) {
-    out.refusals.push_back({who, stop_reason_});
+    out.refusals.push_back({who, stop_reason_, slot_refusal::stopping});
     return out;
   }
   auto& p = pools_[k];
@@ -216,7 +216,7 @@ lease_book::actions lease_book::stop_taking_work(const std::string& reason) {
   keep_idle_ = false;
   for (auto& [k, p] : pools_) {
     for (const auto& [q, w] : p.waiting) {
-      out.refusals.push_back({w.who, reason});
+      out.refusals.push_back({w.who, reason, slot_refusal::stopping});
       waiting_by_.erase(w.who);
     }
     p.waiting.clear();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "actors/policy/recall_scope.hpp"
+#include "actors/policy/slot_refusal.hpp"
 
 namespace tether {
 
@@ -56,6 +57,7 @@ class lease_book {
   struct refusal {
     holder who;
     std::string reason;
+    slot_refusal why = slot_refusal::no_room;
   };
   // What the caller must do, in this order: grants and refusals to local holders, new asks and
   // returns (give back a held lease, or withdraw a queued ask) to the host.

@@ -170,7 +170,8 @@ const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_
   release_attempt();
   // The upstream's failures count against it; the gateway's own refusals (no slot, a body over
   // the limit) do not.
-  if (end != attempt_end::overloaded && end != attempt_end::too_large) {
+  if (end != attempt_end::overloaded && end != attempt_end::shutting_down &&
+      end != attempt_end::too_large) {
     health_.attempt_failed(current_upstream_, now);
   }
   if (committed || phase_ == phase::streaming) {
@@ -184,9 +185,10 @@ const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_
     maybe_finish();
     return out_;
   }
-  const outcome o = end == attempt_end::timeout      ? outcome::upstream_timeout
-                    : end == attempt_end::overloaded ? outcome::overloaded
-                                                     : outcome::upstream_failed;
+  const outcome o = end == attempt_end::timeout         ? outcome::upstream_timeout
+                    : end == attempt_end::overloaded    ? outcome::overloaded
+                    : end == attempt_end::shutting_down ? outcome::shutting_down
+                                                        : outcome::upstream_failed;
   attempt_over(o);
   attempt_report report;
   report.end = end;
@@ -409,7 +411,8 @@ void request_lifecycle::after_failure(const attempt_report& report, std::string_
                         : o == outcome::upstream_rate_limited
                             ? "the upstream is rate limiting (429)"
                         : o == outcome::overloaded ? "gateway overloaded: " + std::string{message}
-                                                   : "upstream failed: " + std::string{message};
+                        : o == outcome::shutting_down ? std::string{message}
+                                                      : "upstream failed: " + std::string{message};
       answer_error(o, std::move(why), d.retry_after);
       return;
     }

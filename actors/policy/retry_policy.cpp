@@ -34,6 +34,7 @@ bool is_retryable(const attempt_report& r) {
       return r.status == 429 || r.status == 502 || r.status == 503 || r.status == 504;
     case attempt_end::too_large:
     case attempt_end::overloaded:
+    case attempt_end::shutting_down:
       return false;
   }
   return false;
@@ -62,9 +63,10 @@ retry_decision retry_policy::decide(const attempt_report& r, std::uint32_t attem
     d.result = outcome::upstream_rejected;
     return d;
   }
-  if (r.end == attempt_end::overloaded) {
+  if (r.end == attempt_end::overloaded || r.end == attempt_end::shutting_down) {
+    // The gateway's own no: another upstream or model would be refused by the same budget.
     d.what = act::fail;
-    d.result = outcome::overloaded;
+    d.result = r.end == attempt_end::overloaded ? outcome::overloaded : outcome::shutting_down;
     return d;
   }
   if (r.end == attempt_end::response && r.status == 429 && r.retry_after && remaining &&

@@ -23,6 +23,7 @@ enum class attempt_end {
   timeout,         // the attempt timeout fired before the response was committed
   too_large,       // non-streaming body over request.max_response_bytes
   overloaded,      // the budget refused a slot (queue full or wait limit)
+  shutting_down,   // the budget refused a slot: this node's drain has ended
 };
 
 struct attempt_report {

@@ -211,7 +211,7 @@ slot_book::actions slot_book::admit(holder h, claim c, std::int64_t rank, bool l
                                     std::int64_t now_ns) {
   actions out;
   if (local && refusing_local_) {
-    out.refusals.push_back({h, *refusing_local_});
+    out.refusals.push_back({h, *refusing_local_, slot_refusal::stopping});
     return out;
   }
   if (auto why = never_fits(c)) {
@@ -311,7 +311,7 @@ slot_book::actions slot_book::refuse_local(std::string reason) {
       continue;
     }
     auto w = dequeue(it++);
-    out.refusals.push_back({w.who, reason});
+    out.refusals.push_back({w.who, reason, slot_refusal::stopping});
   }
   refusing_local_ = std::move(reason);
   out.queue_changed = true;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "actors/policy/recall_scope.hpp"
+#include "actors/policy/slot_refusal.hpp"
 
 namespace tether {
 
@@ -72,6 +73,7 @@ class slot_book {
   struct refusal {
     holder who;
     std::string reason;
+    slot_refusal why = slot_refusal::no_room;
   };
   struct freed_slot {
     claim what;

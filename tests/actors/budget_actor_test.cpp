@@ -1,6 +1,7 @@
 // The budget actor alone, in a real actor system: slots are granted within the caps, queued
 // beyond them, and released only by the holder's exit (its down_msg), never by a message.
 #include "actors/budget_actor.hpp"
+#include "actors/policy/slot_refusal.hpp"
 
 #include <gtest/gtest.h>
 
@@ -36,8 +37,11 @@ class BudgetActorTest : public ::testing::Test {
   static std::optional<bool> await_grant(caf::scoped_actor& holder,
                                          std::chrono::milliseconds wait = 2s) {
     std::optional<bool> granted;
-    holder->receive([&](grant_atom, bool ok, const std::string&) { granted = ok; },
-                    caf::after(wait) >> [] {});
+    holder->receive(
+        [&](grant_atom, std::int32_t refusal, const std::string&) {
+          granted = refusal == static_cast<std::int32_t>(slot_refusal::none);
+        },
+        caf::after(wait) >> [] {});
     return granted;
   }
 

@@ -16,6 +16,7 @@
 
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
+#include "actors/policy/slot_refusal.hpp"
 
 namespace tether {
 namespace {
@@ -25,6 +26,7 @@ using stop_atom = caf::atom_constant<caf::atom("stop_now")>;
 // What a stand-in connection actor heard from its shard.
 struct answer_log {
   std::optional<bool> granted;
+  slot_refusal refusal = slot_refusal::none;
   std::string reason;
   bool ended = false;  // told to stop and gone: its upstream no longer sees its work
 };
@@ -35,8 +37,9 @@ caf::behavior fake_connection(caf::event_based_actor* self, caf::actor shard,
                               std::uint64_t upstream, std::uint64_t tokens,
                               std::shared_ptr<answer_log> log) {
   self->send(shard, acquire_atom::value, upstream, std::int64_t{-1}, std::int64_t{0}, tokens);
-  return {[log](grant_atom, bool ok, const std::string& reason) {
-            log->granted = ok;
+  return {[log](grant_atom, std::int32_t refusal, const std::string& reason) {
+            log->refusal = static_cast<slot_refusal>(refusal);
+            log->granted = log->refusal == slot_refusal::none;
             log->reason = reason;
           },
           [self, log](stop_atom) {
@@ -221,6 +224,7 @@ TEST_F(BudgetShardTest, NoSlotSitsIdleInOneShardWhileAnotherShardsHolderIsRefuse
   EXPECT_EQ(granted(b2), true);
   auto b3 = ask(1);  // the cap is reached by work: refused at once, no queue to wait in
   EXPECT_EQ(granted(b3), false);
+  EXPECT_EQ(holders_[b3].log->refusal, slot_refusal::no_room);
 }
 
 // Holders come and go on three shards in a random order: the work never exceeds the cap, every
@@ -379,6 +383,7 @@ TEST_F(BudgetShardTest, TheDrainsEndRefusesTheWaitersAndLaterAsksAndReturnsWhatE
   sched_.run();
   EXPECT_EQ(granted(h2), false);
   EXPECT_EQ(holders_[h2].log->reason, "the gateway is shutting down");
+  EXPECT_EQ(holders_[h2].log->refusal, slot_refusal::stopping);
   auto h3 = ask(0);
   EXPECT_EQ(granted(h3), false);
   EXPECT_EQ(stats_.queue_depth(), 0);

@@ -141,6 +141,20 @@ TEST_F(ConnectionActorTest, ACompleteResponseGoesToTheAttemptAndTheCloseEndsTheW
   EXPECT_FALSE(upstream(0).exchanges.at(0).ex->cancelled) << "a complete exchange was cut";
 }
 
+// At the drain's end the budget refuses its waiters: the attempt is told the gateway is shutting
+// down (a 503 shutting_down for its caller), not that it is overloaded.
+TEST_F(ConnectionActorTest, AConnectionRefusedAtTheDrainsEndTellsItsAttemptShuttingDown) {
+  connect(0);
+  connect(1);
+  caf::anon_send(rt_->budget, drain_now_atom::value);
+  run();
+  EXPECT_EQ(log_->attempt,
+            (std::vector<std::string>{"granted", "fail " + std::to_string(up_fail_shutting_down)}));
+  ASSERT_EQ(log_->request.size(), 1u);
+  EXPECT_FALSE(log_->request[0].held_slot);
+  EXPECT_EQ(upstream(0).exchanges.size(), 1u);
+}
+
 class ConnectionActorQueueTimeoutTest : public ConnectionActorTest {
  protected:
   ConnectionActorQueueTimeoutTest() : ConnectionActorTest(queue_timeout_of(200ms)) {}

@@ -799,6 +799,7 @@ TEST(LeaseBookTest, StoppingRefusesTheWaitersReturnsWhatIsNotAtWorkAndRefusesLat
   ASSERT_EQ(s.refusals.size(), 1u);
   EXPECT_EQ(s.refusals[0].who, 3u);
   EXPECT_EQ(s.refusals[0].reason, "the gateway is shutting down");
+  EXPECT_EQ(s.refusals[0].why, slot_refusal::stopping);
   EXPECT_EQ(s.returns, std::vector<lease_book::lease>{queued.asks[0].id});
   EXPECT_EQ(b.waiting(), 0u);
   EXPECT_EQ(b.asks_out(), 0u);
@@ -810,6 +811,7 @@ TEST(LeaseBookTest, StoppingRefusesTheWaitersReturnsWhatIsNotAtWorkAndRefusesLat
   auto later = b.acquire(4, pool_a, 40, 40);
   ASSERT_EQ(later.refusals.size(), 1u);
   EXPECT_EQ(later.refusals[0].who, 4u);
+  EXPECT_EQ(later.refusals[0].why, slot_refusal::stopping);
   EXPECT_TRUE(later.asks.empty());
   EXPECT_FALSE(b.knows(4));
 

@@ -268,6 +268,20 @@ TEST_F(RequestLifecycleTest, OverloadedAttemptIsFinalWithoutRetry) {
   EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
 }
 
+// The budget's no at the drain's end says the gateway is shutting down, not that it is overloaded:
+// the caller learns to go elsewhere rather than to come back here.
+TEST_F(RequestLifecycleTest, ASlotRefusedByTheDrainsEndAnswersShuttingDown) {
+  auto lc = make();
+  lc.start(t0_);
+  const auto& cs =
+      lc.on_attempt_failed(attempt_end::shutting_down, "the gateway is shutting down", false, t0_);
+  ASSERT_NE(find(cs, kind::send_error), nullptr);
+  EXPECT_EQ(find(cs, kind::send_error)->result, outcome::shutting_down);
+  EXPECT_EQ(find(cs, kind::send_error)->status, 503);
+  EXPECT_EQ(find(cs, kind::send_error)->message, "the gateway is shutting down");
+  EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
+}
+
 class RequestLifecycleNoRetryBudgetTest : public RequestLifecycleTest {
  protected:
   RequestLifecycleNoRetryBudgetTest() : RequestLifecycleTest(0, 0) {}

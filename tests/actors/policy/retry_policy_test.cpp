@@ -122,6 +122,13 @@ TEST(RetryPolicyTest, OverloadedIsNeitherRetriedNorFallenBack) {
   EXPECT_EQ(d.result, outcome::overloaded);
 }
 
+TEST(RetryPolicyTest, ARefusalAtTheDrainsEndIsNeitherRetriedNorFallenBack) {
+  auto p = fixed_jitter(2);
+  auto d = p.decide(failure(attempt_end::shutting_down), 0, 10s, true);
+  EXPECT_EQ(d.what, act::fail);
+  EXPECT_EQ(d.result, outcome::shutting_down);
+}
+
 TEST(RetryPolicyTest, ExhaustedOutcomeIsTimeoutOnlyWhenEveryAttemptTimedOut) {
   retry_policy::history h;
   h.record(failure(attempt_end::timeout));

@@ -442,6 +442,7 @@ TEST(SlotBookTest, RefusingLocalWorkRefusesItsWaitersAndLaterAsksButNotLeases) {
   auto stop = b.refuse_local("the gateway is shutting down");
   EXPECT_EQ(refused(stop), (holders{{2, 0}, {3, 0}}));
   EXPECT_EQ(stop.refusals[0].reason, "the gateway is shutting down");
+  EXPECT_EQ(stop.refusals[0].why, slot_refusal::stopping);
   EXPECT_TRUE(stop.queue_changed);
   EXPECT_EQ(b.waiting_local(), 0u);
   EXPECT_EQ(b.waiting(), 1u);  // the member's lease still waits
@@ -450,6 +451,7 @@ TEST(SlotBookTest, RefusingLocalWorkRefusesItsWaitersAndLaterAsksButNotLeases) {
   EXPECT_EQ(granted(freed), (holders{{9, 5}}));
   auto late = ask(b, 4, 0);
   EXPECT_EQ(refused(late), (holders{{4, 0}}));
+  EXPECT_EQ(late.refusals[0].why, slot_refusal::stopping);
   EXPECT_FALSE(late.queued);
   EXPECT_FALSE(b.knows({4, 0}));
 }
