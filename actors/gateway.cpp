@@ -253,7 +253,7 @@ bool gateway::answer_small_endpoint(const net::incoming_request& req, const std:
 std::shared_ptr<net::exchange_observer> gateway::start_model_request(
     net::incoming_request req, std::string request_id, std::string path,
     std::shared_ptr<net::response_channel> channel) {
-  // The caller's io thread, found once: the config it runs with and its budget shard.
+  // The caller's io thread, found once: the config it runs with, its budget shard and supervisor.
   const auto member = io_.here();
   const auto& here = runtimes_[member];
   if (draining()) {
@@ -365,7 +365,8 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   }
   if (member < here->budget_shards.size()) spec.budget = here->budget_shards[member];
   auto actor = system_.spawn(request_actor, here, std::move(channel), std::move(spec));
-  caf::anon_send(here->supervisor, adopt_atom::value, actor);
+  if (member < here->supervisors.size())
+    caf::anon_send(here->supervisors[member], adopt_atom::value, actor);
   return std::make_shared<request_observer>(std::move(actor));
 }
 

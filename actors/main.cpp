@@ -18,6 +18,7 @@
 #include "actors/budget_actor.hpp"
 #include "actors/budget_link_actor.hpp"
 #include "actors/budget_shard_actor.hpp"
+#include "actors/drain_actor.hpp"
 #include "actors/gateway.hpp"
 #include "actors/health_actor.hpp"
 #include "actors/messages.hpp"
@@ -104,17 +105,16 @@ struct shutdown_watch {
 // upstream connection itself, and is answered and logged, instead of leaving the upstream to
 // notice the dead process. The main thread exits once that drain has ended; a cut that does not
 // end within `cut_limit` is not waited for.
-void watch_the_shutdown(sigset_t signals, caf::actor supervisor,
-                        std::shared_ptr<shutdown_watch> watch) {
+void watch_the_shutdown(sigset_t signals, caf::actor drain, std::shared_ptr<shutdown_watch> watch) {
   constexpr std::int64_t teardown_limit_ns = 10'000'000'000;
-  std::thread([signals, supervisor, watch] {
+  std::thread([signals, drain, watch] {
     constexpr auto cut_limit = std::chrono::milliseconds(500);
     for (;;) {
       timespec tick{0, 200'000'000};
       if (sigtimedwait(&signals, nullptr, &tick) > 0) {
         watch->cutting = true;
         tether::log_warn("second signal: cutting the requests in flight, then exiting");
-        caf::anon_send(supervisor, tether::drain_now_atom::value);
+        caf::anon_send(drain, tether::drain_now_atom::value);
         std::this_thread::sleep_for(cut_limit);
         tether::log_error("second signal: the requests in flight did not end in 500 ms; exiting");
         std::fflush(nullptr);
@@ -169,17 +169,17 @@ tether::net::server_limits limits_of(const tether::config::server_config& server
   return limits;
 }
 
-// Runs the drain (the supervisor answers once every request tree has ended) and logs what it
-// cut short and whether any budget slot was left.
+// Runs the drain (the drain actor answers once every io thread's request trees have ended) and
+// logs what it cut short and whether any budget slot was left.
 void drain_and_report(caf::actor_system& system, tether::gateway_runtime& rt) {
   using namespace tether;
   std::uint64_t cancelled = 0;
   {
     caf::scoped_actor self{system};
-    self->request(rt.supervisor, caf::infinite, drain_atom::value)
+    self->request(rt.drain, caf::infinite, drain_atom::value)
         .receive([&](drained_atom, std::uint64_t n) { cancelled = n; },
                  [&](caf::error& err) { log_error("drain failed: " + system.render(err)); });
-    // Each shard gives back the slots it keeps idle (the drain's end, which the supervisor tells
+    // Each shard gives back the slots it keeps idle (the drain's end, which the drain actor tells
     // only when the timeout cut requests short) and then answers: its returns reach the budget
     // before the budget is asked. Slots still at work are counted by the budget as leases.
     for (const auto& shard : rt.budget_shards) {
@@ -234,11 +234,12 @@ void configure_actors(caf::actor_system_config& sys_cfg,
 
 // The actors that live as long as the gateway: this node's budget (published to the cluster when
 // it hosts the shared one), the link to a budget host when it is a member, else a budget shard
-// per io thread, and the supervisor.
+// per io thread; a supervisor per io thread and the drain actor, their one clock.
 struct core_actors {
   caf::actor local_budget;
 
-  // False (logged) when the shared budget cannot be published or a shard cannot be started.
+  // False (logged) when the shared budget cannot be published or an io thread's actors cannot be
+  // started.
   bool spawn(caf::actor_system& system, const tether::runtime_ptr& shared,
              const tether::net::io_group& io) {
     using namespace tether;
@@ -262,38 +263,42 @@ struct core_actors {
       auto [host, port] = split_host_port(cluster.budget_host);
       rt.budget = system.spawn(budget_link_actor, local_budget, host, port, cluster.lease_idle,
                                rt.stats.get(), rt.timers.get());
-    } else if (!spawn_shards(system, rt, io)) {
-      return false;
     }
+    if (!spawn_per_thread(system, rt, io, cluster.budget_host.empty())) return false;
     // After rt.budget is known: the drain's end is told to it (on a member, the link, which
-    // tells the node's own budget too).
+    // tells the node's own budget too) and to every shard.
     std::vector<caf::actor> told_at_drain_end{rt.budget};
     told_at_drain_end.insert(told_at_drain_end.end(), rt.budget_shards.begin(),
                              rt.budget_shards.end());
-    rt.supervisor = system.spawn(supervisor_actor, rt.cfg.server.drain_timeout,
-                                 std::move(told_at_drain_end), rt.timers.get());
+    rt.drain = system.spawn(drain_actor, rt.cfg.server.drain_timeout, std::move(told_at_drain_end),
+                            rt.supervisors, rt.timers.get());
     // Last: it subscribes to the cluster's health news through rt.budget, the link on a member.
     rt.health_monitor = system.spawn(health_actor, shared);
     // They serve every io thread: each runs where it is woken (actors/scheduler.hpp says why).
-    for (const auto* a : {&local_budget, &rt.budget, &rt.supervisor, &rt.health_monitor}) {
+    for (const auto* a : {&local_budget, &rt.budget, &rt.drain, &rt.health_monitor}) {
       roam(system, *a);
     }
     return true;
   }
 
-  // Each shard is spawned on its io thread, so that it runs there (an actor stays on the worker
-  // that first ran it: actors/scheduler.cpp) beside the connection actors it serves.
-  static bool spawn_shards(caf::actor_system& system, tether::gateway_runtime& rt,
-                           const tether::net::io_group& io) {
+  // Each io thread's supervisor and (`shards`: not on a cluster member, whose link leases from
+  // the host) budget shard are spawned on that thread, so that they run there (an actor stays on
+  // the worker that first ran it: actors/scheduler.cpp), beside the requests they serve.
+  static bool spawn_per_thread(caf::actor_system& system, tether::gateway_runtime& rt,
+                               const tether::net::io_group& io, bool shards) {
     using namespace tether;
-    rt.budget_shards.resize(io.size());
+    if (shards) rt.budget_shards.resize(io.size());
+    rt.supervisors.resize(io.size());
     for (std::size_t i = 0; i < io.size(); ++i) {
-      auto& shard = rt.budget_shards[i];
       const bool ran = io.at(i).run_and_wait(
-          [&] { shard = system.spawn(budget_shard_actor, rt.budget, rt.stats.get()); },
+          [&] {
+            if (shards)
+              rt.budget_shards[i] = system.spawn(budget_shard_actor, rt.budget, rt.stats.get());
+            rt.supervisors[i] = system.spawn(supervisor_actor);
+          },
           std::chrono::seconds(5));
       if (!ran) {
-        log_error("io thread " + std::to_string(i) + " did not start its budget shard");
+        log_error("io thread " + std::to_string(i) + " did not start its actors");
         return false;
       }
     }
@@ -304,10 +309,14 @@ struct core_actors {
   // the end of the shutdown, tells them. (Returning without this once hung the process, deaf to
   // SIGTERM, which the main thread blocks.) A shard ends with its budget.
   void stop(tether::gateway_runtime& rt) {
-    for (auto* a : {&rt.budget, &local_budget, &rt.supervisor, &rt.health_monitor}) {
+    for (auto* a : {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor}) {
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
       *a = nullptr;
     }
+    for (const auto& s : rt.supervisors) {
+      if (s) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    }
+    rt.supervisors.clear();
     rt.budget_shards.clear();
   }
 };
@@ -371,7 +380,7 @@ int serve(tether::config::gateway_config cfg) {
   reloader reloads{*system, io, gw, rt, core.local_budget};
   const int sig = serve_until_stopped(signals, reloads);
   auto watch = std::make_shared<shutdown_watch>();
-  watch_the_shutdown(signals, rt->supervisor, watch);
+  watch_the_shutdown(signals, rt->drain, watch);
   gw.start_draining();
   // Said once the drain has begun (readiness already off): callers may act on this line.
   log_info(std::string{"received "} + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", draining");

@@ -68,7 +68,8 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
   rt->tracer = running.tracer;
   rt->budget = running.budget;
   rt->budget_shards = running.budget_shards;
-  rt->supervisor = running.supervisor;
+  rt->supervisors = running.supervisors;
+  rt->drain = running.drain;
   rt->health_monitor = running.health_monitor;
   return rt;
 }

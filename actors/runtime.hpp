@@ -40,7 +40,10 @@ struct gateway_runtime {
   // attempts ask the shard of the thread that serves its caller. Empty (a cluster member, whose
   // link leases from the host): they ask `budget`.
   std::vector<caf::actor> budget_shards;
-  caf::actor supervisor;
+  // One per io thread (by io_group member), each holding the requests that thread's callers
+  // started; the drain actor is the drain's one clock for all of them.
+  std::vector<caf::actor> supervisors;
+  caf::actor drain;
   caf::actor health_monitor;  // health_actor: announcements, ejection ends, active checks
 };
 

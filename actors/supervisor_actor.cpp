@@ -1,9 +1,8 @@
 #include "actors/supervisor_actor.hpp"
 
-#include <optional>
 #include <unordered_map>
+#include <vector>
 
-#include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
 
 namespace tether {
@@ -11,8 +10,6 @@ namespace {
 
 struct supervisor_state {
   caf::event_based_actor* self = nullptr;
-  std::chrono::milliseconds drain_timeout{0};
-  std::vector<caf::actor> budgets;  // told to refuse this node's work before the trees are stopped
   // Strong handles: CAF 0.17 collects an actor nobody holds a strong reference to at once. Keyed
   // by the actor's id (every request actor is local): one insert and one erase per request.
   std::unordered_map<caf::actor_id, caf::actor> live;
@@ -20,7 +17,6 @@ struct supervisor_state {
   bool cancelling = false;
   std::uint64_t cancelled = 0;
   std::vector<caf::response_promise> waiting;
-  std::optional<actor_timers> timers;  // the drain timeout
 
   void adopt(caf::actor req);
   void ended(const caf::actor_addr& who);
@@ -42,10 +38,7 @@ void supervisor_state::ended(const caf::actor_addr& who) {
 
 void supervisor_state::start_drain() {
   waiting.push_back(self->make_response_promise());
-  if (!draining) {
-    draining = true;
-    if (!live.empty()) timers->after(drain_timeout, drain_now_atom::value);
-  }
+  draining = true;
   settle();
 }
 
@@ -55,10 +48,6 @@ void supervisor_state::start_drain() {
 void supervisor_state::cancel_all() {
   if (cancelling) return;
   cancelling = true;
-  // A stopping request frees its slot when its socket closes; without this, the budget could
-  // give that slot to a queued request whose own stop is still on its way, and its upstream
-  // would see a request the drain had already stopped.
-  for (const auto& b : budgets) self->send(b, drain_now_atom::value);
   for (auto& [id, req] : live) {
     ++cancelled;
     self->monitor(req);
@@ -74,14 +63,9 @@ void supervisor_state::settle() {
 
 }  // namespace
 
-caf::behavior supervisor_actor(caf::event_based_actor* self,
-                               std::chrono::milliseconds drain_timeout,
-                               std::vector<caf::actor> budgets, net::timer_service* timers) {
+caf::behavior supervisor_actor(caf::event_based_actor* self) {
   auto st = std::make_shared<supervisor_state>();
   st->self = self;
-  st->timers.emplace(timers, self->address());
-  st->drain_timeout = drain_timeout;
-  st->budgets = std::move(budgets);
 
   // A request's end arrives through its link (any reason: this actor outlives its requests),
   // or, once it has been cancelled, through the monitor. The shutdown's anon_send_exit names

@@ -1,6 +1,6 @@
-// The supervisor under CAF's test coordinator: every message is delivered when the test says, and
-// the drain timeout fires when the test advances its clock (manual_timers), so the drain's races
-// are tested without wall-clock slack.
+// An io thread's supervisor under CAF's test coordinator: every message is delivered when the
+// test says, so the drain's races are tested without wall-clock slack. (The drain's clock and the
+// budgets' order are the drain actor's: drain_actor_test.cpp.)
 #include "actors/supervisor_actor.hpp"
 
 #include <gtest/gtest.h>
@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "actors/messages.hpp"
-#include "tests/actors/manual_timers.hpp"
 
 namespace tether {
 namespace {
@@ -35,38 +34,18 @@ caf::behavior fake_request(caf::event_based_actor* self, std::shared_ptr<seen> l
   return {[self](stop_atom) { self->quit(); }};
 }
 
-// The budget's stand-in: it notes when it is told to refuse this node's work.
-caf::behavior fake_budget(caf::event_based_actor* self,
-                          std::shared_ptr<std::vector<std::string>> log) {
-  return {[self, log](drain_now_atom) { log->push_back("budget refuses local work"); },
-          [self](stop_atom) { self->quit(); }};
-}
-
-// A request's stand-in that notes the drain's exit in the same log as the budget's.
-caf::behavior logging_request(caf::event_based_actor* self,
-                              std::shared_ptr<std::vector<std::string>> log) {
-  self->set_exit_handler([self, log](caf::exit_msg&) {
-    log->push_back("request stopped");
-    self->quit();
-  });
-  return {[self](stop_atom) { self->quit(); }};
-}
-
 class SupervisorActorTest : public ::testing::Test {
  protected:
   SupervisorActorTest()
       : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
         sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {
-    budget_ = system_.spawn(fake_budget, order_);
-    supervisor_ =
-        system_.spawn(supervisor_actor, drain_timeout, std::vector<caf::actor>{budget_}, &timers_);
+    supervisor_ = system_.spawn(supervisor_actor);
     sched_.run();
   }
   // The actor system waits for every actor at its end: the stand-ins and the supervisor go first.
   ~SupervisorActorTest() override {
     for (auto& r : requests_) caf::anon_send(r, stop_atom::value);
     caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
-    caf::anon_send(budget_, stop_atom::value);
     sched_.run();
   }
 
@@ -94,13 +73,9 @@ class SupervisorActorTest : public ::testing::Test {
   }
   std::optional<std::uint64_t> drained() const { return *answer_; }
 
-  static constexpr auto drain_timeout = 30s;
-  manual_timers timers_;  // outlives the actors, which cancel their timers as they end
   caf::actor_system_config cfg_;
   caf::actor_system system_;
   caf::scheduler::test_coordinator& sched_;
-  std::shared_ptr<std::vector<std::string>> order_ = std::make_shared<std::vector<std::string>>();
-  caf::actor budget_;
   caf::actor supervisor_;
   std::vector<caf::actor> requests_;
   std::shared_ptr<std::optional<std::uint64_t>> answer_ =
@@ -123,18 +98,15 @@ TEST_F(SupervisorActorTest, RequestsEndingOnTheirOwnBeforeTheTimeoutAreDrainedUn
   EXPECT_FALSE(log->exit_reason) << "a request that ended in time was stopped";
 }
 
-TEST_F(SupervisorActorTest, AtTheDrainTimeoutEachTreeIsStoppedWithTheDrainReasonAndAwaited) {
+TEST_F(SupervisorActorTest, TheDrainsEndStopsEachTreeWithTheDrainReasonAndAwaitsIt) {
   auto a = std::make_shared<seen>();
   auto b = std::make_shared<seen>();
   auto lingering = adopt(a, true);  // its sockets take a while to close
   adopt(b, false);
   ask_drain();
   EXPECT_FALSE(drained());
-  // Nothing is stopped before the timeout.
-  timers_.advance(drain_timeout - 1ms);
-  sched_.run();
-  EXPECT_FALSE(a->exit_reason);
-  timers_.advance(1ms);
+  EXPECT_FALSE(a->exit_reason) << "a tree was stopped before the drain's end";
+  caf::anon_send(supervisor_, drain_now_atom::value);
   sched_.run();
   ASSERT_TRUE(a->exit_reason);
   ASSERT_TRUE(b->exit_reason);
@@ -147,14 +119,16 @@ TEST_F(SupervisorActorTest, AtTheDrainTimeoutEachTreeIsStoppedWithTheDrainReason
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{2});
 }
 
-TEST_F(SupervisorActorTest, DrainNowStopsTheTreesBeforeTheTimeout) {
+// A second signal may come before the drain is asked for: the trees stop all the same, and the
+// drain asked afterwards counts them.
+TEST_F(SupervisorActorTest, TheDrainsEndBeforeTheDrainIsAskedStopsTheTreesAndIsCounted) {
   auto log = std::make_shared<seen>();
   adopt(log);
-  ask_drain();
   caf::anon_send(supervisor_, drain_now_atom::value);
   sched_.run();
   ASSERT_TRUE(log->exit_reason);
   EXPECT_EQ(stop_reason_of(*log->exit_reason), stop_reason::drain);
+  ask_drain();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{1});
 }
 
@@ -187,20 +161,6 @@ TEST_F(SupervisorActorTest, TheShutdownsExitEndsTheSupervisorAndReachesItsReques
   EXPECT_TRUE(*down) << "the supervisor trapped the shutdown's exit";
   ASSERT_TRUE(log->exit_reason) << "the link did not carry the supervisor's end";
   EXPECT_EQ(*log->exit_reason, caf::make_error(caf::exit_reason::user_shutdown));
-}
-
-// A slot freed by a stopping request must not start upstream work for a queued request whose
-// own stop is still on its way: the budget hears of the drain's end before any tree is stopped.
-TEST_F(SupervisorActorTest, TheBudgetRefusesLocalWorkBeforeTheTreesAreStopped) {
-  auto req = system_.spawn(logging_request, order_);
-  caf::anon_send(supervisor_, adopt_atom::value, req);
-  sched_.run();
-  ask_drain();
-  EXPECT_TRUE(order_->empty()) << "the budget was told before the drain timeout";
-  timers_.advance(drain_timeout);
-  sched_.run();
-  EXPECT_EQ(*order_, (std::vector<std::string>{"budget refuses local work", "request stopped"}));
-  EXPECT_EQ(drained(), std::optional<std::uint64_t>{1});
 }
 
 }  // namespace
