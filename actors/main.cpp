@@ -294,7 +294,7 @@ struct core_actors {
           [&] {
             if (shards)
               rt.budget_shards[i] = system.spawn(budget_shard_actor, rt.budget, rt.stats.get());
-            rt.supervisors[i] = system.spawn(supervisor_actor);
+            rt.supervisors[i] = system.spawn<supervisor_actor>();
           },
           std::chrono::seconds(5));
       if (!ran) {

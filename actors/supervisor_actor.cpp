@@ -6,7 +6,6 @@
 #include "actors/messages.hpp"
 
 namespace tether {
-namespace {
 
 struct supervisor_state {
   caf::event_based_actor* self = nullptr;
@@ -61,23 +60,24 @@ void supervisor_state::settle() {
   waiting.clear();
 }
 
-}  // namespace
+supervisor_actor::supervisor_actor(caf::actor_config& cfg)
+    : caf::event_based_actor(cfg), st_(std::make_shared<supervisor_state>()) {
+  st_->self = this;
+}
 
-caf::behavior supervisor_actor(caf::event_based_actor* self) {
-  auto st = std::make_shared<supervisor_state>();
-  st->self = self;
-
+caf::behavior supervisor_actor::make_behavior() {
+  auto st = st_;
   // A request's end arrives through its link (any reason: this actor outlives its requests),
   // or, once it has been cancelled, through the monitor. The shutdown's anon_send_exit names
   // this actor itself as the source: that one is this actor's own end.
-  self->set_exit_handler([self, st](caf::exit_msg& msg) {
-    if (msg.source == self->address()) {
-      self->quit(msg.reason);
+  set_exit_handler([this, st](caf::exit_msg& msg) {
+    if (msg.source == address()) {
+      quit(msg.reason);
       return;
     }
     st->ended(msg.source);
   });
-  self->set_down_handler([st](caf::down_msg& msg) { st->ended(msg.source); });
+  set_down_handler([st](caf::down_msg& msg) { st->ended(msg.source); });
 
   return {
       [st](adopt_atom, caf::actor req) { st->adopt(std::move(req)); },

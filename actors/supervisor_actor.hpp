@@ -5,11 +5,24 @@
 
 #include <caf/all.hpp>
 
+#include <memory>
+
 namespace tether {
+
+struct supervisor_state;
 
 // (adopt_atom, actor)  a new request actor to link to and hold
 // (drain_atom) → (drained_atom, uint64 cancelled)  once no request actor is left
 // (drain_now_atom)     stop every request now, with the drain reason
-caf::behavior supervisor_actor(caf::event_based_actor* self);
+// A class, spawned as system.spawn<supervisor_actor>(): CAF 0.17 dereferences a null pointer to
+// the empty argument tuple of a function-based actor spawned without arguments (UBSan says so).
+class supervisor_actor : public caf::event_based_actor {
+ public:
+  explicit supervisor_actor(caf::actor_config& cfg);
+  caf::behavior make_behavior() override;
+
+ private:
+  std::shared_ptr<supervisor_state> st_;
+};
 
 }  // namespace tether

@@ -51,7 +51,7 @@ class DrainActorTest : public ::testing::Test {
     budgets_ = {system_.spawn(fake_budget, log_, "budget"),
                 system_.spawn(fake_budget, log_, "shard 0"),
                 system_.spawn(fake_budget, log_, "shard 1")};
-    supervisors_ = {system_.spawn(supervisor_actor), system_.spawn(supervisor_actor)};
+    supervisors_ = {system_.spawn<supervisor_actor>(), system_.spawn<supervisor_actor>()};
     drain_ = system_.spawn(drain_actor, drain_timeout, budgets_, supervisors_, &timers_);
     sched_.run();
   }

@@ -39,7 +39,7 @@ class SupervisorActorTest : public ::testing::Test {
   SupervisorActorTest()
       : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
         sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {
-    supervisor_ = system_.spawn(supervisor_actor);
+    supervisor_ = system_.spawn<supervisor_actor>();
     sched_.run();
   }
   // The actor system waits for every actor at its end: the stand-ins and the supervisor go first.
