@@ -283,7 +283,8 @@ struct core_actors {
 
   // Each io thread's supervisor and (`shards`: not on a cluster member, whose link leases from
   // the host) budget shard are spawned on that thread, so that they run there (an actor stays on
-  // the worker that first ran it: actors/scheduler.cpp), beside the requests they serve.
+  // the worker that first ran it: actors/scheduler.cpp), beside the requests they serve; and the
+  // thread counts its requests' metrics in a tally of its own.
   static bool spawn_per_thread(caf::actor_system& system, tether::gateway_runtime& rt,
                                const tether::net::io_group& io, bool shards) {
     using namespace tether;
@@ -292,6 +293,7 @@ struct core_actors {
     for (std::size_t i = 0; i < io.size(); ++i) {
       const bool ran = io.at(i).run_and_wait(
           [&] {
+            rt.stats->bind_this_thread();
             if (shards)
               rt.budget_shards[i] = system.spawn(budget_shard_actor, rt.budget, rt.stats.get());
             rt.supervisors[i] = system.spawn<supervisor_actor>();

@@ -25,6 +25,12 @@ std::string escape_label(const std::string& v) {
 void header(std::string& out, const char* name, const char* type, const char* help) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
+
+// A thread's tally, and which metrics object it belongs to (by id, not address: a test's next
+// metrics may be allocated where the last one was).
+std::atomic<std::uint64_t> next_metrics_id{1};
+thread_local std::uint64_t bound_id = 0;
+thread_local void* bound_tally = nullptr;
 }  // namespace
 
 void histogram::observe(double seconds) {
@@ -33,6 +39,13 @@ void histogram::observe(double seconds) {
   }
   ++count_;
   sum_ += seconds;
+}
+
+histogram& histogram::operator+=(const histogram& other) {
+  for (std::size_t i = 0; i < bounds.size(); ++i) counts_[i] += other.counts_[i];
+  count_ += other.count_;
+  sum_ += other.sum_;
+  return *this;
 }
 
 void histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
@@ -46,7 +59,9 @@ void histogram::render(std::string& out, const std::string& name, const std::str
 }
 
 metrics::metrics(std::vector<std::string> upstream_names)
-    : upstream_work_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)),
+    : id_(next_metrics_id.fetch_add(1)),
+      unbound_(std::make_unique<tally>()),
+      upstream_work_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)),
       cluster_slots_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)),
       upstream_tokens_(std::make_unique<std::atomic<std::uint64_t>[]>(config::max_upstreams)) {
   for (std::size_t i = 0; i < config::max_upstreams; ++i) {
@@ -55,6 +70,40 @@ metrics::metrics(std::vector<std::string> upstream_names)
     upstream_tokens_[i].store(0);
   }
   name_upstreams(std::move(upstream_names));
+}
+
+metrics::~metrics() = default;
+
+void metrics::bind_this_thread() {
+  if (bound_id == id_) return;
+  std::lock_guard lock{mutex_};
+  tallies_.push_back(std::make_unique<tally>());
+  bound_tally = tallies_.back().get();
+  bound_id = id_;
+}
+
+metrics::tally& metrics::mine() {
+  return bound_id == id_ ? *static_cast<tally*>(bound_tally) : *unbound_;
+}
+
+void metrics::tally::add_to(tally& sum) const {
+  std::lock_guard lock{mutex};
+  for (const auto& [k, v] : requests) sum.requests[k] += v;
+  for (const auto& [k, h] : durations) sum.durations[k] += h;
+  for (const auto& [k, t] : tokens) {
+    auto& s = sum.tokens[k];
+    s[0] += t[0];
+    s[1] += t[1];
+  }
+  sum.queue_wait += queue_wait;
+  for (const auto& [k, v] : attempts) sum.attempts[k] += v;
+  sum.requests_in_flight.fetch_add(requests_in_flight.load(std::memory_order_relaxed),
+                                   std::memory_order_relaxed);
+}
+
+void metrics::sum_into(tally& sum) const {
+  unbound_->add_to(sum);
+  for (const auto& t : tallies_) t->add_to(sum);
 }
 
 void metrics::name_upstreams(std::vector<std::string> names) {
@@ -85,9 +134,21 @@ void metrics::config_reloaded(bool ok) {
 }
 
 void metrics::request_done(const std::string& model, outcome o, double seconds) {
+  auto& t = mine();
+  std::lock_guard lock{t.mutex};
+  ++t.requests[{model, o}];
+  t.durations[{model, o}].observe(seconds);
+}
+
+void metrics::requests_in_flight_add(int delta) {
+  mine().requests_in_flight.fetch_add(delta, std::memory_order_relaxed);
+}
+
+std::int64_t metrics::requests_in_flight() const {
   std::lock_guard lock{mutex_};
-  ++requests_[{model, o}];
-  durations_[{model, o}].observe(seconds);
+  tally sum;
+  sum_into(sum);
+  return sum.requests_in_flight.load();
 }
 
 void metrics::rate_limited(const std::string& key) {
@@ -97,20 +158,23 @@ void metrics::rate_limited(const std::string& key) {
 
 void metrics::tokens_used(const std::string& key, std::size_t upstream, std::uint64_t prompt,
                           std::uint64_t completion) {
-  std::lock_guard lock{mutex_};
-  auto& t = tokens_[{key, upstream}];
+  auto& mine_now = mine();
+  std::lock_guard lock{mine_now.mutex};
+  auto& t = mine_now.tokens[{key, upstream}];
   t[0] += prompt;
   t[1] += completion;
 }
 
 void metrics::queue_wait(double seconds) {
-  std::lock_guard lock{mutex_};
-  queue_wait_.observe(seconds);
+  auto& t = mine();
+  std::lock_guard lock{t.mutex};
+  t.queue_wait.observe(seconds);
 }
 
 void metrics::attempt_done(std::size_t upstream, outcome o) {
-  std::lock_guard lock{mutex_};
-  ++attempts_[{upstream, o}];
+  auto& t = mine();
+  std::lock_guard lock{t.mutex};
+  ++t.attempts[{upstream, o}];
 }
 
 void metrics::retry_decided(std::size_t upstream, bool started) {
@@ -150,22 +214,26 @@ std::int64_t metrics::upstream_work(std::size_t upstream) const {
 
 std::uint64_t metrics::requests_total(const std::string& model, outcome o) const {
   std::lock_guard lock{mutex_};
-  auto it = requests_.find({model, o});
-  return it == requests_.end() ? 0 : it->second;
+  tally sum;
+  sum_into(sum);
+  auto it = sum.requests.find({model, o});
+  return it == sum.requests.end() ? 0 : it->second;
 }
 
 std::string metrics::render() const {
   std::string out;
   out.reserve(8192);
   std::lock_guard lock{mutex_};
+  tally sum;  // every thread's, each read under its own lock in turn
+  sum_into(sum);
   header(out, "tether_requests_total", "counter", "Model requests by final outcome.");
-  for (const auto& [k, v] : requests_) {
+  for (const auto& [k, v] : sum.requests) {
     out += fmt::format("tether_requests_total{{model=\"{}\",outcome=\"{}\"}} {}\n",
                        escape_label(k.first), to_string(k.second), v);
   }
   header(out, "tether_request_duration_seconds", "histogram",
          "Time from arrival to the end of the response, by final outcome.");
-  for (const auto& [k, h] : durations_) {
+  for (const auto& [k, h] : sum.durations) {
     h.render(
         out, "tether_request_duration_seconds",
         fmt::format("model=\"{}\",outcome=\"{}\"", escape_label(k.first), to_string(k.second)));
@@ -176,7 +244,7 @@ std::string metrics::render() const {
     out += fmt::format("tether_rate_limited_total{{key=\"{}\"}} {}\n", escape_label(key), n);
   header(out, "tether_tokens_total", "counter",
          "Tokens the upstreams reported using (usage), by key name, upstream and kind.");
-  for (const auto& [k, t] : tokens_) {
+  for (const auto& [k, t] : sum.tokens) {
     if (k.second >= upstreams_.size()) continue;
     const auto up = escape_label(upstreams_[k.second]);
     const auto key = escape_label(k.first);
@@ -187,9 +255,9 @@ std::string metrics::render() const {
   }
   header(out, "tether_queue_wait_seconds", "histogram",
          "Time an attempt waited for a budget slot.");
-  queue_wait_.render(out, "tether_queue_wait_seconds", "");
+  sum.queue_wait.render(out, "tether_queue_wait_seconds", "");
   header(out, "tether_upstream_attempts_total", "counter", "Upstream attempts by how they ended.");
-  for (const auto& [k, v] : attempts_) {
+  for (const auto& [k, v] : sum.attempts) {
     if (k.first >= upstreams_.size()) continue;
     out += fmt::format("tether_upstream_attempts_total{{upstream=\"{}\",outcome=\"{}\"}} {}\n",
                        escape_label(upstreams_[k.first]), to_string(k.second), v);
@@ -203,7 +271,7 @@ std::string metrics::render() const {
         escape_label(upstreams_[i]), retries_[i][0], retries_[i][1]);
   }
   header(out, "tether_requests_in_flight", "gauge", "Callers being served, queued ones included.");
-  out += fmt::format("tether_requests_in_flight {}\n", requests_in_flight_.load());
+  out += fmt::format("tether_requests_in_flight {}\n", sum.requests_in_flight.load());
   header(out, "tether_upstream_work_in_flight", "gauge",
          "Live upstream connections holding a budget slot.");
   for (std::size_t i = 0; i < upstreams_.size(); ++i) {

@@ -24,6 +24,7 @@ class histogram {
                                                  0.1,   0.25,   0.5,   1,    2.5,   5,
                                                  10,    30,     60,    120,  300,   600};
   void observe(double seconds);
+  histogram& operator+=(const histogram& other);
   void render(std::string& out, const std::string& name, const std::string& labels) const;
 
  private:
@@ -35,6 +36,15 @@ class histogram {
 class metrics {
  public:
   explicit metrics(std::vector<std::string> upstream_names);
+  ~metrics();
+  metrics(const metrics&) = delete;
+  metrics& operator=(const metrics&) = delete;
+
+  // The calling thread counts a request's own series (requests, durations, attempts, queue
+  // waits, tokens, requests in flight) in a tally of its own from now on, under a lock no other
+  // thread takes but a scrape, which sums the tallies. Each io thread binds itself once; an
+  // unbound thread counts in the shared tally.
+  void bind_this_thread();
 
   // The upstreams by index after a reload: the list only grows (a removed upstream keeps its
   // index and its series), up to config::max_upstreams.
@@ -57,7 +67,7 @@ class metrics {
   void late_work(std::size_t upstream, double seconds);
   void cancel_latency(double seconds);
 
-  void requests_in_flight_add(int delta) { requests_in_flight_.fetch_add(delta); }
+  void requests_in_flight_add(int delta);
   void upstream_work_add(std::size_t upstream, int delta);
   // Who queues attempts for a slot on this node: its budget, on a cluster member also the link
   // (waiting for a lease), elsewhere the io threads' budget shards. The budget and the link set
@@ -77,7 +87,7 @@ class metrics {
   // The token weight the budget holds on the upstream (the host's: the whole cluster's).
   void upstream_tokens_set(std::size_t upstream, std::uint64_t n);
 
-  std::int64_t requests_in_flight() const { return requests_in_flight_.load(); }
+  std::int64_t requests_in_flight() const;
   std::int64_t upstream_work(std::size_t upstream) const;
   std::int64_t queue_depth() const {
     return queue_depth_[0].load() + queue_depth_[1].load() + queue_depth_[2].load();
@@ -87,19 +97,31 @@ class metrics {
   std::string render() const;
 
  private:
+  // A thread's share of the per-request series.
+  struct tally {
+    mutable std::mutex mutex;
+    std::map<std::pair<std::string, outcome>, std::uint64_t> requests;
+    std::map<std::pair<std::string, outcome>, histogram> durations;
+    // (key, upstream) → prompt, completion tokens
+    std::map<std::pair<std::string, std::size_t>, std::array<std::uint64_t, 2>> tokens;
+    histogram queue_wait;
+    std::map<std::pair<std::size_t, outcome>, std::uint64_t> attempts;
+    std::atomic<std::int64_t> requests_in_flight{0};
+
+    void add_to(tally& sum) const;
+  };
+  tally& mine();
+  void sum_into(tally& sum) const;  // with mutex_ held
+
+  const std::uint64_t id_;                // which metrics a thread's binding is to (never reused)
+  const std::unique_ptr<tally> unbound_;  // the threads that did not bind themselves
   std::vector<std::string> upstreams_;
-  mutable std::mutex mutex_;
-  std::map<std::pair<std::string, outcome>, std::uint64_t> requests_;
-  std::map<std::pair<std::string, outcome>, histogram> durations_;
+  mutable std::mutex mutex_;  // the rarer series below, and tallies_ (not what a tally holds)
+  std::vector<std::unique_ptr<tally>> tallies_;  // one per bound thread; never shrinks
   std::map<std::string, std::uint64_t> rate_limited_;
-  // (key, upstream) → prompt, completion tokens
-  std::map<std::pair<std::string, std::size_t>, std::array<std::uint64_t, 2>> tokens_;
-  histogram queue_wait_;
-  std::map<std::pair<std::size_t, outcome>, std::uint64_t> attempts_;
   std::vector<std::array<std::uint64_t, 2>> retries_;  // per upstream: started, budget_exhausted
   std::vector<double> late_work_;
   histogram cancel_latency_;
-  std::atomic<std::int64_t> requests_in_flight_{0};
   // Fixed arrays of config::max_upstreams, read and written without the lock.
   std::unique_ptr<std::atomic<std::int64_t>[]> upstream_work_;
   std::array<std::atomic<std::int64_t>, 3> queue_depth_{};  // by queue_owner

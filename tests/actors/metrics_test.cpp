@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace tether {
 namespace {
@@ -24,6 +26,50 @@ TEST(MetricsTest, TheQueueDepthIsTheSumOfItsOwners) {
   EXPECT_EQ(line_of(m.render(), "tether_queue_depth"), "tether_queue_depth 5");
   m.queue_depth_set(metrics::queue_owner::link, 0);
   EXPECT_EQ(line_of(m.render(), "tether_queue_depth"), "tether_queue_depth 2");
+}
+
+// Each io thread counts a request's series in a tally of its own; the scrape is their sum, the
+// threads that never bound themselves (and a second metrics object's) included.
+TEST(MetricsTest, EachThreadsTallyIsSummedAtTheScrape) {
+  metrics m{{"a", "b"}};
+  metrics other{{"a"}};
+  m.request_done("gpt", outcome::ok, 0.002);  // this thread: not bound
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&m, &other, t] {
+      m.bind_this_thread();
+      m.bind_this_thread();  // once is enough
+      for (int i = 0; i <= t; ++i) {
+        m.requests_in_flight_add(1);
+        m.request_done("gpt", outcome::ok, 0.02);
+        m.attempt_done(1, outcome::ok);
+        m.queue_wait(0.001);
+        m.tokens_used("k", 0, 10, 2);
+      }
+      m.requests_in_flight_add(-1);
+      other.request_done("gpt", outcome::ok, 0.5);  // a metrics this thread is not bound to
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(m.requests_total("gpt", outcome::ok), 1u + 1u + 2u + 3u);
+  EXPECT_EQ(m.requests_in_flight(), 6 - 3);
+  EXPECT_EQ(other.requests_total("gpt", outcome::ok), 3u);
+  const auto text = m.render();
+  EXPECT_EQ(line_of(text, "tether_requests_total{model=\"gpt\",outcome=\"ok\"}"),
+            "tether_requests_total{model=\"gpt\",outcome=\"ok\"} 7");
+  EXPECT_EQ(line_of(text, "tether_request_duration_seconds_count{model=\"gpt\",outcome=\"ok\"}"),
+            "tether_request_duration_seconds_count{model=\"gpt\",outcome=\"ok\"} 7");
+  // Only the unbound request took 2 ms or less.
+  EXPECT_EQ(
+      line_of(text,
+              "tether_request_duration_seconds_bucket{model=\"gpt\",outcome=\"ok\",le=\"0.0025\"}"),
+      "tether_request_duration_seconds_bucket{model=\"gpt\",outcome=\"ok\",le=\"0.0025\"} 1");
+  EXPECT_EQ(line_of(text, "tether_upstream_attempts_total{upstream=\"b\",outcome=\"ok\"}"),
+            "tether_upstream_attempts_total{upstream=\"b\",outcome=\"ok\"} 6");
+  EXPECT_EQ(line_of(text, "tether_queue_wait_seconds_count"), "tether_queue_wait_seconds_count 6");
+  EXPECT_EQ(line_of(text, "tether_tokens_total{key=\"k\",upstream=\"a\",kind=\"prompt\"}"),
+            "tether_tokens_total{key=\"k\",upstream=\"a\",kind=\"prompt\"} 60");
+  EXPECT_EQ(line_of(text, "tether_requests_in_flight"), "tether_requests_in_flight 3");
 }
 
 }  // namespace
