@@ -18,6 +18,7 @@
 #include "actors/policy/token_weight.hpp"
 #include "actors/request_actor.hpp"
 #include "actors/response_headers.hpp"
+#include "actors/supervisor_actor.hpp"
 
 namespace tether {
 namespace {
@@ -365,8 +366,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   }
   if (member < here->budget_shards.size()) spec.budget = here->budget_shards[member];
   auto actor = system_.spawn(request_actor, here, std::move(channel), std::move(spec));
-  if (member < here->supervisors.size())
-    caf::anon_send(here->supervisors[member], adopt_atom::value, actor);
+  if (member < here->supervisors.size()) adopt_request(here->supervisors[member], actor);
   return std::make_shared<request_observer>(std::move(actor));
 }
 

@@ -63,7 +63,6 @@ using finish_atom = caf::atom_constant<caf::atom("finish")>;
 // outside world → request actor / supervisor
 // (client_gone_atom, int64 left_ns): the io thread saw the caller leave at left_ns
 using client_gone_atom = caf::atom_constant<caf::atom("gone")>;
-using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 // (drain_now_atom): the drain timeout passed, or a second signal came: cancel every request
 using drain_now_atom = caf::atom_constant<caf::atom("drain_now")>;

@@ -1,5 +1,6 @@
 #include "actors/supervisor_actor.hpp"
 
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -10,7 +11,9 @@ namespace tether {
 struct supervisor_state {
   caf::event_based_actor* self = nullptr;
   // Strong handles: CAF 0.17 collects an actor nobody holds a strong reference to at once. Keyed
-  // by the actor's id (every request actor is local): one insert and one erase per request.
+  // by the actor's id (every request actor is local): one insert and one erase per request. The
+  // io thread inserts (adopt_request) while this actor erases, so `live` alone has a lock.
+  std::mutex mtx;
   std::unordered_map<caf::actor_id, caf::actor> live;
   bool draining = false;
   bool cancelling = false;
@@ -24,14 +27,21 @@ struct supervisor_state {
   void settle();
 };
 
+// Held before it is linked: a request that has already ended makes the link send its exit at
+// once, and that exit must find it here to take it out.
 void supervisor_state::adopt(caf::actor req) {
+  {
+    std::lock_guard<std::mutex> g(mtx);
+    live.emplace(req.id(), req);
+  }
   self->link_to(req);
-  const auto id = req.id();
-  live.emplace(id, std::move(req));
 }
 
 void supervisor_state::ended(const caf::actor_addr& who) {
-  live.erase(who.id());
+  {
+    std::lock_guard<std::mutex> g(mtx);
+    live.erase(who.id());
+  }
   settle();
 }
 
@@ -47,6 +57,7 @@ void supervisor_state::start_drain() {
 void supervisor_state::cancel_all() {
   if (cancelling) return;
   cancelling = true;
+  std::lock_guard<std::mutex> g(mtx);
   for (auto& [id, req] : live) {
     ++cancelled;
     self->monitor(req);
@@ -55,7 +66,11 @@ void supervisor_state::cancel_all() {
 }
 
 void supervisor_state::settle() {
-  if (!draining || !live.empty()) return;
+  if (!draining) return;
+  {
+    std::lock_guard<std::mutex> g(mtx);
+    if (!live.empty()) return;
+  }
   for (auto& rp : waiting) rp.deliver(drained_atom::value, cancelled);
   waiting.clear();
 }
@@ -63,6 +78,15 @@ void supervisor_state::settle() {
 supervisor_actor::supervisor_actor(caf::actor_config& cfg)
     : caf::event_based_actor(cfg), st_(std::make_shared<supervisor_state>()) {
   st_->self = this;
+}
+
+void supervisor_actor::adopt(caf::actor req) {
+  st_->adopt(std::move(req));
+}
+
+void adopt_request(const caf::actor& supervisor, caf::actor req) {
+  static_cast<supervisor_actor*>(caf::actor_cast<caf::abstract_actor*>(supervisor))
+      ->adopt(std::move(req));
 }
 
 caf::behavior supervisor_actor::make_behavior() {
@@ -80,7 +104,6 @@ caf::behavior supervisor_actor::make_behavior() {
   set_down_handler([st](caf::down_msg& msg) { st->ended(msg.source); });
 
   return {
-      [st](adopt_atom, caf::actor req) { st->adopt(std::move(req)); },
       [st](drain_atom) { st->start_drain(); },
       [st](drain_now_atom) { st->cancel_all(); },
   };

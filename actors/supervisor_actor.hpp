@@ -11,7 +11,7 @@ namespace tether {
 
 struct supervisor_state;
 
-// (adopt_atom, actor)  a new request actor to link to and hold
+// adopt_request(supervisor, actor)  a new request actor, linked and held (below)
 // (drain_atom) → (drained_atom, uint64 cancelled)  once no request actor is left
 // (drain_now_atom)     stop every request now, with the drain reason
 // A class, spawned as system.spawn<supervisor_actor>(): CAF 0.17 dereferences a null pointer to
@@ -21,8 +21,17 @@ class supervisor_actor : public caf::event_based_actor {
   explicit supervisor_actor(caf::actor_config& cfg);
   caf::behavior make_behavior() override;
 
+  // Safe from any thread: the live set has a lock, and CAF's link takes both actors' locks.
+  void adopt(caf::actor req);
+
  private:
   std::shared_ptr<supervisor_state> st_;
 };
+
+// Links `req` to `supervisor` (a handle spawned as supervisor_actor in this process) and holds
+// it, on the thread that spawned `req`. A request's end still reaches the supervisor through the
+// link; only the start is not a message, since an adopt message woke the supervisor once more
+// for every request.
+void adopt_request(const caf::actor& supervisor, caf::actor req);
 
 }  // namespace tether

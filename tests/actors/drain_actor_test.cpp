@@ -67,7 +67,7 @@ class DrainActorTest : public ::testing::Test {
   caf::actor start(std::size_t thread, const std::string& name, bool linger = false) {
     auto req = system_.spawn(fake_request, log_, name, linger);
     requests_.push_back(req);
-    caf::anon_send(supervisors_.at(thread), adopt_atom::value, req);
+    adopt_request(supervisors_.at(thread), req);
     sched_.run();
     return req;
   }

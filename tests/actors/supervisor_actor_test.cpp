@@ -8,6 +8,7 @@
 #include <caf/scheduler/test_coordinator.hpp>
 
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -52,7 +53,7 @@ class SupervisorActorTest : public ::testing::Test {
   caf::actor adopt(std::shared_ptr<seen> log, bool linger = false) {
     auto req = system_.spawn(fake_request, std::move(log), linger);
     requests_.push_back(req);
-    caf::anon_send(supervisor_, adopt_atom::value, req);
+    adopt_request(supervisor_, req);
     sched_.run();
     return req;
   }
@@ -137,7 +138,7 @@ TEST_F(SupervisorActorTest, ARequestThatEndedBeforeItWasAdoptedIsNotWaitedFor) {
   auto req = system_.spawn(fake_request, log, true);
   caf::anon_send(req, stop_atom::value);
   sched_.run();  // it has ended
-  caf::anon_send(supervisor_, adopt_atom::value, req);
+  adopt_request(supervisor_, req);
   sched_.run();
   ask_drain();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{0});
@@ -161,6 +162,54 @@ TEST_F(SupervisorActorTest, TheShutdownsExitEndsTheSupervisorAndReachesItsReques
   EXPECT_TRUE(*down) << "the supervisor trapped the shutdown's exit";
   ASSERT_TRUE(log->exit_reason) << "the link did not carry the supervisor's end";
   EXPECT_EQ(*log->exit_reason, caf::make_error(caf::exit_reason::user_shutdown));
+}
+
+// Outside the test coordinator: io threads adopt their requests with no message, while the
+// supervisor, on a worker of its own, takes out the ones that end. Every request still alive at
+// the drain's end must be held (and stopped), and every one that ended must have been let go, or
+// the drain would never answer.
+TEST(SupervisorAdoptionAcrossThreadsTest, EveryRequestAdoptedFromAnyThreadIsHeldUntilItsEnd) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system system{cfg};
+  auto supervisor = system.spawn<supervisor_actor>();
+  constexpr int threads = 4;
+  constexpr int per_thread = 400;
+  std::vector<std::vector<std::shared_ptr<seen>>> kept(threads);
+  {
+    std::vector<std::thread> io;
+    for (int t = 0; t < threads; ++t)
+      io.emplace_back([&, t] {
+        for (int i = 0; i < per_thread; ++i) {
+          auto log = std::make_shared<seen>();
+          auto req = system.spawn(fake_request, log, false);
+          adopt_request(supervisor, req);
+          if (i % 2 == 0)
+            caf::anon_send(req, stop_atom::value);  // ends while others are being adopted
+          else
+            kept[static_cast<std::size_t>(t)].push_back(log);
+        }
+      });
+    for (auto& t : io) t.join();
+  }
+  std::optional<std::uint64_t> cancelled;
+  {
+    caf::scoped_actor self{system};
+    auto answer = self->request(supervisor, std::chrono::seconds(30), drain_atom::value);
+    caf::anon_send(supervisor, drain_now_atom::value);
+    answer.receive([&](drained_atom, std::uint64_t n) { cancelled = n; },
+                   [&](caf::error& e) { ADD_FAILURE() << "no drain answer: " << to_string(e); });
+  }
+  caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+  ASSERT_TRUE(cancelled);
+  constexpr std::uint64_t alive = threads * per_thread / 2;
+  EXPECT_GE(*cancelled, alive);  // plus any that were ending as the drain began
+  EXPECT_LE(*cancelled, 2 * alive);
+  std::size_t stopped = 0;
+  for (const auto& logs : kept)
+    for (const auto& log : logs)
+      if (log->exit_reason && stop_reason_of(*log->exit_reason) == stop_reason::drain) ++stopped;
+  EXPECT_EQ(stopped, alive) << "a request adopted on one thread was not held";
 }
 
 }  // namespace
