@@ -197,7 +197,7 @@ class budget {
       self_->send(handle, lease_grant_atom::value, h.id, why == slot_refusal::none, reason);
       return;
     }
-    self_->send(handle, grant_atom::value, static_cast<std::int32_t>(why), reason);
+    send_grant(self_, handle, why, reason);
     if (!book_.is_lessee(h.who)) handle = nullptr;  // answered: from now on only its exit counts
   }
 

@@ -263,13 +263,10 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     for (const auto& g : act.grants) {
       stats_->upstream_work_add(g.pool.upstream, 1);
       stats_->queue_wait(static_cast<double>(g.waited_ns) / 1e9);
-      if (const auto& who = holders_[g.who])
-        self_->send(who, grant_atom::value, static_cast<std::int32_t>(slot_refusal::none),
-                    std::string{});
+      if (const auto& who = holders_[g.who]) send_grant(self_, who, slot_refusal::none);
     }
     for (const auto& r : act.refusals) {
-      if (const auto& who = holders_[r.who])
-        self_->send(who, grant_atom::value, static_cast<std::int32_t>(r.why), r.reason);
+      if (const auto& who = holders_[r.who]) send_grant(self_, who, r.why, r.reason);
       holders_.erase(r.who);
     }
     for (const auto& e : act.work_ended) stats_->upstream_work_add(e.upstream, -1);

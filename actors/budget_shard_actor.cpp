@@ -60,14 +60,13 @@ class budget_shard {
       // The grant is the last thing this shard says to the holder: from now on only its exit
       // counts, and the monitor reports that.
       if (auto h = holders_.find(g.who); h != holders_.end()) {
-        self_->send(h->second, grant_atom::value, static_cast<std::int32_t>(slot_refusal::none),
-                    std::string{});
+        send_grant(self_, h->second, slot_refusal::none);
         holders_.erase(h);
       }
     }
     for (const auto& r : act.refusals) {
       if (auto h = holders_.find(r.who); h != holders_.end()) {
-        self_->send(h->second, grant_atom::value, static_cast<std::int32_t>(r.why), r.reason);
+        send_grant(self_, h->second, r.why, r.reason);
         holders_.erase(h);
       }
     }

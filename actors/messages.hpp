@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "actors/policy/slot_refusal.hpp"
 #include "actors/policy/stop_reason.hpp"
 #include "net/http_types.hpp"
 
@@ -26,6 +27,11 @@ using acquire_atom = caf::atom_constant<caf::atom("acquire")>;
 using grant_atom = caf::atom_constant<caf::atom("grant")>;
 using queue_timeout_atom = caf::atom_constant<caf::atom("wait_limit")>;
 using slots_atom = caf::atom_constant<caf::atom("slots")>;
+// (grant_atom, int32 slot_refusal, reason): a slot (none), or why there is none.
+inline void send_grant(caf::event_based_actor* self, const caf::actor& to, slot_refusal why,
+                       const std::string& reason = {}) {
+  self->send(to, grant_atom::value, static_cast<std::int32_t>(why), reason);
+}
 
 // net/ (an io thread) → attempt actor (the response) and upstream connection actor (closed)
 using up_head_atom = caf::atom_constant<caf::atom("head")>;

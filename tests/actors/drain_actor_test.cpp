@@ -15,6 +15,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/supervisor_actor.hpp"
+#include "tests/actors/drain_probe.hpp"
 #include "tests/actors/manual_timers.hpp"
 
 namespace tether {
@@ -72,18 +73,8 @@ class DrainActorTest : public ::testing::Test {
     return req;
   }
 
-  // Asks for the drain from a probe actor, which keeps the answer when it comes. (Its state comes
-  // as arguments: CAF 0.17 dereferences a null pointer to the empty argument tuple of a spawn
-  // without arguments, which UBSan reports.)
   void ask_drain() {
-    system_.spawn(
-        [](caf::event_based_actor* self, std::shared_ptr<std::optional<std::uint64_t>> answer,
-           caf::actor drain) {
-          self->request(drain, caf::infinite, drain_atom::value)
-              .then([answer](drained_atom, std::uint64_t cancelled) { *answer = cancelled; },
-                    [](caf::error&) {});
-        },
-        answer_, drain_);
+    ask_drain_from_probe(system_, drain_, answer_);
     sched_.run();
   }
   std::optional<std::uint64_t> drained() const { return *answer_; }
@@ -103,8 +94,7 @@ class DrainActorTest : public ::testing::Test {
   std::vector<caf::actor> supervisors_;
   caf::actor drain_;
   std::vector<caf::actor> requests_;
-  std::shared_ptr<std::optional<std::uint64_t>> answer_ =
-      std::make_shared<std::optional<std::uint64_t>>();
+  drain_answer answer_ = std::make_shared<std::optional<std::uint64_t>>();
 };
 
 TEST_F(DrainActorTest, ADrainWithNoRequestsAnswersAtOnceAndTellsNoBudget) {

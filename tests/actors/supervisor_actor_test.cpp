@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "tests/actors/drain_probe.hpp"
 
 namespace tether {
 namespace {
@@ -58,18 +59,8 @@ class SupervisorActorTest : public ::testing::Test {
     return req;
   }
 
-  // Asks for the drain from a probe actor, which keeps the answer when it comes.
   void ask_drain() {
-    // Its state comes as arguments, not captures: CAF 0.17 dereferences a null pointer to the
-    // empty argument tuple of a spawn without arguments, which UBSan reports.
-    system_.spawn(
-        [](caf::event_based_actor* self, std::shared_ptr<std::optional<std::uint64_t>> answer,
-           caf::actor sup) {
-          self->request(sup, caf::infinite, drain_atom::value)
-              .then([answer](drained_atom, std::uint64_t cancelled) { *answer = cancelled; },
-                    [](caf::error&) {});
-        },
-        answer_, supervisor_);
+    ask_drain_from_probe(system_, supervisor_, answer_);
     sched_.run();
   }
   std::optional<std::uint64_t> drained() const { return *answer_; }
@@ -79,8 +70,7 @@ class SupervisorActorTest : public ::testing::Test {
   caf::scheduler::test_coordinator& sched_;
   caf::actor supervisor_;
   std::vector<caf::actor> requests_;
-  std::shared_ptr<std::optional<std::uint64_t>> answer_ =
-      std::make_shared<std::optional<std::uint64_t>>();
+  drain_answer answer_ = std::make_shared<std::optional<std::uint64_t>>();
 };
 
 TEST_F(SupervisorActorTest, DrainWithNoRequestsAnswersAtOnce) {
