@@ -5,8 +5,12 @@
 //
 // Orphaned work, as the mock reports it:
 //  * a request the mock completed (or still runs) although its caller had left;
-//  * stream events the mock sent after the caller's close: event k is due at start + (k+1)·10 ms,
-//    so sent − due-by-the-close counts the events produced for nobody;
+//  * stream events the mock sent for nobody: event k is due at start + (k+1)·10 ms, so sent −
+//    due-by-a-time counts the events due after it. An event due within the close target (1 ms,
+//    the cancellation p99 the gateway is held to) after the caller's close is the price of that
+//    bounded close, not work left running: it is counted apart (events_in_close_window), and only
+//    the events due later than that are orphaned. With events 10 ms apart, about one
+//    mid-stream cancel in fifty lands one inside the window for any proxy whose close takes 0.2 ms;
 //  * a request cancelled while queued that still reached the mock.
 #include <cmath>
 #include <map>
@@ -24,6 +28,9 @@ namespace {
 namespace json = boost::json;
 namespace asio = boost::asio;
 
+// The close target: client close → upstream close p99 (issue #26's cancellation bound).
+constexpr double close_target_ms = 1.0;
+
 struct probe {
   std::string id;
   bool mid_stream = false;
@@ -40,9 +47,10 @@ struct cancel_figures {
   std::size_t never_reached_upstream = 0;  // left before the proxy forwarded the request
   std::size_t completed_before_abort = 0;
   std::size_t orphaned_requests =
-      0;  // completed or still running at the mock after the caller left
-  std::size_t orphaned_events = 0;
-  double orphaned_event_latest_ms = 0;  // the latest orphaned event, after the caller's close
+      0;                            // completed or still running at the mock after the caller left
+  std::size_t orphaned_events = 0;  // due later than the close target after the close
+  std::size_t events_in_close_window = 0;  // sent after the close, due within the close target
+  double event_latest_after_close_ms = 0;  // the latest event sent after the caller's close
   double upstream_ms_after_caller_left = 0;
   std::size_t queued_cancelled = 0;
   std::size_t queued_reached_upstream = 0;
@@ -128,15 +136,20 @@ void open_loop_cancels(bench_context& ctx, const target& t, std::size_t count,
     fig.upstream_ms_after_caller_left += std::max(0.0, latency);
     if (p->mid_stream) {
       double started = rec.at("started_ms").to_number<double>();
-      auto due = static_cast<std::int64_t>(
-          std::floor((*p->abort_epoch - started) / bench_models::stream_interval_ms));
+      auto due_by = [&](double at) {
+        return static_cast<std::int64_t>(
+            std::floor((at - started) / bench_models::stream_interval_ms));
+      };
+      const auto due = due_by(*p->abort_epoch);
+      const auto due_in_window = due_by(*p->abort_epoch + close_target_ms);
       auto sent = rec.at("chunks_sent").to_number<std::int64_t>();
-      fig.orphaned_events += static_cast<std::size_t>(std::max<std::int64_t>(0, sent - due));
+      fig.orphaned_events +=
+          static_cast<std::size_t>(std::max<std::int64_t>(0, sent - due_in_window));
+      fig.events_in_close_window +=
+          static_cast<std::size_t>(std::max<std::int64_t>(0, std::min(sent, due_in_window) - due));
       if (sent > due) {
-        // How late the last one went out: an event inside the proxy's close window (sent before
-        // the upstream connection closed, after the caller's close) is bounded by that window.
         double after = rec.at("last_chunk_ms").to_number<double>() - *p->abort_epoch;
-        fig.orphaned_event_latest_ms = std::max(fig.orphaned_event_latest_ms, after);
+        fig.event_latest_after_close_ms = std::max(fig.event_latest_after_close_ms, after);
       }
     }
   }
@@ -232,17 +245,18 @@ boost::json::object run_cancellation(bench_context& ctx) {
     auto& f = figs[t.name];
     auto s = summarize(f.close_to_close_ms);
     std::size_t orphaned = f.orphaned_requests + f.orphaned_events + f.queued_reached_upstream;
-    json::object o{{"cancelled", f.cancelled},
-                   {"close_to_upstream_close_ms", to_json(s)},
-                   {"never_reached_upstream", f.never_reached_upstream},
-                   {"completed_before_abort", f.completed_before_abort},
-                   {"orphaned_requests", f.orphaned_requests},
-                   {"orphaned_events", f.orphaned_events},
-                   {"orphaned_event_latest_after_close_ms",
-                    std::round(f.orphaned_event_latest_ms * 1000) / 1000},
-                   {"upstream_ms_after_caller_left",
-                    std::round(f.upstream_ms_after_caller_left * 1000) / 1000},
-                   {"orphaned_work", orphaned}};
+    json::object o{
+        {"cancelled", f.cancelled},
+        {"close_to_upstream_close_ms", to_json(s)},
+        {"never_reached_upstream", f.never_reached_upstream},
+        {"completed_before_abort", f.completed_before_abort},
+        {"orphaned_requests", f.orphaned_requests},
+        {"orphaned_events", f.orphaned_events},
+        {"events_in_close_window", f.events_in_close_window},
+        {"event_latest_after_close_ms", std::round(f.event_latest_after_close_ms * 1000) / 1000},
+        {"upstream_ms_after_caller_left",
+         std::round(f.upstream_ms_after_caller_left * 1000) / 1000},
+        {"orphaned_work", orphaned}};
     if (t.name == "tether") {
       o["queued_cancelled"] = f.queued_cancelled;
       o["queued_reached_upstream"] = f.queued_reached_upstream;
