@@ -1,6 +1,7 @@
-// One per io thread: holds every live request tree that thread's callers started, linked, and
-// stops them when the drain says so. The drain's clock and its order (the budgets first) are
-// the drain actor's (actors/drain_actor.hpp), one for every thread.
+// One per io thread: holds every live request tree that thread's callers started, linked through
+// cells of a bounded size (supervisor_actor.cpp says why), and stops them when the drain says so.
+// The drain's clock and its order (the budgets first) are the drain actor's
+// (actors/drain_actor.hpp), one for every thread.
 #pragma once
 
 #include <caf/all.hpp>
@@ -29,9 +30,9 @@ class supervisor_actor : public caf::event_based_actor {
 };
 
 // Links `req` to `supervisor` (a handle spawned as supervisor_actor in this process) and holds
-// it, on the thread that spawned `req`. A request's end still reaches the supervisor through the
-// link; only the start is not a message, since an adopt message woke the supervisor once more
-// for every request.
+// it, on the thread that spawned `req`. A request's end still reaches its cell through the link;
+// only the start is not a message, since an adopt message woke the supervisor once more for every
+// request.
 void adopt_request(const caf::actor& supervisor, caf::actor req);
 
 }  // namespace tether

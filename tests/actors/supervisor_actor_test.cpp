@@ -123,6 +123,66 @@ TEST_F(SupervisorActorTest, TheDrainsEndBeforeTheDrainIsAskedStopsTheTreesAndIsC
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{1});
 }
 
+// The supervisor links its requests through cells of a bounded size (a request's end scans its
+// cell's links): the drain reaches every cell, and counts each request once.
+TEST_F(SupervisorActorTest, RequestsInManyCellsAreAllStoppedAtTheDrainsEndAndCountedOnce) {
+  std::vector<std::pair<caf::actor, std::shared_ptr<seen>>> started;
+  for (int i = 0; i < 150; ++i) {
+    auto log = std::make_shared<seen>();
+    started.emplace_back(adopt(log, true), log);
+  }
+  for (std::size_t i = 0; i < started.size(); i += 3)
+    caf::anon_send(started[i].first, stop_atom::value);  // a third end on their own
+  sched_.run();
+  ask_drain();
+  EXPECT_FALSE(drained());
+  caf::anon_send(supervisor_, drain_now_atom::value);
+  sched_.run();
+  std::size_t stopped = 0;
+  for (std::size_t i = 0; i < started.size(); ++i) {
+    const auto& log = started[i].second;
+    if (i % 3 == 0) {
+      EXPECT_FALSE(log->exit_reason) << "request " << i << " had ended before the drain's end";
+    } else if (log->exit_reason && stop_reason_of(*log->exit_reason) == stop_reason::drain) {
+      ++stopped;
+    }
+  }
+  EXPECT_EQ(stopped, 100U);
+  EXPECT_FALSE(drained()) << "answered while the stopped requests linger";
+  for (std::size_t i = 0; i < started.size(); ++i)
+    if (i % 3 != 0) caf::anon_send(started[i].first, stop_atom::value);
+  sched_.run();
+  EXPECT_EQ(drained(), std::optional<std::uint64_t>{100});
+}
+
+// A cell that has adopted its share ends with its last request: at thousands of requests a
+// second, a cell left behind would be a leak.
+TEST_F(SupervisorActorTest, ACellEndsOnceItIsFullAndItsLastRequestHasEnded) {
+  const auto before = system_.registry().running();
+  for (int i = 0; i < 300; ++i) {
+    auto req = adopt(std::make_shared<seen>(), true);
+    caf::anon_send(req, stop_atom::value);
+    sched_.run();
+  }
+  // Only the cell that adopts now is left (and each request's stand-in has ended).
+  EXPECT_EQ(system_.registry().running(), before + 1);
+}
+
+TEST_F(SupervisorActorTest, TheShutdownReachesTheRequestsOfEveryCell) {
+  std::vector<std::shared_ptr<seen>> logs;
+  for (int i = 0; i < 100; ++i) {
+    logs.push_back(std::make_shared<seen>());
+    adopt(logs.back());
+  }
+  caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
+  sched_.run();
+  std::size_t reached = 0;
+  for (const auto& log : logs)
+    if (log->exit_reason && *log->exit_reason == caf::make_error(caf::exit_reason::user_shutdown))
+      ++reached;
+  EXPECT_EQ(reached, logs.size());
+}
+
 TEST_F(SupervisorActorTest, ARequestThatEndedBeforeItWasAdoptedIsNotWaitedFor) {
   auto log = std::make_shared<seen>();
   auto req = system_.spawn(fake_request, log, true);
