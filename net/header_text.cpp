@@ -4,6 +4,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace tether::net {
 
 namespace {
@@ -58,12 +62,30 @@ bool is_token(std::string_view s) noexcept {
   return true;
 }
 
-// Eight bytes at a time (every header value of every request and response passes here, ≈250
-// bytes a request: a byte at a time was a visible cost per request), the last word
-// overlapping the one before it. (x − 0x01…) & ~x has a byte's high bit set where x has a zero
-// byte, or above one; so the word has a zero byte exactly when the result's high bits are not all
-// clear.
+// Every header value of every request and response passes here (about 250 bytes a request: a
+// byte at a time was a visible cost per request). Sixteen bytes at a time where SSE2 is there
+// (every x86-64), else eight in a word; the last block overlaps the one before it. In a word,
+// (x − 0x01…) & ~x has a byte's high bit set where x has a zero byte, or above one; so the word
+// has a zero byte exactly when the result's high bits are not all clear.
 bool has_line_break(std::string_view s) noexcept {
+#if defined(__SSE2__)
+  if (s.size() >= 16) {
+    const __m128i cr = _mm_set1_epi8('\r');
+    const __m128i lf = _mm_set1_epi8('\n');
+    const __m128i nul = _mm_setzero_si128();
+    const auto breaks_in = [&](const char* at) {
+      __m128i block;
+      std::memcpy(&block, at, sizeof block);
+      const __m128i hit =
+          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(block, cr), _mm_cmpeq_epi8(block, lf)),
+                       _mm_cmpeq_epi8(block, nul));
+      return _mm_movemask_epi8(hit);
+    };
+    for (std::size_t i = 0; i + 16 < s.size(); i += 16)
+      if (breaks_in(s.data() + i) != 0) return true;
+    return breaks_in(s.data() + s.size() - 16) != 0;
+  }
+#endif
   constexpr std::uint64_t ones = 0x0101010101010101ULL;
   constexpr std::uint64_t highs = 0x8080808080808080ULL;
   const auto breaks_in = [](const char* at) {

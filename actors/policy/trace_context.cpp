@@ -1,6 +1,8 @@
 #include "actors/policy/trace_context.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <random>
 
 namespace tether {
@@ -27,20 +29,30 @@ int hex_value(char c) {
   return c <= '9' ? c - '0' : c - 'a' + 10;
 }
 
+// Two hex digits for each byte value, so that a draw's 64 bits are written a byte at a time.
+constexpr std::array<char, 512> hex_pairs = [] {
+  constexpr char hex[] = "0123456789abcdef";
+  std::array<char, 512> pairs{};
+  for (std::size_t b = 0; b < 256; ++b) {
+    pairs[2 * b] = hex[b >> 4];
+    pairs[2 * b + 1] = hex[b & 0xf];
+  }
+  return pairs;
+}();
+
 // Per-thread generator seeded once: ids must be unique across the trace's systems, not secret.
 // Written in place, 16 digits per draw (appending a digit at a time cost several times as much
 // for a request's three ids).
 void write_random_hex(char* id, std::size_t digits) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char hex[] = "0123456789abcdef";
   do {
     for (std::size_t at = 0; at < digits; at += 16) {
       auto bits = rng();
       const std::size_t end = std::min(digits, at + 16);
-      for (std::size_t i = at; i < end; ++i) {
-        id[i] = hex[bits & 0xf];
-        bits >>= 4;
-      }
+      std::size_t i = at;
+      for (; i + 2 <= end; i += 2, bits >>= 8)
+        std::memcpy(id + i, &hex_pairs[2 * (bits & 0xff)], 2);
+      if (i < end) id[i] = hex_pairs[2 * (bits & 0xf) + 1];
     }
     // The spec makes an all-zero id invalid; the odds are 2^-64, but a receiver would drop it.
   } while (is_all_zero({id, digits}));

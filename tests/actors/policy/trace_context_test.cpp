@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 namespace tether {
 namespace {
@@ -120,6 +121,23 @@ TEST(TraceContextTest, NewIdsAreLowerHexOfTheRightSizeAndUnique) {
   }
   EXPECT_EQ(trace_ids.size(), 1000u);
   EXPECT_EQ(span_ids.size(), 1000u);
+}
+
+// Every digit of an id is random: each position takes each of the 16 digits (a digit table
+// written wrong, or a draw's bits reused, leaves some digit out of some position).
+TEST(TraceContextTest, EveryPositionOfANewIdTakesEveryHexDigit) {
+  std::vector<std::set<char>> trace_digits(32);
+  std::vector<std::set<char>> span_digits(16);
+  for (int i = 0; i < 2000; ++i) {
+    const auto trace_id = new_trace_id();
+    const auto span_id = new_span_id();
+    for (std::size_t at = 0; at < 32; ++at) trace_digits[at].insert(trace_id[at]);
+    for (std::size_t at = 0; at < 16; ++at) span_digits[at].insert(span_id[at]);
+  }
+  for (std::size_t at = 0; at < 32; ++at)
+    EXPECT_EQ(trace_digits[at].size(), 16U) << "trace id position " << at;
+  for (std::size_t at = 0; at < 16; ++at)
+    EXPECT_EQ(span_digits[at].size(), 16U) << "span id position " << at;
 }
 
 TEST(TraceContextTest, NewContextFormatsToAParsableHeader) {
