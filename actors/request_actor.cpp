@@ -205,8 +205,11 @@ void request_state::start_attempt(const command& c) {
   req.method = "POST";
   req.target = up.url.path_prefix + spec.path;
   // The caller's bytes as they are when the deployment serves the model under the same name.
-  req.body =
-      dep.upstream_model == spec.model ? spec.body : rewrite_model(spec.body, dep.upstream_model);
+  if (dep.upstream_model == spec.model) {
+    req.body = spec.body;  // shared, not copied
+  } else {
+    req.body = rewrite_model(spec.body, dep.upstream_model);
+  }
   req.close_at = c.close_at;
   req.headers.reserve(8);  // the most pushed below: one allocation instead of four
   req.headers.push_back({"content-type", "application/json"});

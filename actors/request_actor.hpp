@@ -19,7 +19,7 @@ struct request_spec {
   surface where = surface::chat;  // the API `path` serves
   std::string model;              // public name
   bool stream = false;
-  std::string body;  // as received
+  net::shared_body body;  // as received; every attempt sends it from this one buffer
   std::int64_t key = -1;
   priority queue_class = priority::normal;  // X-Priority, capped at the key's max_priority
   std::optional<std::chrono::milliseconds> deadline;  // effective; nullopt = unbounded

@@ -16,6 +16,8 @@
 # (callgrind simulates a 32 KiB L1 and a 1 MiB last level — this host's L2 per core — and the data
 # misses per request are printed too: what a request keeps that is no longer in the cache when it is
 # touched again, which grows with PARALLEL where the instruction count does not).
+# PROMPT_BYTES=n pads the message to n bytes (a long prompt, as agents send): what a request's
+# body costs on its way through.
 # STREAM=1 asks for a streamed answer ("stream": true): with MODEL=mock-stream-stamped-<n>x1, two
 # counts with different n give the instructions per relayed event.
 # bench/callgrind.sh --floor [N=2000] counts the same for tether-actor-floor instead: the actor
@@ -86,10 +88,13 @@ measure() {
     for _ in $(seq "$((count / parallel))"); do urls+=("http://127.0.0.1:$port/v1/chat/completions"); done
     local extra=()
     if [ -n "${DEADLINE_MS:-}" ]; then extra=(-H "x-request-deadline-ms: $DEADLINE_MS"); fi
+    local content=hello
+    if [ -n "${PROMPT_BYTES:-}" ]; then content="$(head -c "$PROMPT_BYTES" /dev/zero | tr '\0' a)"; fi
+    printf '%s' '{"model":"'"${MODEL:-mock}"'","stream":'"$stream"',"messages":[{"role":"user","content":"'"$content"'"}]}' \
+      >"$work/body.json"
     local curls=()
     for _ in $(seq "$parallel"); do
-      curl -s -H 'content-type: application/json' "${extra[@]}" \
-        -d '{"model":"'"${MODEL:-mock}"'","stream":'"$stream"',"messages":[{"role":"user","content":"hello"}]}' \
+      curl -s -H 'content-type: application/json' "${extra[@]}" --data-binary @"$work/body.json" \
         "${urls[@]}" >/dev/null &
       curls+=($!)
     done

@@ -12,6 +12,7 @@
 
 #include "net/http_types.hpp"
 #include "net/io_group.hpp"
+#include "net/shared_body.hpp"
 
 namespace tether::net {
 
@@ -30,7 +31,7 @@ struct upstream_request {
   std::string method = "POST";
   std::string target;   // path with the upstream's prefix, e.g. "/v1/chat/completions"
   header_list headers;  // added as given (authorization, x-request-id, traceparent, ...)
-  std::string body;     // sent with Content-Length
+  shared_body body;     // sent with Content-Length, from the request's own buffer
   // The exchange is cancelled at this moment, as by upstream_exchange::cancel(), on the socket's
   // own thread: the request's deadline, carried out where the socket is, so that the close does
   // not wait for the actors (at the deadline of many requests at once they are busy answering).

@@ -99,7 +99,8 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
               : pooled ? pooled->executor()
                        : connection_executor(origin_->io)),
       events_(std::move(events)),
-      wire_(upstream_wire(request, origin_->host_header)),
+      head_(upstream_head(request, origin_->host_header)),
+      body_(request.body),
       head_request_(request.method == "HEAD"),
       close_at_(request.close_at),
       connection_(std::move(pooled)) {}
@@ -306,20 +307,28 @@ void upstream_session::do_write() {
   // the socket's buffer), without an asynchronous operation and its completion through the io
   // queue; only what the socket cannot take now is written asynchronously.
   std::size_t written = 0;
+  const std::size_t total = head_.size() + body_.size();
   if (!connection_->tls()) {
     error_code ec;
     auto& socket = connection_->tcp().socket();
-    while (written < wire_.size()) {
-      const auto n = socket.write_some(asio::buffer(wire_) + written, ec);
+    while (written < total) {
+      const auto n = socket.write_some(unsent(written), ec);
       if (ec) break;
       written += n;
     }
-    if (written == wire_.size()) return do_read_head();
+    if (written == total) return do_read_head();
     if (ec != asio::error::would_block && ec != asio::error::try_again) return on_write(ec, 0);
   }
   connection_->visit([this, written](auto& stream) {
-    asio::async_write(stream, asio::buffer(wire_) + written, tracked(&upstream_session::on_write));
+    asio::async_write(stream, unsent(written), tracked(&upstream_session::on_write));
   });
+}
+
+// What is left to write after `written` bytes: the rest of the head, then the body.
+std::array<asio::const_buffer, 2> upstream_session::unsent(std::size_t written) const {
+  const auto body = asio::buffer(body_.view().data(), body_.size());
+  if (written < head_.size()) return {asio::buffer(head_) + written, body};
+  return {body + (written - head_.size()), asio::const_buffer{}};
 }
 
 void upstream_session::on_write(const error_code& ec, std::size_t) {

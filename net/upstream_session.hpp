@@ -82,6 +82,7 @@ class upstream_session : public upstream_exchange,
   void on_handshake(const error_code& ec);
   void on_connected();
   void do_write();
+  std::array<boost::asio::const_buffer, 2> unsent(std::size_t written) const;
   void on_write(const error_code& ec, std::size_t bytes);
   void do_read_head();
   void read_head_plain();
@@ -101,7 +102,8 @@ class upstream_session : public upstream_exchange,
   const std::shared_ptr<upstream_origin> origin_;
   upstream_executor strand_;
   std::shared_ptr<upstream_events> events_;  // released after on_closed (breaks cycles)
-  const std::string wire_;                   // the request's bytes
+  const std::string head_;                   // the request's head
+  const shared_body body_;                   // and its body, the request's own buffer
   const bool head_request_;                  // its response has no body, whatever its head says
   const std::optional<std::chrono::steady_clock::time_point> close_at_;
   std::shared_ptr<timer> close_timer_;  // armed by do_start() when close_at_ is set

@@ -42,9 +42,8 @@ bool is_forwardable_header(std::string_view name, std::string_view value) {
   return !is_connection_level(name) && !has_line_break(name) && !has_line_break(value);
 }
 
-std::string upstream_wire(const upstream_request& request, std::string_view host_header) {
-  std::size_t size =
-      request.method.size() + request.target.size() + host_header.size() + request.body.size() + 96;
+std::string upstream_head(const upstream_request& request, std::string_view host_header) {
+  std::size_t size = request.method.size() + request.target.size() + host_header.size() + 96;
   for (const auto& h : request.headers) size += h.name.size() + h.value.size() + 4;
   std::string out;
   out.reserve(size);
@@ -59,7 +58,7 @@ std::string upstream_wire(const upstream_request& request, std::string_view host
     auto length = std::to_chars(digits.data(), digits.data() + digits.size(), request.body.size());
     out.append("Content-Length: ").append(digits.data(), length.ptr).append("\r\n");
   }
-  out.append("\r\n").append(request.body);
+  out.append("\r\n");
   return out;
 }
 

@@ -1,6 +1,6 @@
-// The bytes of one upstream request, head and body in one buffer, so that an exchange writes it
-// with one send. Beast's serializer did the same work through its buffer-sequence machinery,
-// the largest single cost of starting an exchange.
+// The head of one upstream request, in one buffer: the exchange writes it and the body (the
+// request's shared buffer, not a copy) with one gathered send. Beast's serializer did the same
+// work through its buffer-sequence machinery, the largest single cost of starting an exchange.
 #pragma once
 
 #include <string>
@@ -16,9 +16,10 @@ namespace tether::net {
 // inject headers of its own.
 bool is_forwardable_header(std::string_view name, std::string_view value);
 
-// HTTP/1.1 request: the caller's forwardable headers as given, then Host, Connection: keep-alive
-// and, as Beast's prepare_payload would, Content-Length when there is a body or the method
-// expects one (POST, PUT, OPTIONS).
-std::string upstream_wire(const upstream_request& request, std::string_view host_header);
+// HTTP/1.1 request head, up to and with its empty line: the caller's forwardable headers as
+// given, then Host, Connection: keep-alive and, as Beast's prepare_payload would, Content-Length
+// (of request.body) when there is a body or the method expects one (POST, PUT, OPTIONS). The body
+// follows it on the wire.
+std::string upstream_head(const upstream_request& request, std::string_view host_header);
 
 }  // namespace tether::net

@@ -35,7 +35,7 @@ TEST_F(AttemptActorTest, ATimedOutTryClosesItsSocketAndTheFallbackAnswers) {
   upstream(0).exchanges[0].close();
   run();
   ASSERT_EQ(upstream(1).exchanges.size(), 1u);
-  EXPECT_NE(upstream(1).exchanges[0].request.body.find("\"m2\""), std::string::npos);
+  EXPECT_NE(upstream(1).exchanges[0].request.body.view().find("\"m2\""), std::string::npos);
   upstream(1).exchanges[0].respond(200, R"({"from":"b"})");
   upstream(1).exchanges[0].close();
   run();

@@ -109,6 +109,36 @@ TEST_F(RequestActorTest, AfterTheBackoffTheRetryGoesOutAndItsAnswerIsTheOne) {
   EXPECT_EQ(channel_->last_body, R"({"second":true})");
 }
 
+// Model m without its fallback: the retry goes to the same deployment.
+config::gateway_config without_fallback() {
+  auto cfg = tree_kit::two_upstreams();
+  cfg.models[0].fallbacks.clear();
+  return cfg;
+}
+
+class RequestActorOneDeploymentTest : public tree_test {
+ protected:
+  RequestActorOneDeploymentTest() : tree_test(without_fallback()) {}
+};
+
+TEST_F(RequestActorOneDeploymentTest, EveryAttemptSendsTheCallersBodyFromTheRequestsOneBuffer) {
+  spawn_request("m", 10s);
+  upstream(0).exchanges[0].respond(503, R"({"error":"busy"})");
+  upstream(0).exchanges[0].close();
+  run();
+  advance(100ms);
+  ASSERT_EQ(upstream(0).exchanges.size(), 2u);
+  const auto first = upstream(0).exchanges[0].request.body.view();
+  const auto retry = upstream(0).exchanges[1].request.body.view();
+  EXPECT_EQ(first, R"({"model":"m","messages":[]})");
+  EXPECT_EQ(retry, first);
+  EXPECT_EQ(retry.data(), first.data()) << "an attempt sent a copy of the caller's body";
+  upstream(0).exchanges[1].respond(200, "{}");
+  upstream(0).exchanges[1].close();
+  run();
+  EXPECT_EQ(channel_->calls, std::vector<std::string>{"full 200"});
+}
+
 TEST_F(RequestActorTest, ADrainMidStreamEndsItWithAnErrorEventAndClosesTheUpstream) {
   auto req = spawn_request("m", 10s, true);
   auto ended = watch(req);

@@ -25,6 +25,11 @@ parsed parse(const std::string& wire) {
   return parser.release();
 }
 
+// What the session sends: the head, then the request's body from its own buffer.
+std::string wire_of(const upstream_request& r, std::string_view host) {
+  return upstream_head(r, host) + std::string(r.body.view());
+}
+
 upstream_request chat(std::string body) {
   upstream_request r;
   r.method = "POST";
@@ -38,7 +43,7 @@ upstream_request chat(std::string body) {
 
 TEST(UpstreamWireTest, AnUpstreamParsesTheSameRequest) {
   const std::string body = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
-  auto req = parse(upstream_wire(chat(body), "127.0.0.1:8000"));
+  auto req = parse(wire_of(chat(body), "127.0.0.1:8000"));
   EXPECT_EQ(req.method(), http::verb::post);
   EXPECT_EQ(req.target(), "/v1/chat/completions");
   EXPECT_EQ(req.version(), 11);
@@ -62,7 +67,7 @@ TEST(UpstreamWireTest, TheCallersFramingAndHopByHopHeadersAreNotSent) {
   r.headers.push_back({"trailer", "x"});
   r.headers.push_back({"upgrade", "h2c"});
   r.headers.push_back({"proxy-connection", "keep-alive"});
-  auto wire = upstream_wire(r, "up.example");
+  auto wire = wire_of(r, "up.example");
   auto req = parse(wire);
   EXPECT_EQ(req[http::field::host], "up.example");
   EXPECT_EQ(req[http::field::content_length], "2");
@@ -82,7 +87,7 @@ TEST(UpstreamWireTest, AHeaderThatCouldEndItsLineIsDropped) {
   r.headers.push_back({"x-evil-lf", "a\nx-injected: 2"});
   r.headers.push_back({std::string("x-nul\0", 6), "v"});
   r.headers.push_back({"x-fine", "kept"});
-  auto wire = upstream_wire(r, "up");
+  auto wire = wire_of(r, "up");
   EXPECT_EQ(wire.find("x-injected"), std::string::npos);
   EXPECT_EQ(wire.find("x-evil"), std::string::npos);
   EXPECT_EQ(wire.find('\0'), std::string::npos);
@@ -93,7 +98,7 @@ TEST(UpstreamWireTest, ContentLengthFollowsTheMethodWhenTheBodyIsEmpty) {
   upstream_request get;
   get.method = "GET";
   get.target = "/v1/models";
-  auto g = parse(upstream_wire(get, "up"));
+  auto g = parse(wire_of(get, "up"));
   EXPECT_EQ(g.method(), http::verb::get);
   EXPECT_EQ(g.count(http::field::content_length), 0u);
   EXPECT_EQ(g.count(http::field::transfer_encoding), 0u);
@@ -102,7 +107,7 @@ TEST(UpstreamWireTest, ContentLengthFollowsTheMethodWhenTheBodyIsEmpty) {
     upstream_request empty;
     empty.method = method;
     empty.target = "/v1/x";
-    auto p = parse(upstream_wire(empty, "up"));
+    auto p = parse(wire_of(empty, "up"));
     EXPECT_EQ(p[http::field::content_length], "0") << method;
   }
 
@@ -110,21 +115,30 @@ TEST(UpstreamWireTest, ContentLengthFollowsTheMethodWhenTheBodyIsEmpty) {
   del.method = "DELETE";
   del.target = "/v1/files/1";
   del.body = "x";
-  EXPECT_EQ(parse(upstream_wire(del, "up"))[http::field::content_length], "1");
+  EXPECT_EQ(parse(wire_of(del, "up"))[http::field::content_length], "1");
 }
 
 TEST(UpstreamWireTest, AMethodBeastDoesNotKnowIsSentAsGiven) {
   upstream_request r;
   r.method = "PURGE";
   r.target = "/cache";
-  auto wire = upstream_wire(r, "up");
+  auto wire = wire_of(r, "up");
   EXPECT_EQ(wire.rfind("PURGE /cache HTTP/1.1\r\n", 0), 0u);
   EXPECT_EQ(parse(wire).method_string(), "PURGE");
 }
 
+TEST(UpstreamWireTest, TheHeadEndsAtItsEmptyLineAndCarriesNoBody) {
+  const std::string body = R"({"model":"m"})";
+  const auto head = upstream_head(chat(body), "up");
+  ASSERT_GE(head.size(), 4u);
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");
+  EXPECT_EQ(head.find("\r\n\r\n"), head.size() - 4);
+  EXPECT_EQ(head.find(body), std::string::npos);
+}
+
 TEST(UpstreamWireTest, ALargeBodyIsSentWhole) {
   std::string body(1 << 20, 'x');
-  auto req = parse(upstream_wire(chat(body), "up"));
+  auto req = parse(wire_of(chat(body), "up"));
   EXPECT_EQ(req[http::field::content_length], std::to_string(body.size()));
   EXPECT_EQ(req.body().size(), body.size());
 }
