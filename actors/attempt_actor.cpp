@@ -47,12 +47,11 @@ struct attempt_state {
   void on_end();
 };
 
-// The request learns of this actor's end from its monitor; the links are for a request that
-// dies (its exit reaches the attempts) and for the connection (attempt_actor). Unlinking first
-// saves an exit_msg the receiver would only ignore: two messages per request.
+// The request learns of this actor's end through their link (its exit_msg, whatever the reason).
+// The connection is unlinked first: on a normal end it finishes its exchange, and the exit_msg
+// would only be ignored.
 void attempt_state::finish() {
-  self->unlink_from(request);
-  self->unlink_from(connection);  // a normal end: the connection finishes its exchange
+  self->unlink_from(connection);
   self->quit();
 }
 
@@ -61,7 +60,6 @@ void attempt_state::fail(attempt_end kind, std::string message) {
   done = true;
   self->send(request, attempt_failed_atom::value, static_cast<std::int32_t>(kind),
              std::move(message), committed);
-  self->unlink_from(request);
   // Not a normal exit: the linked connection actor takes it as "stop the work".
   self->quit(caf::exit_reason::user_shutdown);
 }

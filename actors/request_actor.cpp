@@ -6,8 +6,8 @@
 //
 // The tree: the gateway spawns this actor and the supervisor links to it; this actor spawns its
 // attempts linked (each spawns its connection actor linked). Cancellation travels down as an
-// exit whose reason says why (stop_reason: deadline, client gone, drain); ends travel up by
-// monitors (attempts) and by each connection's work_ended report. It lives until every
+// exit whose reason says why (stop_reason: deadline, client gone, drain); ends travel up by the
+// same links (an attempt's exit) and by each connection's work_ended report. It lives until every
 // connection has reported, so the access line says when the upstream work really ended.
 #include "actors/request_actor.hpp"
 
@@ -229,7 +229,6 @@ void request_state::start_attempt(const command& c) {
 
   auto attempt =
       self->spawn<caf::linked>(attempt_actor, rt, caf::actor_cast<caf::actor>(self), std::move(a));
-  self->monitor(attempt);
   live.push_back({std::move(attempt), c.attempt});
   attempt_record rec;
   rec.upstream = up.name;
@@ -248,6 +247,9 @@ void request_state::cancel_attempt(const command& c) {
                          [&](const live_attempt& a) { return a.index == c.attempt; });
   if (it == live.end()) return;
   trace->event("cancel_sent", at);
+  // CAF removes the link when it delivers the exit: the stopped attempt's end comes as a
+  // down_msg.
+  self->monitor(it->actor);
   if (!c.behind_answers) {
     self->send_exit(it->actor, stop_error(c.reason));
     return;
@@ -510,21 +512,25 @@ std::optional<milliseconds> request_state::caller_left() const {
 
 caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
                             std::shared_ptr<net::response_channel> channel, request_spec spec) {
-  // Owned by the behavior returned below and by the down handler (CAF clears both when the
+  // Owned by the behavior returned below and by the exit handler (CAF clears both when the
   // actor ends, and no handler runs after that); the handlers hold a plain pointer, which saves
   // the atomic reference counting of shared copies on every message.
   auto owner = std::make_shared<request_state>();
   request_state* st = owner.get();
   st->begin(self, std::move(runtime), std::move(channel), std::move(spec));
 
-  // The supervisor's exit (a drain, or its own end) reaches this actor as an exit_msg: the
-  // caller is answered and the tree goes down, and this actor lives on until its work ended.
-  // An attempt's exit_msg is ignored: its end comes as a down_msg.
-  self->set_exit_handler([st](caf::exit_msg& msg) {
-    if (msg.reason != caf::exit_reason::normal && !st->is_attempt(msg.source))
+  // An attempt's end comes through its link, whatever its reason; an attempt this actor stopped
+  // is no longer linked, and its end comes as the down_msg of the monitor the cancel set. Any
+  // other exit is the supervisor's (a drain, or its own end): the caller is answered and the
+  // tree goes down, and this actor lives on until its work ended.
+  self->set_exit_handler([st, owner](caf::exit_msg& msg) {
+    if (st->is_attempt(msg.source)) {
+      st->attempt_exited(msg.source);
+    } else if (msg.reason != caf::exit_reason::normal) {
       st->run(st->life->on_drain());
+    }
   });
-  self->set_down_handler([st, owner](caf::down_msg& msg) { st->attempt_exited(msg.source); });
+  self->set_down_handler([st](caf::down_msg& msg) { st->attempt_exited(msg.source); });
 
   // Quitting is not possible while the actor is being made; a request answered at once (a spent
   // budget) finishes on its first message.
