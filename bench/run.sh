@@ -26,7 +26,8 @@
 # REPLICAS_DEAD_PORT/REPLICAS_EJECTING_PORT (18107..18109), DEAD_UPSTREAM_PORT (18110: never
 # listened on), TOKENS_NODE_PORT/SLOTS_NODE_PORT (18111, 18112), SKIP_BUILD=1 (use the binaries
 # as built), BENCH_LOG_DIR=dir (keep the logs), TETHER_SERVER_KEYS="key = value" (added to every
-# tether node's [server] section, e.g. "sched_batch = false").
+# tether node's [server] section, e.g. "sched_batch = false"), BENCH_STAMP (the results' name;
+# default: today's date).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
@@ -64,7 +65,8 @@ if [ "$quick" = 1 ]; then
 else
   time_limit=600
   out_dir="$here/bench/results"
-  stamp="$(date -u +%Y-%m-%d)"
+  # BENCH_STAMP names a second run of the day (e.g. 2026-12-06b) instead of replacing the first.
+  stamp="${BENCH_STAMP:-$(date -u +%Y-%m-%d)}"
 fi
 mkdir -p "$out_dir"
 

@@ -59,7 +59,9 @@ class upstream_connection {
   std::array<char, 16 * 1024>& body_buffer() { return body_buffer_; }
 
   // Closes the socket at once. TLS too: a close_notify exchange would be one more round trip the
-  // caller has to wait for, and an upstream we give up on is owed nothing.
+  // caller has to wait for, and an upstream we give up on is owed nothing. The shutdown sends the
+  // FIN first, so the upstream reads an orderly end even when the zero linger of arm_reset() then
+  // ends the connection with a reset (which spares this host a TIME_WAIT entry).
   void close() {
     boost::system::error_code ignored;
     tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
@@ -71,8 +73,17 @@ class upstream_connection {
   // per cancelled request piles up on this host (thousands under a cancellation storm).
   void abort() {
     boost::system::error_code ignored;
-    tcp().socket().set_option(asio::socket_base::linger(true, 0), ignored);
+    if (!reset_armed_) tcp().socket().set_option(asio::socket_base::linger(true, 0), ignored);
     tcp().socket().close(ignored);
+  }
+
+  // Called once connected: the zero linger that makes a close a reset is set now, once per
+  // connection, so that abort() is a single close() when a deadline stops many exchanges at
+  // once.
+  void arm_reset() {
+    boost::system::error_code ec;
+    tcp().socket().set_option(asio::socket_base::linger(true, 0), ec);
+    reset_armed_ = !ec;
   }
 
   bool is_open() { return tcp().socket().is_open(); }
@@ -94,6 +105,7 @@ class upstream_connection {
  private:
   std::variant<upstream_tcp_stream, upstream_tls_stream> stream_;
   beast::flat_buffer buffer_;
+  bool reset_armed_ = false;  // the zero linger is set (arm_reset)
   // Not value-initialised: zeroing 16 KiB per connection is wasted (the parser writes before
   // anything reads).
   std::array<char, 16 * 1024> body_buffer_;

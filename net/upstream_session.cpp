@@ -244,6 +244,7 @@ void upstream_session::on_connect(const error_code& ec, const asio::ip::tcp::end
   if (ec)
     return fail(upstream_failure::connect_failed,
                 "cannot connect to " + where() + ": " + ec.message());
+  connection_->arm_reset();
   if (!connection_->tls()) return on_connected();
   do_handshake();
 }

@@ -639,6 +639,36 @@ TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {
   EXPECT_EQ(events->closed_count(), 1);
 }
 
+// The reset is set up once per connection, when it connects: an exchange cancelled on a pooled
+// connection that an earlier exchange made is reset too.
+TEST_F(UpstreamClientTest, ACancelOnAReusedConnectionIsAResetToo) {
+  std::promise<void> second_request;
+  std::promise<boost::system::error_code> ended;
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s, ok_response);
+    if (!read_request(s, b)) return;
+    second_request.set_value();
+    ended.set_value(wait_for_eof(s));
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto first = std::make_shared<recorder>();
+  auto one = client.start(simple_request(), first);
+  ASSERT_TRUE(first->wait_closed());
+  auto second = std::make_shared<recorder>();
+  auto two = client.start(simple_request(), second);
+  ASSERT_EQ(second_request.get_future().wait_for(wait_limit), std::future_status::ready);
+  two->cancel();
+  auto end = ended.get_future();
+  ASSERT_EQ(end.wait_for(wait_limit), std::future_status::ready);
+  const auto ec = end.get();
+  EXPECT_EQ(ec, asio::error::connection_reset) << ec.message();
+  ASSERT_TRUE(second->wait_closed());
+  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "closed"));
+  EXPECT_EQ(server.accepted(), 1);
+}
+
 // The request's deadline carried out by the socket: at close_at the exchange ends as a cancel
 // does (a reset, on_closed, no failure), with no call from the caller.
 TEST_F(UpstreamClientTest, CloseAtResetsTheSocketAtThatMomentAndReportsOnlyTheClose) {
