@@ -14,7 +14,7 @@ namespace {
 constexpr std::size_t max_sse_event_bytes = 1 << 20;
 
 // The attempt's state and its steps. The handlers capture a pointer to it, not copies of the
-// steps they call (request_actor.cpp's request_ops says why: the behavior was 720 bytes).
+// steps they call: a behavior that held such copies was 720 bytes.
 struct attempt_state {
   caf::event_based_actor* self = nullptr;
   net::timer_service* timer_service = nullptr;
@@ -30,8 +30,8 @@ struct attempt_state {
   std::string body;
   net::sse_framer framer{max_sse_event_bytes};
   std::optional<idle_watch> idle;  // with a stream idle timeout
-  // The per-try and stream idle timers; pending ones are cancelled when the state goes with the
-  // behavior (an attach_functor would cost allocations and the actor's mutex per attempt).
+  // The per-try and stream idle timers; pending ones are cancelled when the state goes, in the
+  // actor's on_exit (an attach_functor would cost allocations and the actor's mutex per attempt).
   std::optional<actor_timers> timers;
   caf::actor request;
   caf::actor connection;
@@ -171,50 +171,62 @@ attempt_end failure_kind(std::int32_t net_kind) {
   }
 }
 
+// The state lives in the actor object and goes in its on_exit (caf::stateful_actor): one
+// allocation for both, and none for the arguments (a function-based actor carries them in a heap
+// tuple to its first run). The handlers hold a plain pointer to it.
+class attempt_actor final : public caf::stateful_actor<attempt_state> {
+ public:
+  attempt_actor(caf::actor_config& cfg, runtime_ptr rt, caf::actor request, attempt_spec spec)
+      : caf::stateful_actor<attempt_state>(cfg), rt_(std::move(rt)), spec_(std::move(spec)) {
+    state.self = this;
+    state.timer_service = rt_->timers.get();
+    state.idle_timeout = spec_.idle_timeout;
+    state.attempt_timeout = spec_.timeout;
+    state.stream_requested = spec_.stream;
+    state.request = std::move(request);
+  }
+
+  caf::behavior make_behavior() override {
+    attempt_state* st = &state;
+    // The request counted this connection when it started the attempt: it waits for its
+    // work_ended whatever happens next.
+    spec_.connection.tell_grant = spec_.timeout.count() > 0;
+    st->connection =
+        spawn_connection(this, std::move(rt_), st->request, std::move(spec_.connection));
+    return {
+        [st](up_head_atom, int status, net::header_list& headers) { st->on_head(status, headers); },
+        [st](up_body_atom, std::string& bytes) { st->on_body(bytes); },
+        [st](up_end_atom) { st->on_end(); },
+        // A response that was not an event stream, held by net/'s relay until it was complete:
+        // one message instead of head, body and end (connection_actor.cpp).
+        [st](up_whole_atom, int status, net::header_list& headers, std::string& body) {
+          st->on_head(status, headers);
+          if (!body.empty()) st->on_body(body);
+          st->on_end();
+        },
+        [st](up_fail_atom, std::int32_t kind, std::string& message) {
+          st->fail(failure_kind(kind), std::move(message));
+        },
+        [st](granted_atom) { st->arm_attempt_timer(); },
+        [st](attempt_timeout_atom) {
+          if (st->committed) return;
+          st->fail(attempt_end::timeout, "attempt timed out");
+        },
+        [st](idle_timeout_atom) { st->on_idle_timer(); },
+    };
+  }
+
+ private:
+  // Until the first run, which spawns the connection with them.
+  runtime_ptr rt_;
+  attempt_spec spec_;
+};
+
 }  // namespace
 
-caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor request,
-                            attempt_spec spec) {
-  // Owned by the behavior returned below; the handlers hold a plain pointer (request_actor.cpp
-  // says why).
-  auto owner = std::make_shared<attempt_state>();
-  attempt_state* st = owner.get();
-  st->self = self;
-  st->timer_service = rt->timers.get();
-  st->idle_timeout = spec.idle_timeout;
-  st->attempt_timeout = spec.timeout;
-  st->stream_requested = spec.stream;
-  st->request = std::move(request);
-
-  // The request counted this connection when it started the attempt: it waits for its
-  // work_ended whatever happens next.
-  spec.connection.tell_grant = spec.timeout.count() > 0;
-  st->connection = self->spawn<caf::linked>(connection_actor, rt, caf::actor_cast<caf::actor>(self),
-                                            st->request, std::move(spec.connection));
-
-  return {
-      [owner](up_head_atom, int status, net::header_list& headers) {
-        owner->on_head(status, headers);
-      },
-      [st](up_body_atom, std::string& bytes) { st->on_body(bytes); },
-      [st](up_end_atom) { st->on_end(); },
-      // A response that was not an event stream, held by net/'s relay until it was complete:
-      // one message instead of head, body and end (connection_actor.cpp).
-      [st](up_whole_atom, int status, net::header_list& headers, std::string& body) {
-        st->on_head(status, headers);
-        if (!body.empty()) st->on_body(body);
-        st->on_end();
-      },
-      [st](up_fail_atom, std::int32_t kind, std::string& message) {
-        st->fail(failure_kind(kind), std::move(message));
-      },
-      [st](granted_atom) { st->arm_attempt_timer(); },
-      [st](attempt_timeout_atom) {
-        if (st->committed) return;
-        st->fail(attempt_end::timeout, "attempt timed out");
-      },
-      [st](idle_timeout_atom) { st->on_idle_timer(); },
-  };
+caf::actor spawn_attempt(caf::event_based_actor* request, runtime_ptr rt, attempt_spec spec) {
+  return request->spawn<attempt_actor, caf::linked>(
+      std::move(rt), caf::actor_cast<caf::actor>(request), std::move(spec));
 }
 
 }  // namespace tether

@@ -26,7 +26,7 @@ struct attempt_spec {
 //   (attempt_event_atom, string)                   one whole SSE event
 //   (attempt_end_atom)                             the stream ended cleanly
 //   (attempt_failed_atom, int32 attempt_end, string message, bool committed)
-caf::behavior attempt_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor request,
-                            attempt_spec spec);
+// Spawns the attempt actor linked to `request`, which receives the messages above.
+caf::actor spawn_attempt(caf::event_based_actor* request, runtime_ptr rt, attempt_spec spec);
 
 }  // namespace tether

@@ -38,11 +38,12 @@ struct connection_spec {
   caf::actor budget;
 };
 
-// `attempt` receives up_* messages (straight from net/) and (granted_atom); `request`
-// receives (work_ended_atom, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns) as
-// this actor exits, however it ends: the request counts its connections down by it, and an
-// attempt whose connection never held a slot never reached the upstream.
-caf::behavior connection_actor(caf::event_based_actor* self, runtime_ptr rt, caf::actor attempt,
-                               caf::actor request, connection_spec spec);
+// Spawns the connection actor linked to `attempt`, which receives up_* messages (straight from
+// net/) and (granted_atom); `request` receives (work_ended_atom, upstream, attempt_index,
+// closed_ns, held_slot, queue_wait_ns) as the connection actor exits, however it ends: the
+// request counts its connections down by it, and an attempt whose connection never held a slot
+// never reached the upstream.
+caf::actor spawn_connection(caf::event_based_actor* attempt, runtime_ptr rt, caf::actor request,
+                            connection_spec spec);
 
 }  // namespace tether

@@ -365,7 +365,7 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
     if (const auto* v = net::find_header(req.headers, "anthropic-beta")) spec.anthropic_beta = *v;
   }
   if (member < here->budget_shards.size()) spec.budget = here->budget_shards[member];
-  auto actor = system_.spawn(request_actor, here, std::move(channel), std::move(spec));
+  auto actor = spawn_request(system_, here, std::move(channel), std::move(spec));
   if (member < here->supervisors.size()) adopt_request(here->supervisors[member], actor);
   return std::make_shared<request_observer>(std::move(actor));
 }

@@ -78,7 +78,7 @@ struct request_state {
   };
   boost::container::small_vector<attempt_slot, 2> attempt_work;
   std::optional<request_trace> trace;  // inline: one allocation fewer per request
-  // Pending timers are cancelled when the state goes with the actor's behavior.
+  // Pending timers are cancelled when the state goes, in the actor's on_exit.
   std::optional<actor_timers> timers;
   // Responses API: whether the id of the response relayed has been learned for
   // previous_response_id follow-ups.
@@ -227,8 +227,7 @@ void request_state::start_attempt(const command& c) {
   req.headers.push_back({"traceparent", trace->begin_attempt(c.attempt, up.name, up.url.host,
                                                              up.url.port, url, started_ns)});
 
-  auto attempt =
-      self->spawn<caf::linked>(attempt_actor, rt, caf::actor_cast<caf::actor>(self), std::move(a));
+  auto attempt = spawn_attempt(self, rt, std::move(a));
   live.push_back({std::move(attempt), c.attempt});
   attempt_record rec;
   rec.upstream = up.name;
@@ -508,73 +507,84 @@ std::optional<milliseconds> request_state::caller_left() const {
   return std::max(milliseconds{0}, *spec.caller_deadline - spent);
 }
 
+// The state lives in the actor object and goes in its on_exit (caf::stateful_actor): one
+// allocation for both, and none for the arguments (a function-based actor carries them in a heap
+// tuple to its first run). The handlers hold a plain pointer to it, which saves the atomic
+// reference counting of shared copies on every message; no handler runs after on_exit.
+class request_actor final : public caf::stateful_actor<request_state> {
+ public:
+  request_actor(caf::actor_config& cfg, runtime_ptr rt,
+                std::shared_ptr<net::response_channel> channel, request_spec spec)
+      : caf::stateful_actor<request_state>(cfg) {
+    state.begin(this, std::move(rt), std::move(channel), std::move(spec));
+  }
+
+  caf::behavior make_behavior() override {
+    request_state* st = &state;
+    // An attempt's end comes through its link, whatever its reason; an attempt this actor
+    // stopped is no longer linked, and its end comes as the down_msg of the monitor the cancel
+    // set. Any other exit is the supervisor's (a drain, or its own end): the caller is answered
+    // and the tree goes down, and this actor lives on until its work ended.
+    set_exit_handler([st](caf::exit_msg& msg) {
+      if (st->is_attempt(msg.source)) {
+        st->attempt_exited(msg.source);
+      } else if (msg.reason != caf::exit_reason::normal) {
+        st->run(st->life->on_drain());
+      }
+    });
+    set_down_handler([st](caf::down_msg& msg) { st->attempt_exited(msg.source); });
+
+    // Quitting is not possible while the actor is being made; a request answered at once (a
+    // spent budget) finishes on its first message.
+    if (st->start()) send(this, finish_atom::value);
+
+    return {
+        [st](attempt_result_atom, int status, net::header_list& headers, std::string& body) {
+          held_response held{status, &headers, &body};
+          st->run(st->life->on_response(status,
+                                        parse_retry_after(net::find_header(headers, "retry-after")),
+                                        std::chrono::steady_clock::now()),
+                  &held);
+        },
+        [st](attempt_head_atom, int status, net::header_list& headers) {
+          held_response held{status, &headers, nullptr};
+          st->run(st->life->on_stream_head(status), &held);
+        },
+        [st](attempt_event_atom, std::string& event) {
+          if (!st->life->relays_events()) return;
+          // The stream's first events carry the response object and its id.
+          if (st->spec.where == surface::responses && !st->response_id_learned)
+            st->learn_response_id(response_id_of_event(event));
+          st->note_usage(event);  // one scan for "usage", none more without it
+          st->channel->send_chunk(std::move(event));
+        },
+        [st](attempt_end_atom) { st->run(st->life->on_stream_end()); },
+        [st](attempt_failed_atom, std::int32_t kind, std::string& message, bool committed) {
+          st->run(st->life->on_attempt_failed(static_cast<attempt_end>(kind), message, committed,
+                                              std::chrono::steady_clock::now()));
+        },
+        [st](backoff_atom, std::uint64_t generation) {
+          st->run(st->life->on_backoff_due(generation, std::chrono::steady_clock::now()));
+        },
+        [st](deadline_atom) {
+          st->trace->event("deadline_exceeded", now_ns());
+          st->run(st->life->on_deadline());
+        },
+        [st](client_gone_atom, std::int64_t left_ns) { st->caller_gone(left_ns); },
+        [st](work_ended_atom, std::uint64_t upstream, std::uint32_t attempt_index,
+             std::int64_t closed_ns, bool held_slot, std::int64_t queue_wait_ns) {
+          st->work_ended(upstream, attempt_index, closed_ns, held_slot, queue_wait_ns);
+        },
+        [st](finish_atom) { st->finish(); },
+    };
+  }
+};
+
 }  // namespace
 
-caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr runtime,
-                            std::shared_ptr<net::response_channel> channel, request_spec spec) {
-  // Owned by the behavior returned below and by the exit handler (CAF clears both when the
-  // actor ends, and no handler runs after that); the handlers hold a plain pointer, which saves
-  // the atomic reference counting of shared copies on every message.
-  auto owner = std::make_shared<request_state>();
-  request_state* st = owner.get();
-  st->begin(self, std::move(runtime), std::move(channel), std::move(spec));
-
-  // An attempt's end comes through its link, whatever its reason; an attempt this actor stopped
-  // is no longer linked, and its end comes as the down_msg of the monitor the cancel set. Any
-  // other exit is the supervisor's (a drain, or its own end): the caller is answered and the
-  // tree goes down, and this actor lives on until its work ended.
-  self->set_exit_handler([st, owner](caf::exit_msg& msg) {
-    if (st->is_attempt(msg.source)) {
-      st->attempt_exited(msg.source);
-    } else if (msg.reason != caf::exit_reason::normal) {
-      st->run(st->life->on_drain());
-    }
-  });
-  self->set_down_handler([st](caf::down_msg& msg) { st->attempt_exited(msg.source); });
-
-  // Quitting is not possible while the actor is being made; a request answered at once (a spent
-  // budget) finishes on its first message.
-  if (st->start()) self->send(self, finish_atom::value);
-
-  return {
-      [st](attempt_result_atom, int status, net::header_list& headers, std::string& body) {
-        held_response held{status, &headers, &body};
-        st->run(st->life->on_response(status,
-                                      parse_retry_after(net::find_header(headers, "retry-after")),
-                                      std::chrono::steady_clock::now()),
-                &held);
-      },
-      [st](attempt_head_atom, int status, net::header_list& headers) {
-        held_response held{status, &headers, nullptr};
-        st->run(st->life->on_stream_head(status), &held);
-      },
-      [st](attempt_event_atom, std::string& event) {
-        if (!st->life->relays_events()) return;
-        // The stream's first events carry the response object and its id.
-        if (st->spec.where == surface::responses && !st->response_id_learned)
-          st->learn_response_id(response_id_of_event(event));
-        st->note_usage(event);  // one scan for "usage", none more without it
-        st->channel->send_chunk(std::move(event));
-      },
-      [st](attempt_end_atom) { st->run(st->life->on_stream_end()); },
-      [st](attempt_failed_atom, std::int32_t kind, std::string& message, bool committed) {
-        st->run(st->life->on_attempt_failed(static_cast<attempt_end>(kind), message, committed,
-                                            std::chrono::steady_clock::now()));
-      },
-      [st](backoff_atom, std::uint64_t generation) {
-        st->run(st->life->on_backoff_due(generation, std::chrono::steady_clock::now()));
-      },
-      [st](deadline_atom) {
-        st->trace->event("deadline_exceeded", now_ns());
-        st->run(st->life->on_deadline());
-      },
-      [st](client_gone_atom, std::int64_t left_ns) { st->caller_gone(left_ns); },
-      [st](work_ended_atom, std::uint64_t upstream, std::uint32_t attempt_index,
-           std::int64_t closed_ns, bool held_slot, std::int64_t queue_wait_ns) {
-        st->work_ended(upstream, attempt_index, closed_ns, held_slot, queue_wait_ns);
-      },
-      [st](finish_atom) { st->finish(); },
-  };
+caf::actor spawn_request(caf::actor_system& system, runtime_ptr rt,
+                         std::shared_ptr<net::response_channel> channel, request_spec spec) {
+  return system.spawn<request_actor>(std::move(rt), std::move(channel), std::move(spec));
 }
 
 }  // namespace tether

@@ -46,7 +46,8 @@ struct request_spec {
   caf::actor budget;
 };
 
-caf::behavior request_actor(caf::event_based_actor* self, runtime_ptr rt,
-                            std::shared_ptr<net::response_channel> channel, request_spec spec);
+// Spawns the request actor (unlinked: the caller links it under its supervisor).
+caf::actor spawn_request(caf::actor_system& system, runtime_ptr rt,
+                         std::shared_ptr<net::response_channel> channel, request_spec spec);
 
 }  // namespace tether

@@ -45,26 +45,47 @@ caf::behavior budget(caf::event_based_actor* self, int /*unused: CAF 0.17 spawns
   };
 }
 
-caf::behavior connection(caf::event_based_actor* self, caf::actor attempt, caf::actor slots) {
-  self->send(slots, acquire_atom::value, caf::actor_cast<caf::actor>(self));
-  return {
-      [self, attempt](grant_atom) { self->send(attempt, response_atom::value); },
-  };
-}
+// Class-based, as tether's are: an actor's state in its object, its arguments in no heap tuple.
+class connection final : public caf::event_based_actor {
+ public:
+  connection(caf::actor_config& cfg, caf::actor attempt, caf::actor slots)
+      : caf::event_based_actor(cfg), attempt_(std::move(attempt)), slots_(std::move(slots)) {}
+  caf::behavior make_behavior() override {
+    send(slots_, acquire_atom::value, caf::actor_cast<caf::actor>(this));
+    return {[this](grant_atom) { send(attempt_, response_atom::value); }};
+  }
 
-caf::behavior attempt(caf::event_based_actor* self, caf::actor request, caf::actor slots) {
-  self->spawn<caf::linked>(connection, caf::actor_cast<caf::actor>(self), std::move(slots));
-  return {
-      [self, request](response_atom) { self->send(request, response_atom::value); },
-  };
-}
+ private:
+  caf::actor attempt_;
+  caf::actor slots_;
+};
 
-caf::behavior request(caf::event_based_actor* self, caf::actor slots) {
-  self->spawn<caf::linked>(attempt, caf::actor_cast<caf::actor>(self), std::move(slots));
-  return {
-      [self](response_atom) { self->quit(caf::exit_reason::user_shutdown); },
-  };
-}
+class attempt final : public caf::event_based_actor {
+ public:
+  attempt(caf::actor_config& cfg, caf::actor request, caf::actor slots)
+      : caf::event_based_actor(cfg), request_(std::move(request)), slots_(std::move(slots)) {}
+  caf::behavior make_behavior() override {
+    spawn<connection, caf::linked>(caf::actor_cast<caf::actor>(this), std::move(slots_));
+    return {[this](response_atom) { send(request_, response_atom::value); }};
+  }
+
+ private:
+  caf::actor request_;
+  caf::actor slots_;
+};
+
+class request final : public caf::event_based_actor {
+ public:
+  request(caf::actor_config& cfg, caf::actor slots)
+      : caf::event_based_actor(cfg), slots_(std::move(slots)) {}
+  caf::behavior make_behavior() override {
+    spawn<attempt, caf::linked>(caf::actor_cast<caf::actor>(this), std::move(slots_));
+    return {[this](response_atom) { quit(caf::exit_reason::user_shutdown); }};
+  }
+
+ private:
+  caf::actor slots_;
+};
 
 caf::behavior supervisor(caf::event_based_actor* self, caf::actor slots, long count,
                          std::promise<void>* done) {
@@ -79,7 +100,7 @@ caf::behavior supervisor(caf::event_based_actor* self, caf::actor slots, long co
   });
   if (count > 0) self->send(self, next_atom::value);
   return {
-      [self, slots](next_atom) { self->monitor(self->spawn(request, slots)); },
+      [self, slots](next_atom) { self->monitor(self->spawn<request>(slots)); },
   };
 }
 

@@ -21,14 +21,15 @@ struct heard {
     std::uint32_t attempt_index = 0;
   };
   std::vector<work_end> request;
+  std::vector<caf::actor> connections;  // as spawned, by the stand-ins
 };
 
 // The attempt's stand-in: it spawns its connection linked, as the real one does, notes what
 // net/ and the connection tell it, and goes down when told, with the reason given.
 caf::behavior fake_attempt(caf::event_based_actor* self, std::shared_ptr<heard> log, runtime_ptr rt,
                            caf::actor request, connection_spec spec) {
-  self->spawn<caf::linked>(connection_actor, std::move(rt), caf::actor_cast<caf::actor>(self),
-                           std::move(request), std::move(spec));
+  log->connections.push_back(
+      spawn_connection(self, std::move(rt), std::move(request), std::move(spec)));
   return {
       [log](up_fail_atom, std::int32_t kind, const std::string&) {
         log->attempt.push_back("fail " + std::to_string(kind));
@@ -139,6 +140,20 @@ TEST_F(ConnectionActorTest, ACompleteResponseGoesToTheAttemptAndTheCloseEndsTheW
   run();
   EXPECT_EQ(log_->request.size(), 1u);
   EXPECT_FALSE(upstream(0).exchanges.at(0).ex->cancelled) << "a complete exchange was cut";
+}
+
+// A kill is not an exit the actor can handle: the socket is closed on the way out all the same
+// (a socket left open would be work nobody counts), and the request still hears of the end.
+TEST_F(ConnectionActorTest, AConnectionKilledOutrightStillClosesItsSocketAndReportsTheEnd) {
+  connect(0);
+  auto& ex = upstream(0).exchanges.at(0);
+  ASSERT_EQ(log_->connections.size(), 1u);
+  caf::anon_send_exit(log_->connections[0], caf::exit_reason::kill);
+  run();
+  EXPECT_TRUE(ex.ex->cancelled) << "the killed connection left its socket open";
+  ASSERT_EQ(log_->request.size(), 1u);
+  EXPECT_TRUE(log_->request[0].held_slot);
+  EXPECT_EQ(slots_held(), 0u);
 }
 
 // At the drain's end the budget refuses its waiters: the attempt is told the gateway is shutting

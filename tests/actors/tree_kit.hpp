@@ -177,7 +177,7 @@ class tree_test : public ::testing::Test {
     spec.body = R"({"model":")" + model + R"(","messages":[]})";
     spec.deadline = deadline;
     spec.arrival = std::chrono::steady_clock::now();
-    auto r = system_.spawn(request_actor, rt_, channel_, std::move(spec));
+    auto r = tether::spawn_request(system_, rt_, channel_, std::move(spec));
     requests_.push_back(r);
     run();
     return r;
