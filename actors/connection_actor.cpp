@@ -42,8 +42,8 @@ class connection_actor final : public caf::event_based_actor {
   }
 
   // Every end passes here first (CAF calls it on a quit and on an unreachable actor's
-  // destruction): a socket still open is closed, and the handles that would keep this actor,
-  // its attempt and the exchange's events alive in a cycle are dropped.
+  // destruction): a socket still open is closed, and the handles this actor holds go now, not
+  // when the last handle on it does (the exchange's events hold one until net's last call).
   void on_exit() override {
     if (exchange_ && !closed_) exchange_->cancel();
     exchange_.reset();
