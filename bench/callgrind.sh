@@ -18,6 +18,9 @@
 # touched again, which grows with PARALLEL where the instruction count does not).
 # PROMPT_BYTES=n pads the message to n bytes (a long prompt, as agents send): what a request's
 # body costs on its way through.
+# DHAT=1 runs valgrind's DHAT instead of callgrind and prints the heap allocations per request
+# and their bytes, counted the same way (what a request asks of malloc; its instructions are not
+# counted then).
 # STREAM=1 asks for a streamed answer ("stream": true): with MODEL=mock-stream-stamped-<n>x1, two
 # counts with different n give the instructions per relayed event.
 # bench/callgrind.sh --floor [N=2000] counts the same for tether-actor-floor instead: the actor
@@ -79,7 +82,11 @@ if [ "${CPUS:-0}" != "all" ]; then pin=(taskset -c "${CPUS:-0}"); fi
 # CACHE_SIM, then Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw).
 measure() {
   local count="$1" out="$work/callgrind.$1"
-  "${pin[@]}" valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$out" "$build/actors/tether" \
+  local tool=(--tool=callgrind "${sim[@]}" --callgrind-out-file="$out")
+  if [ "${DHAT:-0}" = 1 ]; then
+    tool=(--tool=dhat --dhat-out-file="$work/dhat.$count.json" --log-file="$work/dhat.$count.log")
+  fi
+  "${pin[@]}" valgrind "${tool[@]}" "$build/actors/tether" \
     --config "$work/tether.toml" >"$work/tether.log" 2>&1 &
   local pid=$!
   for _ in $(seq 300); do curl -sf -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.2; done
@@ -102,7 +109,13 @@ measure() {
   fi
   kill -TERM "$pid"
   wait "$pid" || true
-  sed -n 's/^totals: //p' "$out"
+  if [ "${DHAT:-0}" = 1 ]; then
+    # "==pid== Total:     16,246,123 bytes in 77,800 blocks": printed as "blocks bytes".
+    sed -n 's/^==[0-9]*== Total: *\([0-9,]*\) bytes in \([0-9,]*\) blocks.*/\2 \1/p' \
+      "$work/dhat.$count.log" | tr -d ,
+  else
+    sed -n 's/^totals: //p' "$out"
+  fi
 }
 
 if [ "$parallel" -gt 1 ]; then
@@ -113,6 +126,10 @@ fi
 read -r -a base <<<"$(measure "$base_count")"
 read -r -a busy <<<"$(measure "$n")"
 per=$((n - base_count))
+if [ "${DHAT:-0}" = 1 ]; then
+  echo "allocations per request: $(awk "BEGIN { printf \"%.1f\", (${busy[0]} - ${base[0]}) / $per }"), bytes: $(( (busy[1] - base[1]) / per )) (DHAT; N=$n over $parallel connection(s); baseline $base_count requests ${base[0]} allocations, busy ${busy[0]})"
+  exit 0
+fi
 echo "instructions per request: $(( (busy[0] - base[0]) / per )) (N=$n over $parallel connection(s); baseline $base_count requests ${base[0]}, busy ${busy[0]})"
 if [ -n "${CACHE_SIM:-}" ]; then
   # Totals: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
