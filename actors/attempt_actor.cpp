@@ -177,22 +177,24 @@ attempt_end failure_kind(std::int32_t net_kind) {
 class attempt_actor final : public caf::stateful_actor<attempt_state> {
  public:
   attempt_actor(caf::actor_config& cfg, runtime_ptr rt, caf::actor request, attempt_spec spec)
-      : caf::stateful_actor<attempt_state>(cfg), rt_(std::move(rt)), spec_(std::move(spec)) {
+      : caf::stateful_actor<attempt_state>(cfg),
+        rt_(std::move(rt)),
+        connection_(std::move(spec.connection)) {
     state.self = this;
     state.timer_service = rt_->timers.get();
-    state.idle_timeout = spec_.idle_timeout;
-    state.attempt_timeout = spec_.timeout;
-    state.stream_requested = spec_.stream;
+    state.idle_timeout = spec.idle_timeout;
+    state.attempt_timeout = spec.timeout;
+    state.stream_requested = spec.stream;
     state.request = std::move(request);
+    // The per-try clock starts at the grant, so the connection tells of it when there is one.
+    connection_.tell_grant = spec.timeout.count() > 0;
   }
 
   caf::behavior make_behavior() override {
     attempt_state* st = &state;
     // The request counted this connection when it started the attempt: it waits for its
     // work_ended whatever happens next.
-    spec_.connection.tell_grant = spec_.timeout.count() > 0;
-    st->connection =
-        spawn_connection(this, std::move(rt_), st->request, std::move(spec_.connection));
+    st->connection = spawn_connection(this, std::move(rt_), st->request, std::move(connection_));
     return {
         [st](up_head_atom, int status, net::header_list& headers) { st->on_head(status, headers); },
         [st](up_body_atom, std::string& bytes) { st->on_body(bytes); },
@@ -219,7 +221,7 @@ class attempt_actor final : public caf::stateful_actor<attempt_state> {
  private:
   // Until the first run, which spawns the connection with them.
   runtime_ptr rt_;
-  attempt_spec spec_;
+  connection_spec connection_;
 };
 
 }  // namespace
