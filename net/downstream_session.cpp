@@ -213,12 +213,12 @@ class session_channel final : public response_channel {
 
 }  // namespace
 
-downstream_session::downstream_session(tcp::socket socket, std::shared_ptr<server_context> context)
-    : strand_(socket.get_executor()),
+downstream_session::downstream_session(socket_type socket, std::shared_ptr<server_context> context)
+    : executor_(socket.get_executor()),
       stream_(std::move(socket)),
       context_(std::move(context)),
-      timer_(strand_) {
-  affinity_ = std::make_shared<const connection_affinity>(connection_affinity{strand_});
+      timer_(executor_) {
+  affinity_ = std::make_shared<const connection_affinity>(connection_affinity{executor_});
   // Chunks are SSE events: each must leave at once, not wait for the previous one's ACK.
   beast::error_code ec;
   stream_.socket().set_option(tcp::no_delay(true), ec);
@@ -241,7 +241,7 @@ bool downstream_session::start() {
     registered_ = false;
     return false;
   }
-  asio::dispatch(strand_, [self = shared_from_this()] {
+  asio::dispatch(executor_, [self = shared_from_this()] {
     self->connected_ = steady::now();
     self->connected_wall_ = std::chrono::system_clock::now();
     self->do_wait_request();
@@ -250,13 +250,13 @@ bool downstream_session::start() {
 }
 
 void downstream_session::close_if_idle() {
-  asio::post(strand_, [self = shared_from_this()] {
+  asio::post(executor_, [self = shared_from_this()] {
     if (self->phase_ == phase::waiting) self->do_close();
   });
 }
 
 void downstream_session::close_now() {
-  asio::post(strand_, [self = shared_from_this()] { self->do_close(); });
+  asio::post(executor_, [self = shared_from_this()] { self->do_close(); });
 }
 
 // --- reading a request -------------------------------------------------------------------------
@@ -636,25 +636,26 @@ void downstream_session::do_watch_read() {
   do_wait_readable();
 }
 
+// The answer's calls run at once when made on this session's io thread (an actor on it
+// answering): the bytes leave now, not behind every handler queued meanwhile, and a stream's
+// event costs no pass through the io queue. An abort, made as a channel is dropped, is posted.
 void downstream_session::post_send_full(std::uint64_t exchange, int status, header_list headers,
                                         std::string body) {
-  // At once when called on this session's executor (an actor running on the io thread): the
-  // answer leaves now, not behind every handler queued meanwhile.
   queue_call({channel_call::kind::send_full, exchange, status, std::move(headers), std::move(body)},
              true);
 }
 
 void downstream_session::post_start_stream(std::uint64_t exchange, int status,
                                            header_list headers) {
-  queue_call({channel_call::kind::start_stream, exchange, status, std::move(headers), {}});
+  queue_call({channel_call::kind::start_stream, exchange, status, std::move(headers), {}}, true);
 }
 
 void downstream_session::post_send_chunk(std::uint64_t exchange, std::string data) {
-  queue_call({channel_call::kind::chunk, exchange, 0, {}, std::move(data)});
+  queue_call({channel_call::kind::chunk, exchange, 0, {}, std::move(data)}, true);
 }
 
 void downstream_session::post_end_stream(std::uint64_t exchange) {
-  queue_call({channel_call::kind::end_stream, exchange, 0, {}, {}});
+  queue_call({channel_call::kind::end_stream, exchange, 0, {}, {}}, true);
 }
 
 void downstream_session::post_abort(std::uint64_t exchange) {
@@ -669,9 +670,9 @@ void downstream_session::queue_call(channel_call call, bool at_once) {
     calls_scheduled_ = true;
   }
   if (at_once) {
-    asio::dispatch(strand_, [self = shared_from_this()] { self->run_calls(); });
+    asio::dispatch(executor_, [self = shared_from_this()] { self->run_calls(); });
   } else {
-    asio::post(strand_, [self = shared_from_this()] { self->run_calls(); });
+    asio::post(executor_, [self = shared_from_this()] { self->run_calls(); });
   }
 }
 
@@ -824,7 +825,7 @@ void downstream_session::on_exchange_done() {
   // otherwise recurse through the synchronous write, one level per request in the buffer.
   if (buffer_.size() > 0) {
     phase_ = phase::reading;  // a wait completing meanwhile is dropped: it consumed nothing
-    asio::post(strand_, [self = shared_from_this()] { self->do_wait_request(); });
+    asio::post(executor_, [self = shared_from_this()] { self->do_wait_request(); });
     return;
   }
   do_wait_request();

@@ -6,8 +6,8 @@
 //      ▼ drain, EOF             ▼                    ▼                            ─▶ closed)
 //    closed                  exchange             closed
 //
-// Every member is touched on the socket's executor only (its strand, or the io_context's own when
-// one thread runs it); the public functions post to it.
+// Every member is touched on the socket's io thread only (io_executor.hpp); the public functions
+// post to it.
 #pragma once
 
 #include <atomic>
@@ -29,6 +29,7 @@
 
 #include "net/downstream.hpp"
 #include "net/downstream_request_parser.hpp"
+#include "net/io_executor.hpp"
 #include "net/receive_stamp.hpp"
 
 namespace tether::net {
@@ -37,7 +38,9 @@ struct server_context;
 
 class downstream_session : public std::enable_shared_from_this<downstream_session> {
  public:
-  downstream_session(boost::asio::ip::tcp::socket socket, std::shared_ptr<server_context> context);
+  using socket_type = boost::asio::basic_stream_socket<boost::asio::ip::tcp, io_executor>;
+
+  downstream_session(socket_type socket, std::shared_ptr<server_context> context);
   ~downstream_session();
   downstream_session(const downstream_session&) = delete;
   downstream_session& operator=(const downstream_session&) = delete;
@@ -133,15 +136,17 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void on_timer(boost::beast::error_code ec, std::uint64_t serial);
   void on_timer_use_due(timer_use use);
 
-  const boost::asio::any_io_executor strand_;
-  boost::beast::tcp_stream stream_;
+  const io_executor executor_;
+  boost::beast::basic_stream<boost::asio::ip::tcp, io_executor> stream_;
   std::shared_ptr<const connection_affinity> affinity_;
   std::shared_ptr<server_context> context_;
   boost::beast::flat_buffer buffer_;
   std::optional<parser_type> parser_;
   // One timer, as its uses never overlap: the request deadline while reading, a stalled write
   // during the exchange, the lingering close at the end.
-  boost::asio::steady_timer timer_;
+  boost::asio::basic_waitable_timer<
+      std::chrono::steady_clock, boost::asio::wait_traits<std::chrono::steady_clock>, io_executor>
+      timer_;
   timer_use timer_use_ = timer_use::request_deadline;
   std::chrono::steady_clock::time_point timer_due_ = std::chrono::steady_clock::time_point::max();
   bool timer_waiting_ = false;  // a wait is pending on timer_, to wake up at timer_wait_at_

@@ -4,13 +4,10 @@
 #include <future>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-
-#include "net/connection_executor.hpp"
 
 namespace tether::net {
 
@@ -32,43 +29,35 @@ struct running_scope {
 }  // namespace
 
 struct io_runtime::impl {
-  explicit impl(unsigned threads)
-      : context(static_cast<int>(threads)), guard(asio::make_work_guard(context)) {}
+  // One thread runs the context, whichever mode: io_executor.hpp relies on it.
+  impl() : context(1), guard(asio::make_work_guard(context)) {}
 
   asio::io_context context;
   // Keeps run() returning only on stop(), even while no socket is open yet.
   asio::executor_work_guard<asio::io_context::executor_type> guard;
-  std::vector<std::thread> threads;
+  std::thread thread;  // its own thread; none in lent mode
   // Lent mode: the thread in run_here(), so that join() can wait for it to leave.
   std::mutex lent_mutex;
   std::condition_variable lent_left;
   std::thread::id lent_runner;  // guarded by lent_mutex; default id: none
 };
 
-io_runtime::io_runtime(unsigned threads)
-    : impl_(std::make_unique<impl>(threads == 0 ? 1 : threads)) {
-  const unsigned n = threads == 0 ? 1 : threads;
-  if (n == 1) mark_one_thread(impl_->context);
-  impl_->threads.reserve(n);
-  for (unsigned i = 0; i < n; ++i) {
-    impl_->threads.emplace_back([this] {
-      const running_scope here{this};
-      // A handler that throws must not take the whole io thread (and every socket on it) down:
-      // the exception is dropped and the loop goes on until stop().
-      for (;;) {
-        try {
-          impl_->context.run();
-          return;
-        } catch (...) {
-        }
+io_runtime::io_runtime() : impl_(std::make_unique<impl>()) {
+  impl_->thread = std::thread([this] {
+    const running_scope here{this};
+    // A handler that throws must not take the whole io thread (and every socket on it) down:
+    // the exception is dropped and the loop goes on until stop().
+    for (;;) {
+      try {
+        impl_->context.run();
+        return;
+      } catch (...) {
       }
-    });
-  }
+    }
+  });
 }
 
-io_runtime::io_runtime(lent_thread_t) : impl_(std::make_unique<impl>(1)) {
-  mark_one_thread(impl_->context);
-}
+io_runtime::io_runtime(lent_thread_t) : impl_(std::make_unique<impl>()) {}
 
 void io_runtime::run_here() {
   {
@@ -129,13 +118,12 @@ void io_runtime::join() {
       return impl_->lent_runner == std::thread::id{} || impl_->lent_runner == self;
     });
   }
-  for (auto& thread : impl_->threads) {
-    if (thread.get_id() == std::this_thread::get_id()) {
-      // Destroyed from one of its own handlers: joining would deadlock.
-      thread.detach();
-    } else if (thread.joinable()) {
-      thread.join();
-    }
+  auto& thread = impl_->thread;
+  if (thread.get_id() == std::this_thread::get_id()) {
+    // Destroyed from one of its own handlers: joining would deadlock.
+    thread.detach();
+  } else if (thread.joinable()) {
+    thread.join();
   }
 }
 

@@ -1,5 +1,5 @@
-// The Asio io_context and its threads. Created before and destroyed after the actor_system, so
-// that no actor outlives the sockets it owns.
+// The Asio io_context and the one thread that runs it. Created before and destroyed after the
+// actor_system, so that no actor outlives the sockets it owns.
 #pragma once
 
 #include <chrono>
@@ -10,14 +10,16 @@ namespace tether::net {
 
 class io_runtime {
  public:
-  explicit io_runtime(unsigned threads = 1);
+  // One thread of its own runs the context. Never more than one: a connection's handlers run on
+  // the context's own executor, with no strand (io_executor.hpp).
+  io_runtime();
   // No thread of its own: the context runs on a thread lent to it, which calls run_here()
   // (tether's first CAF worker, so that the io work and the actors' jobs share one thread and
   // hand work to each other without waking anybody).
   struct lent_thread_t {};
   static constexpr lent_thread_t lent_thread{};
   explicit io_runtime(lent_thread_t);
-  ~io_runtime();  // stops the context and joins the threads
+  ~io_runtime();  // stops the context and joins its thread
   io_runtime(const io_runtime&) = delete;
   io_runtime& operator=(const io_runtime&) = delete;
 
@@ -36,7 +38,7 @@ class io_runtime {
   // Runs `fn` on this runtime's thread, behind the handlers already queued, and waits for it up to
   // `limit`: false when it has not run by then (it still runs later). From outside that thread.
   bool run_and_wait(std::function<void()> fn, std::chrono::milliseconds limit);
-  // stop() and wait for the threads (or the lent thread) to leave: after this no handler runs.
+  // stop() and wait for its thread (or the lent thread) to leave: after this no handler runs.
   // Idempotent.
   void join();
 

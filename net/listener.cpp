@@ -9,7 +9,6 @@
 #include <boost/beast/core/bind_handler.hpp>
 #include <boost/system/system_error.hpp>
 
-#include "net/connection_executor.hpp"
 #include "net/downstream_session.hpp"
 #include "net/receive_stamp.hpp"
 #include "net/server_context.hpp"
@@ -104,11 +103,11 @@ void listener::do_accept() {
   if (stopped_) return;
   auto& member = *static_cast<asio::io_context*>(group_.at(next_member_).native());
   next_member_ = (next_member_ + 1) % group_.size();
-  acceptor_.async_accept(connection_executor(member),
+  acceptor_.async_accept(member.get_executor(),
                          beast::bind_front_handler(&listener::on_accept, shared_from_this()));
 }
 
-void listener::on_accept(beast::error_code ec, tcp::socket socket) {
+void listener::on_accept(beast::error_code ec, downstream_session::socket_type socket) {
   if (stopped_) return;
   if (ec == asio::error::connection_aborted) {  // the peer gave up before we accepted
     do_accept();

@@ -14,6 +14,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/error.hpp>
 
+#include "net/io_executor.hpp"
 #include "net/io_group.hpp"
 
 namespace tether::net {
@@ -33,7 +34,8 @@ class listener : public std::enable_shared_from_this<listener> {
 
  private:
   void do_accept();
-  void on_accept(boost::beast::error_code ec, boost::asio::ip::tcp::socket socket);
+  void on_accept(boost::beast::error_code ec,
+                 boost::asio::basic_stream_socket<boost::asio::ip::tcp, io_executor> socket);
   void on_backoff(boost::beast::error_code ec);
   void close();
 

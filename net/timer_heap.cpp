@@ -26,7 +26,7 @@ struct node final : timer {
   steady::time_point when;
   std::uint64_t seq = 0;  // equal times fire in the order they were armed
   timer_callback fire;
-  std::optional<asio::any_io_executor> target;
+  std::optional<io_executor> target;
   std::size_t index = not_queued;    // position in the heap, guarded by the core's mutex
   std::atomic<bool> claimed{false};  // by the wake that fires it or the cancel, whichever first
 };
@@ -107,7 +107,7 @@ struct timer_heap::core : std::enable_shared_from_this<timer_heap::core> {
   }
 
   void on_wake() {
-    std::vector<std::pair<timer_callback, std::optional<asio::any_io_executor>>> due;
+    std::vector<std::pair<timer_callback, std::optional<io_executor>>> due;
     {
       std::lock_guard lock(mutex);
       armed = false;
@@ -171,7 +171,7 @@ void timer_heap::shutdown() {
 }
 
 std::shared_ptr<timer> timer_heap::start(steady::time_point when, timer_callback fire,
-                                         std::optional<asio::any_io_executor> target) {
+                                         std::optional<io_executor> target) {
   auto n = std::make_shared<node>();
   n->core = core_;
   n->when = when;

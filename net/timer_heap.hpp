@@ -8,7 +8,6 @@
 // net/-internal: it exposes Asio.
 #pragma once
 
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
@@ -17,6 +16,7 @@
 #include <memory>
 #include <optional>
 
+#include "net/io_executor.hpp"
 #include "net/timer_service.hpp"
 
 namespace tether::net {
@@ -36,7 +36,7 @@ class timer_heap final : public boost::asio::execution_context::service {
   // heap's own strand. Thread-safe. The handle cancels (thread-safe, idempotent): once cancel()
   // returns, `fire` will not start unless it already had, and what it captured is released.
   std::shared_ptr<timer> start(std::chrono::steady_clock::time_point when, timer_callback fire,
-                               std::optional<boost::asio::any_io_executor> target = std::nullopt);
+                               std::optional<io_executor> target = std::nullopt);
 
   // How many timers are armed (tests).
   std::size_t size() const;

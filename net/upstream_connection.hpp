@@ -8,7 +8,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
@@ -17,24 +16,24 @@
 #include <utility>
 #include <variant>
 
+#include "net/io_executor.hpp"
+
 namespace tether::net {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 
-// Every handler of a connection runs on the executor it was created with (a strand, or the
-// io_context's own when one thread runs it: connection_executor.hpp); an exchange that takes a
-// pooled connection adopts it, so socket and session never race.
-using upstream_executor = asio::any_io_executor;
-using upstream_tcp_stream = beast::basic_stream<asio::ip::tcp, upstream_executor>;
+// Every handler of a connection runs on its io_context's one thread (io_executor.hpp), so socket
+// and session never race, whichever exchange uses the connection.
+using upstream_tcp_stream = beast::basic_stream<asio::ip::tcp, io_executor>;
 using upstream_tls_stream = beast::ssl_stream<upstream_tcp_stream>;
 
 class upstream_connection {
  public:
-  explicit upstream_connection(upstream_executor strand)
-      : stream_(std::in_place_type<upstream_tcp_stream>, std::move(strand)) {}
-  upstream_connection(upstream_executor strand, asio::ssl::context& tls)
-      : stream_(std::in_place_type<upstream_tls_stream>, std::move(strand), tls) {}
+  explicit upstream_connection(io_executor executor)
+      : stream_(std::in_place_type<upstream_tcp_stream>, std::move(executor)) {}
+  upstream_connection(io_executor executor, asio::ssl::context& tls)
+      : stream_(std::in_place_type<upstream_tls_stream>, std::move(executor), tls) {}
 
   bool tls() const { return std::holds_alternative<upstream_tls_stream>(stream_); }
   upstream_tls_stream& tls_stream() { return std::get<upstream_tls_stream>(stream_); }
@@ -44,7 +43,7 @@ class upstream_connection {
     return std::get<upstream_tcp_stream>(stream_);
   }
 
-  upstream_executor executor() { return tcp().get_executor(); }
+  io_executor executor() { return tcp().get_executor(); }
 
   // The stream the HTTP layer reads and writes: the TLS stream or the bare TCP stream.
   template <class F>

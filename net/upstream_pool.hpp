@@ -9,6 +9,8 @@
 #include <memory>
 #include <mutex>
 
+#include <boost/asio/strand.hpp>
+
 #include "net/upstream_connection.hpp"
 
 namespace tether::net {
@@ -36,7 +38,7 @@ class upstream_pool : public std::enable_shared_from_this<upstream_pool> {
 
   const std::size_t max_idle_;
   const std::chrono::milliseconds idle_timeout_;
-  upstream_executor strand_;
+  asio::strand<asio::io_context::executor_type> strand_;
   asio::steady_timer sweep_timer_;  // touched on strand_ only
 
   mutable std::mutex mutex_;

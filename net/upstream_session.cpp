@@ -4,7 +4,6 @@
 
 #include "net/buffered_parse.hpp"
 #include "net/connection_affinity.hpp"
-#include "net/connection_executor.hpp"
 #include "net/header_text.hpp"
 #include "net/timer_heap.hpp"
 #include "net/upstream_wire.hpp"
@@ -95,9 +94,9 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
                                    std::shared_ptr<upstream_events> events,
                                    std::shared_ptr<const connection_affinity> affinity)
     : origin_(std::move(origin)),
-      strand_(affinity ? affinity->executor
-              : pooled ? pooled->executor()
-                       : connection_executor(origin_->io)),
+      executor_(affinity ? affinity->executor
+                : pooled ? pooled->executor()
+                         : origin_->io.get_executor()),
       events_(std::move(events)),
       head_(upstream_head(request, origin_->host_header)),
       body_(request.body),
@@ -108,25 +107,25 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
 template <class... Args>
 auto upstream_session::tracked(void (upstream_session::*fn)(Args...)) {
   ++pending_;
-  // Bound to this exchange's strand: a pooled socket's own executor is the strand of whoever
-  // made it.
-  return asio::bind_executor(strand_, [self = shared_from_this(), fn](Args... args) {
+  // Bound to this exchange's executor: a pooled socket's own is that of whoever made it, which
+  // may be another io thread's.
+  return asio::bind_executor(executor_, [self = shared_from_this(), fn](Args... args) {
     --self->pending_;
     (self.get()->*fn)(std::forward<Args>(args)...);
     self->report_closed_if_done();
   });
 }
 
-// At once when called on the strand (the connection actor's jobs run on the io thread): a post
+// At once when called on the io thread (the connection actor's jobs run on the io thread): a post
 // cost an io round per request (a pass through the reactor, epoll_wait, before it ran).
 void upstream_session::run() {
-  asio::dispatch(strand_, tracked(&upstream_session::do_start));
+  asio::dispatch(executor_, tracked(&upstream_session::do_start));
 }
 
 void upstream_session::cancel() {
   if (cancelled_.exchange(true)) return;
-  // At once when called on this strand (the caller's connection: its deadline, its disconnect).
-  asio::dispatch(strand_, tracked(&upstream_session::on_cancel));
+  // At once when called on this io thread (the caller's connection: its deadline, its disconnect).
+  asio::dispatch(executor_, tracked(&upstream_session::on_cancel));
 }
 
 void upstream_session::on_cancel() {
@@ -159,7 +158,7 @@ void upstream_session::do_start() {
             self->report_closed_if_done();
           }
         },
-        strand_);
+        executor_);
   }
   if (connection_) {
     connected_reported_ = true;
@@ -176,7 +175,7 @@ std::string upstream_session::where() const {
 void upstream_session::do_resolve() {
   connecting_ = true;
   resolving_ = true;
-  if (!connect_timer_) connect_timer_.emplace(strand_);
+  if (!connect_timer_) connect_timer_.emplace(executor_);
   connect_timer_->expires_after(origin_->endpoint.connect_timeout);
   connect_timer_->async_wait(tracked(&upstream_session::on_connect_deadline));
   if (origin_->literal) {
@@ -187,15 +186,15 @@ void upstream_session::do_resolve() {
     return;
   }
   // Not tracked: a cancel or the deadline ends the exchange without waiting for getaddrinfo.
-  if (!resolver_) resolver_.emplace(strand_);
+  if (!resolver_) resolver_.emplace(executor_);
   resolver_->async_resolve(
       strip_brackets(origin_->endpoint.host), origin_->service,
-      asio::bind_executor(
-          strand_, [self = shared_from_this()](
-                       const error_code& ec, const asio::ip::tcp::resolver::results_type& results) {
-            self->on_resolve(ec, results);
-            self->report_closed_if_done();
-          }));
+      asio::bind_executor(executor_, [self = shared_from_this()](
+                                         const error_code& ec,
+                                         const asio::ip::tcp::resolver::results_type& results) {
+        self->on_resolve(ec, results);
+        self->report_closed_if_done();
+      }));
 }
 
 void upstream_session::on_resolve(const error_code& ec,
@@ -212,9 +211,9 @@ void upstream_session::on_resolve(const error_code& ec,
 
 void upstream_session::make_connection() {
   if (origin_->endpoint.tls)
-    connection_ = std::make_shared<upstream_connection>(strand_, origin_->tls);
+    connection_ = std::make_shared<upstream_connection>(executor_, origin_->tls);
   else
-    connection_ = std::make_shared<upstream_connection>(strand_);
+    connection_ = std::make_shared<upstream_connection>(executor_);
 }
 
 void upstream_session::on_connect_deadline(const error_code& ec) {

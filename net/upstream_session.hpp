@@ -8,8 +8,8 @@
 //            resolve ─▶ connect ─▶ [tls] handshake ────────┘             any response byte: one
 //            more └──────── connect_timeout ─────────┘                       go on a new connection
 //
-// Every handler runs on the connection's strand. cancel() may come from any thread: it sets a
-// flag that every handler checks before it starts the next operation (a close alone would be lost
+// Every handler runs on one io thread (io_executor.hpp). cancel() may come from any thread: it sets
+// a flag that every handler checks before it starts the next operation (a close alone would be lost
 // while name resolution runs, since no socket is open then), and closes whatever is open.
 // on_closed is reported once no operation is pending and no handler will run again.
 // The request's close_at is the same cancel, timed on the io context's timer heap.
@@ -55,8 +55,8 @@ class upstream_session : public upstream_exchange,
                          public std::enable_shared_from_this<upstream_session> {
  public:
   // `pooled` is an idle connection taken from the pool, or nullptr for a new one.
-  // `affinity`: run on that caller connection's strand (else the pooled connection's, or a new
-  // one).
+  // `affinity`: run on that caller connection's executor (else the pooled connection's, or the
+  // origin's context's).
   upstream_session(std::shared_ptr<upstream_origin> origin,
                    std::shared_ptr<upstream_connection> pooled, upstream_request request,
                    std::shared_ptr<upstream_events> events,
@@ -100,7 +100,7 @@ class upstream_session : public upstream_exchange,
   std::string where() const;
 
   const std::shared_ptr<upstream_origin> origin_;
-  upstream_executor strand_;
+  io_executor executor_;
   std::shared_ptr<upstream_events> events_;  // released after on_closed (breaks cycles)
   const std::string head_;                   // the request's head
   const shared_body body_;                   // and its body, the request's own buffer

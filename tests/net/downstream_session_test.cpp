@@ -98,7 +98,7 @@ class DownstreamSessionTest : public ::testing::Test {
     ASSERT_EQ(ran.get_future().wait_for(2s), std::future_status::ready);
   }
 
-  io_runtime io_{1};
+  io_runtime io_;
   std::optional<http_server> server_;
   std::uint16_t port_ = 0;
   channel_slot slot_;

@@ -298,7 +298,7 @@ class HttpServerTest : public ::testing::Test {
 
   request_log log_;
   channel_box channels_;
-  io_runtime io_{2};
+  io_runtime io_;
   std::optional<http_server> server_;
   std::uint16_t port_ = 0;
 };
@@ -335,7 +335,7 @@ class HttpServerArrivalTest : public ::testing::Test {
   }
 
   request_log log_;
-  io_runtime io_{1};
+  io_runtime io_;
   http_server server_{io_, server_limits{}, echo_handler(log_)};
   std::uint16_t port_ = 0;
 };
@@ -401,8 +401,8 @@ TEST_F(HttpServerArrivalTest, AFreshConnectionsFirstRequestArrivesWithItsBytesNo
 // Two io threads (server.threads = 2): the connections take turns between them, and each
 // connection's requests are handled on its own thread, every time.
 TEST(HttpServerGroupTest, ConnectionsTakeTurnsBetweenTheIoThreadsAndStayOnTheirs) {
-  io_runtime first{1};
-  io_runtime second{1};
+  io_runtime first;
+  io_runtime second;
   std::mutex mutex;
   std::map<std::string, std::thread::id> thread_of;  // by X-Test: the connection's name
   std::atomic<int> moved{0};

@@ -174,7 +174,7 @@ class OtlpExporterTest : public testing::Test {
     return options;
   }
 
-  tether::net::io_runtime io_{1};  // declared first: outlives every exporter of a test
+  tether::net::io_runtime io_;  // declared first: outlives every exporter of a test
 };
 
 TEST_F(OtlpExporterTest, LiveCollectorGetsEverySpanInBoundedBatches) {

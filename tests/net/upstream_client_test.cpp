@@ -259,16 +259,16 @@ std::uint16_t unused_port() {
 
 class UpstreamClientTest : public testing::Test {
  protected:
-  tether::net::io_runtime io_{2};
+  tether::net::io_runtime io_;
 };
 
 // --- plain HTTP --------------------------------------------------------------------------------
 
-// Records, for every callback, whether it ran on the given strand.
-class strand_recorder : public recorder {
+// Records, for every callback, whether it ran on the given executor's thread.
+class executor_recorder : public recorder {
  public:
-  explicit strand_recorder(asio::strand<asio::io_context::executor_type> strand)
-      : strand_(std::move(strand)) {}
+  explicit executor_recorder(asio::io_context::executor_type executor)
+      : executor_(std::move(executor)) {}
   void on_connected(bool reused) override {
     check();
     recorder::on_connected(reused);
@@ -289,14 +289,14 @@ class strand_recorder : public recorder {
     check();
     recorder::on_closed();
   }
-  int off_strand() const { return off_strand_.load(); }
+  int off_thread() const { return off_thread_.load(); }
 
  private:
   void check() {
-    if (!strand_.running_in_this_thread()) ++off_strand_;
+    if (!executor_.running_in_this_thread()) ++off_thread_;
   }
-  asio::strand<asio::io_context::executor_type> strand_;
-  std::atomic<int> off_strand_{0};
+  asio::io_context::executor_type executor_;
+  std::atomic<int> off_thread_{0};
 };
 
 TEST_F(UpstreamClientTest, PlainRequestDeliversHeadBodyEndThenClosed) {
@@ -449,10 +449,12 @@ TEST_F(UpstreamClientTest, FiveSequentialExchangesReuseOneKeptAliveConnection) {
   EXPECT_EQ(client.idle_connections(), 1u);
 }
 
-// An exchange made for a caller connection runs on that connection's strand, on a new
-// connection and on a pooled one made under another caller's strand; a cancel issued on that
-// strand reaches the server at once.
-TEST_F(UpstreamClientTest, AnExchangeWithAffinityRunsOnItsCallersStrand) {
+// An exchange made for a caller connection runs on that connection's io thread (here another
+// than the client's), on a new connection and on a pooled one; a cancel issued on that thread
+// reaches the server at once.
+TEST_F(UpstreamClientTest, AnExchangeWithAffinityRunsOnItsCallersThread) {
+  tether::net::io_runtime callers;
+  const auto caller = static_cast<asio::io_context*>(callers.native())->get_executor();
   std::promise<void> got_third;
   std::promise<std::chrono::steady_clock::time_point> third_closed;
   script_server server([&](tcp::socket& s, int) {
@@ -467,26 +469,23 @@ TEST_F(UpstreamClientTest, AnExchangeWithAffinityRunsOnItsCallersStrand) {
     third_closed.set_value(std::chrono::steady_clock::now());
   });
   upstream_client client(io_, local_endpoint(server.port()));
-  auto& ctx = *static_cast<asio::io_context*>(io_.native());
   for (int i = 0; i < 2; ++i) {
-    auto strand = asio::make_strand(ctx);
-    auto events = std::make_shared<strand_recorder>(strand);
+    auto events = std::make_shared<executor_recorder>(caller);
     auto exchange = client.start(simple_request(), events,
                                  std::make_shared<const tether::net::connection_affinity>(
-                                     tether::net::connection_affinity{strand}));
+                                     tether::net::connection_affinity{caller}));
     ASSERT_TRUE(events->wait_closed()) << i;
     EXPECT_THAT(events->log(), ElementsAre(i == 0 ? "connected:new" : "connected:reused",
                                            "head:200", "body", "end", "closed"));
-    EXPECT_EQ(events->off_strand(), 0) << "exchange " << i;
+    EXPECT_EQ(events->off_thread(), 0) << "exchange " << i;
   }
-  auto strand = asio::make_strand(ctx);
-  auto events = std::make_shared<strand_recorder>(strand);
+  auto events = std::make_shared<executor_recorder>(caller);
   auto exchange = client.start(simple_request(), events,
                                std::make_shared<const tether::net::connection_affinity>(
-                                   tether::net::connection_affinity{strand}));
+                                   tether::net::connection_affinity{caller}));
   ASSERT_EQ(got_third.get_future().wait_for(wait_limit), std::future_status::ready);
   std::promise<std::chrono::steady_clock::time_point> cancelled;
-  asio::post(strand, [&] {
+  asio::post(caller, [&] {
     exchange->cancel();
     cancelled.set_value(std::chrono::steady_clock::now());
   });
@@ -494,7 +493,7 @@ TEST_F(UpstreamClientTest, AnExchangeWithAffinityRunsOnItsCallersStrand) {
   ASSERT_EQ(closed.wait_for(wait_limit), std::future_status::ready);
   EXPECT_LT(closed.get() - cancelled.get_future().get(), 50ms);
   ASSERT_TRUE(events->wait_closed());
-  EXPECT_EQ(events->off_strand(), 0);
+  EXPECT_EQ(events->off_thread(), 0);
 }
 
 // With two io threads, an exchange runs on its caller's thread with that thread's connections:
@@ -504,8 +503,8 @@ TEST(UpstreamClientGroupTest, EachIoThreadKeepsAndReusesItsOwnConnections) {
     beast::flat_buffer b;
     while (read_request(s, b)) send(s, ok_response);
   });
-  tether::net::io_runtime first{1};
-  tether::net::io_runtime second{1};
+  tether::net::io_runtime first;
+  tether::net::io_runtime second;
   tether::net::io_runtime* members[] = {&first, &second};
   upstream_client client(tether::net::io_group{{&first, &second}}, local_endpoint(server.port()));
   // Starts an exchange from a handler of io `i` (as a request's actor does on its io thread) and
