@@ -11,6 +11,7 @@
 #include <ctime>
 
 #include "actors/policy/json_text.hpp"
+#include "net/io_runtime.hpp"
 
 namespace tether {
 namespace {
@@ -233,6 +234,32 @@ std::string_view format_access_line_into(std::string& out, const access_record& 
 
 }  // namespace
 
+namespace {
+
+// An io thread's pending flush of stdout (each io context has one thread: io_executor.hpp).
+thread_local bool flush_posted = false;
+
+// The access lines of one round of an io thread's handlers leave in one write, by a flush posted
+// behind them: under load one system call carries several requests' lines instead of one each.
+// Off an io thread the line is flushed at once.
+void flush_soon() {
+  auto* io = net::io_runtime::current();
+  if (io == nullptr) {
+    std::fflush(stdout);
+    return;
+  }
+  if (flush_posted) return;
+  flush_posted = true;
+  io->post(
+      [](void*) {
+        flush_posted = false;
+        std::fflush(stdout);
+      },
+      nullptr);
+}
+
+}  // namespace
+
 std::string format_access_line(const access_record& r) {
   std::string out;
   out.resize(format_access_line_into(out, r).size());
@@ -245,15 +272,15 @@ void write_access_log(const access_record& r) {
     // Each thread keeps its line's buffer: no allocation per line once it has grown.
     thread_local std::string line;
     // Written to stdout as the logger's sink writes its lines (one locked write of the whole
-    // line, flushed at once), not through the logger: its pattern copied the line into a buffer
-    // of 250 bytes that an access line outgrows, so every request paid for allocations. The
-    // stream's own lock keeps this line whole between the logger's.
+    // line), not through the logger: its pattern copied the line into a buffer of 250 bytes that
+    // an access line outgrows, so every request paid for allocations. The stream's own lock
+    // keeps this line whole between the logger's.
     const std::string_view text = format_access_line_into(line, r);
     flockfile(stdout);
     fwrite_unlocked(text.data(), 1, text.size(), stdout);
     putc_unlocked('\n', stdout);
-    fflush_unlocked(stdout);
     funlockfile(stdout);
+    flush_soon();
   } else {
     auto show = [](const std::optional<double>& v) {
       return v ? fmt::format("{:.1f}", *v) : std::string{"-"};
