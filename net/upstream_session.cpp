@@ -415,11 +415,36 @@ void upstream_session::do_read_body() {
     const auto parsed = put_buffered(*parser_, connection_->buffer(), ec);
     if (ec || parsed > 0 || parser_->is_done()) return on_read_body(ec, 0);
   }
-  // One read_some per round: whatever arrived is passed on at once (SSE must not wait).
+  // One read per round: whatever arrived is passed on at once (SSE must not wait).
+  if (!connection_->tls()) return read_body_plain();
   connection_->visit([this](auto& stream) {
     http::async_read_some(stream, connection_->buffer(), *parser_,
                           tracked(&upstream_session::on_read_body));
   });
+}
+
+// Plain TCP: as read_head_plain, the socket's reads feed the parser directly instead of through
+// Beast's read_some and its stream's composed operation, a streamed event's path. Sized as
+// Beast's read_some sizes its reads.
+void upstream_session::read_body_plain() {
+  auto& buffer = connection_->buffer();
+  connection_->tcp().socket().async_read_some(buffer.prepare(beast::read_size(buffer, 65536)),
+                                              tracked(&upstream_session::on_body_bytes));
+}
+
+void upstream_session::on_body_bytes(const error_code& ec, std::size_t bytes) {
+  if (cancelled_ || !connection_) return finish();
+  error_code parsed;
+  // Beast's mapping of the connection's end mid-body: the end of a body delimited by it, else
+  // partial_message.
+  if (ec == asio::error::eof) {
+    parser_->put_eof(parsed);
+    return on_read_body(parsed, 0);
+  }
+  if (ec) return on_read_body(ec, 0);
+  connection_->buffer().commit(bytes);
+  put_buffered(*parser_, connection_->buffer(), parsed);
+  on_read_body(parsed, 0);
 }
 
 void upstream_session::on_read_body(error_code ec, std::size_t) {

@@ -89,6 +89,8 @@ class upstream_session : public upstream_exchange,
   void on_head_bytes(const error_code& ec, std::size_t bytes);
   void on_read_head(const error_code& ec, std::size_t bytes);
   void do_read_body();
+  void read_body_plain();
+  void on_body_bytes(const error_code& ec, std::size_t bytes);
   void on_read_body(error_code ec, std::size_t bytes);
   void on_cancel();
   void on_close_at();

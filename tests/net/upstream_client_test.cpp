@@ -430,6 +430,36 @@ TEST_F(UpstreamClientTest, StreamedBodyPieceArrivesBeforeTheNextIsSent) {
   EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
 }
 
+// A chunk's size line split between two reads: the half read first waits in the buffer for the
+// rest, and the body arrives whole, the connection kept for the next exchange.
+TEST_F(UpstreamClientTest, AChunkSizeLineSplitBetweenReadsIsParsedWhole) {
+  std::promise<void> first_seen;
+  std::atomic<bool> seen_before_rest{false};
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s,
+         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "b\r\ndata: one\n\n\r\n1");
+    seen_before_rest = first_seen.get_future().wait_for(wait_limit) == std::future_status::ready;
+    send(s, "0\r\ndata: sixteen!\n\n\r\n0\r\n\r\n");
+    wait_for_eof(s);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto events = std::make_shared<recorder>();
+  std::once_flag once;
+  events->on_body_hook = [&](const std::string& piece) {
+    if (piece.find("one") != std::string::npos)
+      std::call_once(once, [&] { first_seen.set_value(); });
+  };
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_TRUE(events->wait_closed());
+  EXPECT_TRUE(seen_before_rest);
+  EXPECT_EQ(events->body(), "data: one\n\ndata: sixteen!\n\n");
+  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+  EXPECT_EQ(client.idle_connections(), 1u);
+}
+
 TEST_F(UpstreamClientTest, FiveSequentialExchangesReuseOneKeptAliveConnection) {
   script_server server([&](tcp::socket& s, int) {
     beast::flat_buffer b;
