@@ -40,20 +40,24 @@ struct io_runtime::impl {
   std::mutex lent_mutex;
   std::condition_variable lent_left;
   std::thread::id lent_runner;  // guarded by lent_mutex; default id: none
+
+  // A handler that throws must not take the whole io thread (and every socket on it) down: the
+  // exception is dropped and the loop goes on until stop().
+  void run_until_stopped() {
+    for (;;) {
+      try {
+        context.run();
+        return;
+      } catch (...) {
+      }
+    }
+  }
 };
 
 io_runtime::io_runtime() : impl_(std::make_unique<impl>()) {
   impl_->thread = std::thread([this] {
     const running_scope here{this};
-    // A handler that throws must not take the whole io thread (and every socket on it) down:
-    // the exception is dropped and the loop goes on until stop().
-    for (;;) {
-      try {
-        impl_->context.run();
-        return;
-      } catch (...) {
-      }
-    }
+    impl_->run_until_stopped();
   });
 }
 
@@ -65,13 +69,7 @@ void io_runtime::run_here() {
     impl_->lent_runner = std::this_thread::get_id();
   }
   const running_scope here{this};
-  for (;;) {
-    try {
-      impl_->context.run();
-      break;
-    } catch (...) {
-    }
-  }
+  impl_->run_until_stopped();
   std::lock_guard<std::mutex> guard{impl_->lent_mutex};
   impl_->lent_runner = std::thread::id{};
   impl_->lent_left.notify_all();

@@ -251,6 +251,39 @@ script_server::script sends_then_closes(std::string bytes) {
 const std::string ok_response =
     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello";
 
+// A chunked event stream sent in two pieces, the second held back until the client has passed on
+// a body piece holding "one": the two then reach the client in separate reads.
+struct held_back_stream {
+  held_back_stream(std::string first_piece, std::string rest_piece)
+      : first(std::move(first_piece)), rest(std::move(rest_piece)) {}
+
+  std::string first;  // after the head
+  std::string rest;
+  std::promise<void> passed_on;
+  std::once_flag once;
+  std::atomic<bool> held{false};  // the rest waited until the first piece was passed on
+
+  script_server::script script() {
+    return [this](tcp::socket& s, int) {
+      beast::flat_buffer b;
+      if (!read_request(s, b)) return;
+      send(s,
+           "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+           "chunked\r\n\r\n" +
+               first);
+      held = passed_on.get_future().wait_for(wait_limit) == std::future_status::ready;
+      send(s, rest);
+      wait_for_eof(s);
+    };
+  }
+  void watch(recorder& events) {
+    events.on_body_hook = [this](const std::string& piece) {
+      if (piece.find("one") != std::string::npos)
+        std::call_once(once, [this] { passed_on.set_value(); });
+    };
+  }
+};
+
 std::uint16_t unused_port() {
   asio::io_context io;
   tcp::acceptor a(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
@@ -400,30 +433,15 @@ TEST_F(UpstreamClientTest, AHeadCutShortFailsAsResetNotMalformed) {
 }
 
 TEST_F(UpstreamClientTest, StreamedBodyPieceArrivesBeforeTheNextIsSent) {
-  std::promise<void> first_seen;
-  std::atomic<bool> seen_before_second{false};
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    send(s,
-         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-         "b\r\ndata: one\n\n\r\n");
-    // The second piece is held back until the client has passed the first one on.
-    seen_before_second = first_seen.get_future().wait_for(wait_limit) == std::future_status::ready;
-    send(s, "b\r\ndata: two\n\n\r\n0\r\n\r\n");
-    wait_for_eof(s);
-  });
+  held_back_stream stream("b\r\ndata: one\n\n\r\n", "b\r\ndata: two\n\n\r\n0\r\n\r\n");
+  script_server server(stream.script());
   upstream_client client(io_, local_endpoint(server.port()));
   auto events = std::make_shared<recorder>();
-  std::once_flag once;
-  events->on_body_hook = [&](const std::string& piece) {
-    if (piece.find("one") != std::string::npos)
-      std::call_once(once, [&] { first_seen.set_value(); });
-  };
+  stream.watch(*events);
   auto exchange = client.start(simple_request(), events);
 
   ASSERT_TRUE(events->wait_closed());
-  EXPECT_TRUE(seen_before_second);
+  EXPECT_TRUE(stream.held);
   ASSERT_FALSE(events->pieces().empty());
   EXPECT_EQ(events->pieces().front(), "data: one\n\n");
   EXPECT_EQ(events->body(), "data: one\n\ndata: two\n\n");
@@ -433,28 +451,14 @@ TEST_F(UpstreamClientTest, StreamedBodyPieceArrivesBeforeTheNextIsSent) {
 // A chunk's size line split between two reads: the half read first waits in the buffer for the
 // rest, and the body arrives whole, the connection kept for the next exchange.
 TEST_F(UpstreamClientTest, AChunkSizeLineSplitBetweenReadsIsParsedWhole) {
-  std::promise<void> first_seen;
-  std::atomic<bool> seen_before_rest{false};
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    send(s,
-         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-         "b\r\ndata: one\n\n\r\n1");
-    seen_before_rest = first_seen.get_future().wait_for(wait_limit) == std::future_status::ready;
-    send(s, "0\r\ndata: sixteen!\n\n\r\n0\r\n\r\n");
-    wait_for_eof(s);
-  });
+  held_back_stream stream("b\r\ndata: one\n\n\r\n1", "0\r\ndata: sixteen!\n\n\r\n0\r\n\r\n");
+  script_server server(stream.script());
   upstream_client client(io_, local_endpoint(server.port()));
   auto events = std::make_shared<recorder>();
-  std::once_flag once;
-  events->on_body_hook = [&](const std::string& piece) {
-    if (piece.find("one") != std::string::npos)
-      std::call_once(once, [&] { first_seen.set_value(); });
-  };
+  stream.watch(*events);
   auto exchange = client.start(simple_request(), events);
   ASSERT_TRUE(events->wait_closed());
-  EXPECT_TRUE(seen_before_rest);
+  EXPECT_TRUE(stream.held);
   EXPECT_EQ(events->body(), "data: one\n\ndata: sixteen!\n\n");
   EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
   EXPECT_EQ(client.idle_connections(), 1u);
