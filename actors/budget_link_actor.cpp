@@ -125,10 +125,15 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   // Health news (actors/budget_actor.hpp): this node's health actors subscribe here, and the link
   // subscribes to the host on their behalf each time it joins. Cut off from the host, the node
   // keeps its own view; its ejections still running when it joins (again) are reported then, so
-  // an outage, or a new host with no record, loses none of its evidence.
+  // an outage, or a new host with no record, loses none of its evidence. The link joins while
+  // the node is still starting, before its health actor subscribes: the host's news is kept
+  // here and a subscriber is told what still runs, as the host tells a joining node.
   void subscribe_locally() {
     auto who = caf::actor_cast<caf::actor>(self_->current_sender());
-    if (who && subscribers_.emplace(who.address(), who).second) self_->monitor(who);
+    if (!who || !subscribers_.emplace(who.address(), who).second) return;
+    self_->monitor(who);
+    for (const auto& n : cluster_news_.running(now_ns()))
+      self_->send(who, health_news_atom::value, n.upstream, n.reason, n.remaining_ms);
   }
 
   void report(const std::string& upstream, std::int32_t reason, std::int64_t duration_ms) {
@@ -139,6 +144,7 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   void news(const std::string& upstream, std::int32_t reason, std::int64_t remaining_ms) {
     if (!remote_ || self_->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(remote_))
       return;
+    cluster_news_.post(upstream, reason, remaining_ms, now_ns());
     for (const auto& [addr, who] : subscribers_)
       self_->send(who, health_news_atom::value, upstream, reason, remaining_ms);
   }
@@ -311,7 +317,8 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   // connection actors (alive: granted, or still queued there).
   std::unordered_map<caf::actor_addr, remote_claim> remote_claims_;
   std::unordered_map<caf::actor_addr, caf::actor> subscribers_;  // this node's health actors
-  health_bulletin own_reports_;  // this node's own ejections, told again at each join
+  health_bulletin own_reports_;   // this node's own ejections, told again at each join
+  health_bulletin cluster_news_;  // the host's news, told to a health actor subscribing late
   bool connecting_ = false;
   bool ever_joined_ = false;
   bool reported_down_ = false;
