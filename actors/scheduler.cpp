@@ -431,9 +431,13 @@ class quiet_clock final : public caf::detail::thread_safe_actor_clock {
   }
 
   void cancel_timeouts(caf::abstract_actor* self) override {
+    // Most of the time no actor has one: then no lock. An actor that set one did so before its
+    // own cleanup, which sees its count.
+    if (noted_.load(std::memory_order_acquire) == 0) return;
     {
       std::lock_guard<std::mutex> guard{mutex_};
       if (users_.erase(self) == 0) return;
+      noted_.store(users_.size(), std::memory_order_release);
     }
     super::cancel_timeouts(self);
   }
@@ -442,9 +446,11 @@ class quiet_clock final : public caf::detail::thread_safe_actor_clock {
   void note(caf::abstract_actor* self) {
     std::lock_guard<std::mutex> guard{mutex_};
     users_.insert(self);
+    noted_.store(users_.size(), std::memory_order_release);
   }
 
   std::mutex mutex_;
+  std::atomic<std::size_t> noted_{0};  // users_.size(), readable without the mutex
   // Removed in cancel_timeouts, which CAF calls before the actor is destroyed: no stale pointer.
   std::unordered_set<caf::abstract_actor*> users_;
 };
