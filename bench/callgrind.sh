@@ -16,6 +16,8 @@
 # (callgrind simulates a 32 KiB L1 and a 1 MiB last level — this host's L2 per core — and the data
 # misses per request are printed too: what a request keeps that is no longer in the cache when it is
 # touched again, which grows with PARALLEL where the instruction count does not).
+# SDK_HEADERS=1 sends the request headers the official OpenAI SDK for Node sends (18 fields in all,
+# against curl's 5): what a real caller's head costs.
 # PROMPT_BYTES=n pads the message to n bytes (a long prompt, as agents send): what a request's
 # body costs on its way through.
 # DHAT=1 runs valgrind's DHAT instead of callgrind and prints the heap allocations per request
@@ -95,6 +97,16 @@ measure() {
     for _ in $(seq "$((count / parallel))"); do urls+=("http://127.0.0.1:$port/v1/chat/completions"); done
     local extra=()
     if [ -n "${DEADLINE_MS:-}" ]; then extra=(-H "x-request-deadline-ms: $DEADLINE_MS"); fi
+    if [ "${SDK_HEADERS:-0}" = 1 ]; then
+      # What the official OpenAI SDK for Node sends besides curl's own (host, user-agent, accept,
+      # content-type, content-length): real callers' heads are three times the bench's.
+      extra+=(-H 'user-agent: OpenAI/JS 4.104.0' -H 'accept: application/json'
+        -H 'authorization: Bearer sk-proj-0123456789abcdef0123456789abcdef'
+        -H 'x-stainless-lang: js' -H 'x-stainless-package-version: 4.104.0'
+        -H 'x-stainless-os: Linux' -H 'x-stainless-arch: x64' -H 'x-stainless-runtime: node'
+        -H 'x-stainless-runtime-version: v20.19.2' -H 'x-stainless-retry-count: 0'
+        -H 'x-stainless-timeout: 600' -H 'accept-encoding: gzip, deflate' -H 'connection: keep-alive')
+    fi
     local content=hello
     if [ -n "${PROMPT_BYTES:-}" ]; then content="$(head -c "$PROMPT_BYTES" /dev/zero | tr '\0' a)"; fi
     printf '%s' '{"model":"'"${MODEL:-mock}"'","stream":'"$stream"',"messages":[{"role":"user","content":"'"$content"'"}]}' \

@@ -8,6 +8,10 @@
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/error.hpp>
 #include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "net/head_scan.hpp"
 
 namespace tether::net {
 
@@ -34,6 +38,34 @@ std::size_t put_buffered(boost::beast::http::basic_parser<is_request>& parser,
     if (!had_head && !parser.eager() && parser.is_header_done()) break;
   }
   return consumed;
+}
+
+// A parser's head, when the bytes hold all of it and the parser has seen none: read by
+// scan_head, Beast given only what it acts on (net/head_scan.hpp). Returns the head's bytes, or
+// nullopt when it is Beast's to parse as ever (part of a head, or an unusual one).
+template <class Parser>
+std::optional<std::size_t> put_scanned_head(Parser& parser, std::string_view bytes,
+                                            boost::beast::error_code& ec) {
+  if (parser.got_some()) return std::nullopt;
+  // Reused: the start line and framing fields are copied here for every head.
+  static thread_local scanned_head head;
+  if (scan_head(bytes, parser.head_limit(), Parser::is_request::value, head) != head_scan::scanned)
+    return std::nullopt;
+  parser.put_scanned(head, ec);
+  if (ec && ec == boost::beast::http::error::need_more) ec = {};
+  return head.size;
+}
+
+// As put_buffered, a whole head in the buffer read by put_scanned_head.
+template <class Parser>
+std::size_t put_head_buffered(Parser& parser, boost::beast::flat_buffer& buffer,
+                              boost::beast::error_code& ec) {
+  const std::string_view bytes{static_cast<const char*>(buffer.data().data()), buffer.size()};
+  if (const auto used = put_scanned_head(parser, bytes, ec)) {
+    buffer.consume(*used);
+    return *used;
+  }
+  return put_buffered(parser, buffer, ec);
 }
 
 }  // namespace tether::net

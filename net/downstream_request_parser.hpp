@@ -5,6 +5,7 @@
 // for downstream_session to copy them into a header_list. net/-internal: it exposes Beast.
 #pragma once
 
+#include <boost/asio/buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/error.hpp>
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "net/head_scan.hpp"
 #include "net/header_text.hpp"
 #include "net/http_types.hpp"
 
@@ -32,6 +34,28 @@ class downstream_request_parser final : public boost::beast::http::basic_parser<
   bool expects_continue() const { return expects_continue_; }  // the first Expect: 100-continue
   std::string& body() { return body_; }
 
+  // Beast's header limit, remembered for scan_head (net/buffered_parse.hpp: put_head).
+  void limit_head(std::uint32_t bytes) {
+    head_limit_ = bytes;
+    header_limit(bytes);
+  }
+  std::uint32_t head_limit() const { return head_limit_; }
+
+  // A head scan_head read whole: Beast parses its start line and framing fields, the fields are
+  // taken as read.
+  void put_scanned(scanned_head& head, boost::beast::error_code& ec) {
+    scanned_ = true;
+    put(boost::asio::const_buffer(head.for_beast.data(), head.for_beast.size()), ec);
+    scanned_ = false;
+    headers_ = std::move(head.fields);
+    for (const auto& h : headers_) {
+      if (h.name == "expect") {
+        expects_continue_ = iequals_ascii(h.value, "100-continue");
+        break;
+      }
+    }
+  }
+
  private:
   using error_code = boost::beast::error_code;
   using string_view = boost::beast::string_view;
@@ -44,8 +68,8 @@ class downstream_request_parser final : public boost::beast::http::basic_parser<
     target_.assign(target.data(), target.size());
     version_ = version;
     // One allocation for a usual request's fields, not one per doubling (curl sends 3, the
-    // OpenAI SDK ≈12).
-    headers_.reserve(16);
+    // OpenAI SDK ≈12). A scanned head brings its own.
+    if (!scanned_) headers_.reserve(16);
   }
   // Only ever called for responses.
   void on_response_impl(int, string_view, int, error_code& ec) override {
@@ -54,6 +78,7 @@ class downstream_request_parser final : public boost::beast::http::basic_parser<
   void on_field_impl(field name, string_view name_string, string_view value, error_code&) override {
     if (name == field::content_length) ++content_lengths_;
     if (name == field::transfer_encoding) ++transfer_encodings_;
+    if (scanned_) return;  // the framing fields of a scanned head: kept already
     if (name == field::expect && !expect_seen_) {
       expect_seen_ = true;
       expects_continue_ = boost::beast::iequals(value, "100-continue");
@@ -92,6 +117,8 @@ class downstream_request_parser final : public boost::beast::http::basic_parser<
   std::string target_;
   int version_ = 0;
   header_list headers_;
+  std::uint32_t head_limit_ = 8 * 1024;  // Beast's default
+  bool scanned_ = false;                 // Beast is parsing a scanned head's lines
   std::size_t content_lengths_ = 0;
   std::size_t transfer_encodings_ = 0;
   bool expect_seen_ = false;

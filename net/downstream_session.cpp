@@ -268,7 +268,7 @@ void downstream_session::do_wait_request() {
     return;
   }
   parser_.emplace();
-  parser_->header_limit(static_cast<std::uint32_t>(std::min<std::uint64_t>(
+  parser_->limit_head(static_cast<std::uint32_t>(std::min<std::uint64_t>(
       context_->limits.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
   parser_->body_limit(context_->limits.max_request_bytes);
   timed_out_ = false;
@@ -419,7 +419,7 @@ void downstream_session::do_read_header() {
   // io queue (a queue trip per request).
   if (buffer_.size() > 0) {
     beast::error_code ec;
-    put_buffered(*parser_, buffer_, ec);
+    put_head_buffered(*parser_, buffer_, ec);
     if (ec || parser_->is_header_done()) {
       on_read_header(ec, 0);
       return;

@@ -343,7 +343,7 @@ void upstream_session::on_write(const error_code& ec, std::size_t) {
 void upstream_session::do_read_head() {
   if (cancelled_) return finish();
   parser_.emplace();
-  parser_->header_limit(header_limit);
+  parser_->limit_head(header_limit);
   // The caller enforces max_response_bytes itself (by cancelling).
   parser_->body_limit(boost::none);
   if (head_request_) parser_->skip(true);
@@ -361,7 +361,7 @@ void upstream_session::read_head_plain() {
   auto& buffer = connection_->buffer();
   if (buffer.size() > 0) {
     error_code ec;
-    put_buffered(*parser_, buffer, ec);
+    put_head_buffered(*parser_, buffer, ec);
     if (ec || parser_->is_header_done()) return on_read_head(ec, 0);
   }
   // Sized as Beast's reads size it (512 bytes into an empty buffer, else what its capacity

@@ -25,6 +25,7 @@
 
 #include "actors/policy/model_request.hpp"
 #include "config/config.hpp"
+#include "net/buffered_parse.hpp"
 #include "net/downstream_request_parser.hpp"
 #include "net/request_framing.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
@@ -48,9 +49,17 @@ struct reference {
   std::size_t used = 0;
 };
 
+void limit_head(tether::net::downstream_request_parser& parser, std::uint32_t bytes) {
+  parser.limit_head(bytes);
+}
+template <class Parser>
+void limit_head(Parser& parser, std::uint32_t bytes) {
+  parser.header_limit(bytes);
+}
+
 template <class Parser>
 void configure(Parser& parser) {
-  parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
+  limit_head(parser, static_cast<std::uint32_t>(limits.max_header_bytes));
   parser.body_limit(limits.max_request_bytes);
   parser.eager(false);  // stop after the header, as async_read_header does
 }
@@ -69,16 +78,24 @@ bool feed(Parser& parser, std::string_view input, std::size_t& used, boost::syst
 }
 
 // Feeds tether's parser and Beast's until `done` holds for each; both must stop alike. Returns
-// whether tether's got there.
+// whether tether's got there. tether's reads a whole head as the session does (put_scanned_head:
+// scanned, Beast given only its start line and framing fields), else as Beast reads it.
 template <class Done>
 bool feed_both(tether::net::downstream_request_parser& parser, reference& ref,
                std::string_view input, std::size_t& used, boost::system::error_code& ec,
                Done done) {
-  const bool ours = feed(parser, input, used, ec, [&] { return done(parser); });
+  bool scanned_error = false;
+  if (const auto head = tether::net::put_scanned_head(parser, input.substr(used), ec)) {
+    used += *head;
+    scanned_error = static_cast<bool>(ec);
+  }
+  const bool ours = !scanned_error && feed(parser, input, used, ec, [&] { return done(parser); });
   const bool theirs = feed(ref.parser, input, ref.used, ref.ec, [&] { return done(ref.parser); });
   TETHER_FUZZ_CHECK(ours == theirs);
   TETHER_FUZZ_CHECK(ec == ref.ec);
-  TETHER_FUZZ_CHECK(used == ref.used);
+  // Where an error stopped Beast within a head is not where the scan stopped (after it); the
+  // session closes the connection on either, so only a success's count must agree.
+  if (!scanned_error) TETHER_FUZZ_CHECK(used == ref.used);
   return ours;
 }
 

@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
+#include "net/buffered_parse.hpp"
 #include "net/upstream_response_parser.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 #include "tests/fuzz/same_fields.hpp"
@@ -27,18 +29,33 @@ struct outcome {
   boost::system::error_code ec;
   std::size_t used = 0;
   bool done = false;
+  bool scanned = false;  // the head went through put_scanned_head
 };
 
 template <class Parser, class Refill, class Drain>
 outcome run(Parser& parser, std::string_view input, Refill refill, Drain drain) {
   outcome out;
-  parser.header_limit(header_limit);
+  constexpr bool ours = std::is_same_v<Parser, tether::net::upstream_response_parser>;
+  if constexpr (ours) {
+    parser.limit_head(header_limit);
+  } else {
+    parser.header_limit(header_limit);
+  }
   // None, as upstream_session sets it (the caller enforces max_response_bytes). With a limit,
   // Beast charges a body read to the end of the connection for the bytes it presents, not those
   // the body takes, so a small buffer would exhaust it sooner than Beast's own body does.
   // (dynamic_body on Beast's side: string_body reserves the declared Content-Length.)
   parser.body_limit(boost::none);
   parser.eager(true);
+  if constexpr (ours) {
+    // A whole head is read as the session reads it: scanned, Beast given only its status line
+    // and framing fields.
+    if (const auto head = tether::net::put_scanned_head(parser, input, out.ec)) {
+      out.used = *head;
+      out.scanned = true;
+      if (out.ec) return out;
+    }
+  }
   while (!parser.is_done() && out.used < input.size()) {
     refill();
     const auto n =
@@ -77,7 +94,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   TETHER_FUZZ_CHECK(got.ec == expected.ec);
   TETHER_FUZZ_CHECK(got.done == expected.done);
-  TETHER_FUZZ_CHECK(got.used == expected.used);
+  // Where an error stopped Beast within a head is not where the scan stopped (after it); the
+  // session fails the exchange on either, so only a success's count must agree.
+  if (!(got.scanned && got.ec)) TETHER_FUZZ_CHECK(got.used == expected.used);
   TETHER_FUZZ_CHECK(ours.is_header_done() == beast.is_header_done());
   if (!ours.is_header_done()) return 0;
   const auto& head = beast.get();
