@@ -136,12 +136,18 @@ head_scan scan_head(std::string_view in, std::size_t limit, bool request, scanne
     const char* const colon = find_stop<true>(p, end);
     if (colon == end) return more();
     if (colon == p || *colon != ':') return head_scan::unusual;
-    std::string name(static_cast<std::size_t>(colon - p), '\0');
-    for (std::size_t i = 0; i < name.size(); ++i) {
+    const auto length = static_cast<std::size_t>(colon - p);
+    std::string name(length, '\0');
+    // Without a branch per character: a character that is not a tchar becomes 0, seen once at
+    // the end.
+    char* const to = name.data();
+    unsigned char any_zero = 0;
+    for (std::size_t i = 0; i < length; ++i) {
       const char c = name_chars[static_cast<unsigned char>(p[i])];
-      if (c == 0) return head_scan::unusual;
-      name[i] = c;
+      to[i] = c;
+      any_zero |= static_cast<unsigned char>(c == 0);
     }
+    if (any_zero != 0) return head_scan::unusual;
     const char* value = colon + 1;
     // The value runs to the line's first control character past an HTAB, the CR of its CRLF.
     const char* eol = find_stop<false>(value, end);

@@ -5,8 +5,9 @@
 namespace tether::net {
 
 const std::string* find_header(const header_list& headers, std::string_view name) {
+  // The length first, here: most names differ in it, and a real caller's head has many fields.
   for (const auto& header : headers) {
-    if (iequals_ascii(header.name, name)) return &header.value;
+    if (header.name.size() == name.size() && iequals_ascii(header.name, name)) return &header.value;
   }
   return nullptr;
 }
