@@ -5,7 +5,6 @@
 // for downstream_session to copy them into a header_list. net/-internal: it exposes Beast.
 #pragma once
 
-#include <boost/asio/buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/error.hpp>
@@ -15,46 +14,27 @@
 #include <cstdint>
 #include <string>
 
-#include "net/head_scan.hpp"
 #include "net/header_text.hpp"
 #include "net/http_types.hpp"
+#include "net/scanning_parser.hpp"
 
 namespace tether::net {
 
-class downstream_request_parser final : public boost::beast::http::basic_parser<true> {
+class downstream_request_parser final : public scanning_parser<true> {
  public:
   // Valid once the head is done (is_header_done()).
   boost::beast::http::verb method() const { return method_; }
   const std::string& method_string() const { return method_string_; }  // as received
   std::string& target() { return target_; }
-  int version() const { return version_; }  // 10 or 11
-  header_list& headers() { return headers_; }
+  int version() const { return version_; }                                // 10 or 11
   std::size_t content_lengths() const { return content_lengths_; }        // Content-Length fields
   std::size_t transfer_encodings() const { return transfer_encodings_; }  // Transfer-Encoding
-  bool expects_continue() const { return expects_continue_; }  // the first Expect: 100-continue
+  // The first Expect field asks for 100-continue.
+  bool expects_continue() const {
+    const auto* expect = find_header(headers_, "expect");
+    return expect != nullptr && iequals_ascii(*expect, "100-continue");
+  }
   std::string& body() { return body_; }
-
-  // Beast's header limit, remembered for scan_head (net/buffered_parse.hpp: put_head).
-  void limit_head(std::uint32_t bytes) {
-    head_limit_ = bytes;
-    header_limit(bytes);
-  }
-  std::uint32_t head_limit() const { return head_limit_; }
-
-  // A head scan_head read whole: Beast parses its start line and framing fields, the fields are
-  // taken as read.
-  void put_scanned(scanned_head& head, boost::beast::error_code& ec) {
-    scanned_ = true;
-    put(boost::asio::const_buffer(head.for_beast.data(), head.for_beast.size()), ec);
-    scanned_ = false;
-    headers_ = std::move(head.fields);
-    for (const auto& h : headers_) {
-      if (h.name == "expect") {
-        expects_continue_ = iequals_ascii(h.value, "100-continue");
-        break;
-      }
-    }
-  }
 
  private:
   using error_code = boost::beast::error_code;
@@ -69,7 +49,7 @@ class downstream_request_parser final : public boost::beast::http::basic_parser<
     version_ = version;
     // One allocation for a usual request's fields, not one per doubling (curl sends 3, the
     // OpenAI SDK ≈12). A scanned head brings its own.
-    if (!scanned_) headers_.reserve(16);
+    if (!scanning()) headers_.reserve(16);
   }
   // Only ever called for responses.
   void on_response_impl(int, string_view, int, error_code& ec) override {
@@ -78,11 +58,7 @@ class downstream_request_parser final : public boost::beast::http::basic_parser<
   void on_field_impl(field name, string_view name_string, string_view value, error_code&) override {
     if (name == field::content_length) ++content_lengths_;
     if (name == field::transfer_encoding) ++transfer_encodings_;
-    if (scanned_) return;  // the framing fields of a scanned head: kept already
-    if (name == field::expect && !expect_seen_) {
-      expect_seen_ = true;
-      expects_continue_ = boost::beast::iequals(value, "100-continue");
-    }
+    if (scanning()) return;  // the framing fields of a scanned head: kept already
     headers_.push_back({to_lower_ascii({name_string.data(), name_string.size()}),
                         std::string(value.data(), value.size())});
   }
@@ -116,13 +92,8 @@ class downstream_request_parser final : public boost::beast::http::basic_parser<
   std::string method_string_;
   std::string target_;
   int version_ = 0;
-  header_list headers_;
-  std::uint32_t head_limit_ = 8 * 1024;  // Beast's default
-  bool scanned_ = false;                 // Beast is parsing a scanned head's lines
   std::size_t content_lengths_ = 0;
   std::size_t transfer_encodings_ = 0;
-  bool expect_seen_ = false;
-  bool expects_continue_ = false;
   std::string body_;
 };
 

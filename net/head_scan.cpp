@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "net/header_text.hpp"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -14,11 +16,9 @@ namespace {
 // For a name's characters: the lower-case character for a tchar, 0 for anything else.
 constexpr std::array<char, 256> make_name_chars() {
   std::array<char, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = static_cast<char>(c);
-  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = static_cast<char>(c);
-  for (int c = 'A'; c <= 'Z'; ++c)
-    t[static_cast<std::size_t>(c)] = static_cast<char>(c - 'A' + 'a');
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = c;
+  for (std::size_t c = 0; c < t.size(); ++c) {
+    if (tchar_table[c]) t[c] = ascii_lower(static_cast<char>(c));
+  }
   return t;
 }
 

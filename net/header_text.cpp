@@ -10,21 +10,6 @@
 
 namespace tether::net {
 
-namespace {
-
-constexpr std::array<bool, 256> make_tchar_table() {
-  std::array<bool, 256> table{};
-  for (int c = '0'; c <= '9'; ++c) table[static_cast<std::size_t>(c)] = true;
-  for (int c = 'a'; c <= 'z'; ++c) table[static_cast<std::size_t>(c)] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) table[static_cast<std::size_t>(c)] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) table[static_cast<unsigned char>(c)] = true;
-  return table;
-}
-
-constexpr auto tchar = make_tchar_table();
-
-}  // namespace
-
 // Eight bytes at a time (every header name of every request and response passes here). Within a
 // byte of seven bits, adding 0x3f sets its high bit from 'A' up and adding 0x25 from past 'Z'
 // on, without carrying into the next byte; bytes with the high bit already set are left alone.
@@ -58,7 +43,7 @@ bool iequals_ascii(std::string_view a, std::string_view b) noexcept {
 bool is_token(std::string_view s) noexcept {
   if (s.empty()) return false;
   for (char c : s)
-    if (!tchar[static_cast<unsigned char>(c)]) return false;
+    if (!tchar_table[static_cast<unsigned char>(c)]) return false;
   return true;
 }
 

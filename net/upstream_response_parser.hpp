@@ -6,7 +6,6 @@
 #pragma once
 
 #include <algorithm>
-#include <boost/asio/buffer.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/error.hpp>
 #include <cstddef>
@@ -14,13 +13,13 @@
 #include <cstring>
 #include <string>
 
-#include "net/head_scan.hpp"
 #include "net/header_text.hpp"
 #include "net/http_types.hpp"
+#include "net/scanning_parser.hpp"
 
 namespace tether::net {
 
-class upstream_response_parser final : public boost::beast::http::basic_parser<false> {
+class upstream_response_parser final : public scanning_parser<false> {
  public:
   // Where the body goes next: `data` advances and `size` shrinks as bytes are written; with
   // `data` null, or `size` spent, parsing stops with need_buffer (as with Beast's buffer_body).
@@ -32,24 +31,7 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
   // Valid once the head is done (is_header_done()).
   int status() const { return status_; }
   int version() const { return version_; }  // 10 or 11
-  header_list& headers() { return headers_; }
   body_space& body() { return body_; }
-
-  // Beast's header limit, remembered for scan_head (net/buffered_parse.hpp: put_head).
-  void limit_head(std::uint32_t bytes) {
-    head_limit_ = bytes;
-    header_limit(bytes);
-  }
-  std::uint32_t head_limit() const { return head_limit_; }
-
-  // A head scan_head read whole: Beast parses its status line and framing fields, the fields are
-  // taken as read.
-  void put_scanned(scanned_head& head, boost::beast::error_code& ec) {
-    scanned_ = true;
-    put(boost::asio::const_buffer(head.for_beast.data(), head.for_beast.size()), ec);
-    scanned_ = false;
-    headers_ = std::move(head.fields);
-  }
 
  private:
   using error_code = boost::beast::error_code;
@@ -65,11 +47,11 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
     version_ = version;
     // One allocation for a usual response's fields, not one per doubling. A scanned head brings
     // its own.
-    if (!scanned_) headers_.reserve(8);
+    if (!scanning()) headers_.reserve(8);
   }
   void on_field_impl(boost::beast::http::field, string_view name, string_view value,
                      error_code&) override {
-    if (scanned_) return;  // the framing fields of a scanned head: kept already
+    if (scanning()) return;  // the framing fields of a scanned head: kept already
     headers_.push_back(
         {to_lower_ascii({name.data(), name.size()}), std::string(value.data(), value.size())});
   }
@@ -99,9 +81,6 @@ class upstream_response_parser final : public boost::beast::http::basic_parser<f
 
   int status_ = 0;
   int version_ = 0;
-  header_list headers_;
-  std::uint32_t head_limit_ = 8 * 1024;  // Beast's default
-  bool scanned_ = false;                 // Beast is parsing a scanned head's lines
   body_space body_;
 };
 
