@@ -96,7 +96,9 @@ void attempt_state::relay_events(std::vector<std::string> events) {
     committed = true;
     self->send(request, attempt_head_atom::value, status, headers);
   }
-  for (auto& e : events) self->send(request, attempt_event_atom::value, std::move(e));
+  // One message for all the events of one read: a stream that fell behind is caught up in as
+  // many hops, and writes to the caller, as reads, not as events.
+  self->send(request, attempt_events_atom::value, std::move(events));
   arm_idle();
 }
 

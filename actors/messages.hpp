@@ -55,7 +55,7 @@ using granted_atom = caf::atom_constant<caf::atom("granted")>;
 using attempt_result_atom = caf::atom_constant<caf::atom("response")>;
 using attempt_failed_atom = caf::atom_constant<caf::atom("failed")>;
 using attempt_head_atom = caf::atom_constant<caf::atom("stream")>;
-using attempt_event_atom = caf::atom_constant<caf::atom("event")>;
+using attempt_events_atom = caf::atom_constant<caf::atom("events")>;
 using attempt_end_atom = caf::atom_constant<caf::atom("stream_end")>;
 
 // timers

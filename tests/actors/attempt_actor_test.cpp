@@ -66,6 +66,33 @@ TEST_F(AttemptActorTest, AStreamThatGoesQuietIsCutByTheIdleTimeout) {
   EXPECT_EQ(slots_held(), 0u);
 }
 
+// An upstream read may carry several events (a stream that fell behind): they reach the caller
+// as one chunk, one write, in order, and each is still read for the usage it reports.
+TEST_F(AttemptActorTest, TheEventsOfOneReadReachTheCallerAsOneChunkAndEachIsRead) {
+  auto req = spawn_request("m", 10s, true);
+  auto& ex = upstream(0).exchanges.at(0);
+  ex.start_stream("data: 1\n\n");
+  run();
+  const std::string usage_event =
+      "data: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7}}\n\n";
+  // Three whole events and the start of a fourth, which waits for its end.
+  ex.events->on_body("data: 2\n\n" + usage_event + "data: 3\n\ndata: 4");
+  run();
+  ex.events->on_body("\n\n");
+  ex.events->on_end();
+  ex.close();
+  run();
+  EXPECT_EQ(channel_->calls,
+            (std::vector<std::string>{"start 200", "chunk data: 1\n\n",
+                                      "chunk data: 2\n\n" + usage_event + "data: 3\n\n",
+                                      "chunk data: 4\n\n", "end"}));
+  const auto text = rt_->stats->render();
+  EXPECT_NE(text.find("tether_tokens_total{key=\"\",upstream=\"a\",kind=\"completion\"} 7"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(slots_held(), 0u);
+}
+
 class AttemptActorQueuedTest : public tree_test {
  protected:
   AttemptActorQueuedTest() : tree_test(timed(1)) {}
