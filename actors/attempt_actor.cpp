@@ -41,7 +41,7 @@ struct attempt_state {
   void arm_attempt_timer();
   void arm_idle();
   void on_idle_timer();
-  void relay_events(std::vector<std::string> events);
+  void relay_events(net::sse_events events);
   void on_head(int status, net::header_list& headers);
   void on_body(std::string& bytes);
   void on_end();
@@ -90,7 +90,7 @@ void attempt_state::on_idle_timer() {
   fail(attempt_end::timeout, "stream idle timeout");
 }
 
-void attempt_state::relay_events(std::vector<std::string> events) {
+void attempt_state::relay_events(net::sse_events events) {
   if (events.empty()) return;
   if (!committed) {
     committed = true;
@@ -113,7 +113,7 @@ void attempt_state::on_head(int head_status, net::header_list& head) {
 void attempt_state::on_body(std::string& bytes) {
   if (done) return;
   if (streaming) {
-    auto events = framer.feed(bytes);
+    auto events = framer.feed(std::move(bytes));
     if (framer.overflowed()) {
       fail(attempt_end::malformed, "upstream sent an SSE event larger than 1 MiB");
       return;

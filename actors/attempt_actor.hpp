@@ -23,7 +23,7 @@ struct attempt_spec {
 // Messages to `request`:
 //   (attempt_result_atom, int status, header_list, string body)  a complete response
 //   (attempt_head_atom, int status, header_list)   a stream is committed; events follow
-//   (attempt_events_atom, vector<string>)          the whole SSE events of one upstream read
+//   (attempt_events_atom, net::sse_events)         the whole SSE events of one upstream read
 //   (attempt_end_atom)                             the stream ended cleanly
 //   (attempt_failed_atom, int32 attempt_end, string message, bool committed)
 // Spawns the attempt actor linked to `request`, which receives the messages above.

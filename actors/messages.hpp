@@ -11,12 +11,18 @@
 #include "actors/policy/slot_refusal.hpp"
 #include "actors/policy/stop_reason.hpp"
 #include "net/http_types.hpp"
+#include "net/sse_framer.hpp"
 
 namespace tether::net {
 // http_header travels inside messages (headers of upstream responses).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, http_header& x) {
   return f(caf::meta::type_name("http_header"), x.name, x.value);
+}
+// A stream's events of one upstream read travel as one message (attempt → request).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sse_events& x) {
+  return f(caf::meta::type_name("sse_events"), x.text, x.ends);
 }
 }  // namespace tether::net
 

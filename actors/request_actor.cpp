@@ -12,8 +12,6 @@
 #include "actors/request_actor.hpp"
 
 #include <algorithm>
-#include <string>
-#include <vector>
 
 #include <boost/container/small_vector.hpp>
 
@@ -89,7 +87,7 @@ struct request_state {
   // What the upstream reported using, from the relayed body or the stream's events.
   std::optional<token_usage> usage;
   void note_usage(std::string_view text);
-  void relay_events(std::vector<std::string>& events);
+  void relay_events(net::sse_events& events);
   // The key's rate charge, once the budget admitted the request: the second it was made in.
   std::optional<std::int64_t> rate_charged_second;
   void ask_rate();
@@ -328,24 +326,16 @@ void request_state::note_usage(std::string_view text) {
 
 // The events of one upstream read go to the caller as one chunk, so as one write: a stream that
 // fell behind catches up with fewer writes than events.
-void request_state::relay_events(std::vector<std::string>& events) {
+void request_state::relay_events(net::sse_events& events) {
   if (!life->relays_events() || events.empty()) return;
-  std::size_t bytes = 0;
-  for (const auto& event : events) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const auto event = events[i];
     // The stream's first events carry the response object and its id.
     if (spec.where == surface::responses && !response_id_learned)
       learn_response_id(response_id_of_event(event));
     note_usage(event);  // one scan for "usage", none more without it
-    bytes += event.size();
   }
-  if (events.size() == 1) {
-    channel->send_chunk(std::move(events.front()));
-    return;
-  }
-  std::string joined;
-  joined.reserve(bytes);
-  for (const auto& event : events) joined += event;
-  channel->send_chunk(std::move(joined));
+  channel->send_chunk(std::move(events.text));
 }
 
 // Bounded: a budget host that never answers (lost with the message) must not hold the request;
@@ -575,7 +565,7 @@ class request_actor final : public caf::stateful_actor<request_state> {
           held_response held{status, &headers, nullptr};
           st->run(st->life->on_stream_head(status), &held);
         },
-        [st](attempt_events_atom, std::vector<std::string>& events) { st->relay_events(events); },
+        [st](attempt_events_atom, net::sse_events& events) { st->relay_events(events); },
         [st](attempt_end_atom) { st->run(st->life->on_stream_end()); },
         [st](attempt_failed_atom, std::int32_t kind, std::string& message, bool committed) {
           st->run(st->life->on_attempt_failed(static_cast<attempt_end>(kind), message, committed,

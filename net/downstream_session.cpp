@@ -154,26 +154,21 @@ std::string serialize_head(int status, const header_list& headers, body_framing 
   return head;
 }
 
-// One chunk of a chunked body: its size in hex, the data, CRLF. The size is written by hand:
-// snprintf cost more than the rest of a streamed event's framing, and every event is a chunk.
-std::string chunk(std::string_view data) {
+// A chunk's size line: the size in hex, CRLF. The data follows it in the write queue as it came
+// (not copied behind the size), and a CRLF after it. The size is written by hand: snprintf cost
+// more than the rest of a streamed event's framing, and every event is a chunk. Short enough for
+// std::string's inline buffer, so no allocation either.
+std::string chunk_head(std::size_t n) {
   char size[20];  // 16 hex digits at most, then CRLF
   char* end = size + sizeof size;
   char* at = end;
   *--at = '\n';
   *--at = '\r';
-  std::size_t n = data.size();
   do {
     *--at = "0123456789abcdef"[n & 0xF];
     n >>= 4;
   } while (n != 0);
-  const auto head = static_cast<std::size_t>(end - at);
-  std::string out;
-  out.reserve(head + data.size() + 2);
-  out.append(at, head);
-  out.append(data);
-  out.append("\r\n");
-  return out;
+  return {at, static_cast<std::size_t>(end - at)};
 }
 
 int sane_status(int status) {
@@ -663,6 +658,21 @@ void downstream_session::post_abort(std::uint64_t exchange) {
 }
 
 void downstream_session::queue_call(channel_call call, bool at_once) {
+  // On the session's own thread with no run under way, the call is carried out here, in order,
+  // without passing through the queue.
+  if (at_once && executor_.running_in_this_thread()) {
+    {
+      std::lock_guard lock(calls_mutex_);
+      if (calls_scheduled_) {
+        calls_.push_back(std::move(call));
+        return;
+      }
+      calls_scheduled_ = true;
+    }
+    run_call(call);
+    run_calls();  // what came meanwhile; it clears calls_scheduled_
+    return;
+  }
   {
     std::lock_guard lock(calls_mutex_);
     calls_.push_back(std::move(call));
@@ -739,7 +749,13 @@ void downstream_session::start_stream(int status, header_list headers) {
 void downstream_session::send_chunk(std::string data) {
   // An empty chunk would end the stream.
   if (!streaming_ || data.empty() || head_request_) return;
-  write_queue_.push_back(http10_ ? std::move(data) : chunk(data));
+  if (http10_) {
+    write_queue_.push_back(std::move(data));
+  } else {
+    write_queue_.push_back(chunk_head(data.size()));
+    write_queue_.push_back(std::move(data));
+    write_queue_.emplace_back("\r\n");
+  }
   do_write();
 }
 

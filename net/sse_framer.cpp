@@ -12,10 +12,15 @@ sse_framer::sse_framer(std::size_t max_event_bytes) : max_event_bytes_(max_event
 // have: if a "\n" follows, it belongs to the same terminator and so to this event. Emitting
 // early would leave that "\n" to open the next event as a spurious empty line, so such an event
 // is held until the next byte (or finish()) decides.
-std::vector<std::string> sse_framer::feed(std::string_view bytes) {
-  std::vector<std::string> events;
-  if (overflowed_) return events;
-  buffer_.append(bytes);
+sse_events sse_framer::feed(std::string bytes) {
+  sse_events out;
+  if (overflowed_) return out;
+  // The buffer always starts at an event's start. Empty, it takes the bytes over uncopied.
+  if (buffer_.empty()) {
+    buffer_.swap(bytes);
+  } else {
+    buffer_.append(bytes);
+  }
 
   std::size_t event_start = 0;
   auto emit = [&](std::size_t end) {
@@ -23,7 +28,7 @@ std::vector<std::string> sse_framer::feed(std::string_view bytes) {
       overflowed_ = true;
       return;
     }
-    events.emplace_back(buffer_, event_start, end - event_start);
+    if (event_start > 0) out.ends.push_back(event_start);
     event_start = end;
     at_line_start_ = true;
     pending_cr_ = false;
@@ -74,26 +79,39 @@ std::vector<std::string> sse_framer::feed(std::string_view bytes) {
 
   if (!overflowed_ && buffer_.size() - event_start > max_event_bytes_) overflowed_ = true;
   if (overflowed_) {
+    if (event_start > 0) out.text.assign(buffer_, 0, event_start);
     std::string().swap(buffer_);
     scan_pos_ = 0;
-    return events;
+    return out;
   }
-  buffer_.erase(0, event_start);
   scan_pos_ = i - event_start;
-  return events;
+  if (event_start == 0) return out;
+  if (event_start == buffer_.size()) {
+    out.text.swap(buffer_);  // whole events only, the usual read: handed on as they came
+  } else if (event_start >= buffer_.size() - event_start) {
+    // The unfinished tail is the smaller part: it is the one copied.
+    std::string tail(buffer_, event_start);
+    buffer_.resize(event_start);
+    out.text.swap(buffer_);
+    buffer_.swap(tail);
+  } else {
+    out.text.assign(buffer_, 0, event_start);
+    buffer_.erase(0, event_start);
+  }
+  return out;
 }
 
-std::vector<std::string> sse_framer::finish() {
-  std::vector<std::string> events;
+sse_events sse_framer::finish() {
+  sse_events out;
   // Only the held case is complete: scanning stopped on a final "\r" that ends an empty line.
   const bool held = !overflowed_ && !buffer_.empty() && scan_pos_ + 1 == buffer_.size() &&
                     buffer_.back() == '\r' && at_line_start_ && !pending_cr_;
   if (held) {
-    events.push_back(std::exchange(buffer_, std::string()));
+    out.text.swap(buffer_);
     scan_pos_ = 0;
     at_line_start_ = true;
   }
-  return events;
+  return out;
 }
 
 namespace {

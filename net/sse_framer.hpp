@@ -10,6 +10,23 @@
 
 namespace tether::net {
 
+// The whole events one feed completed, back to back in one string, each with the blank line that
+// ends it: relayed as one piece, and taken over uncopied when a read held whole events only.
+// `ends` marks where each event but the last ends; for the usual single event it is empty and
+// holds no allocation.
+struct sse_events {
+  std::string text;
+  std::vector<std::size_t> ends;
+
+  bool empty() const { return text.empty(); }
+  std::size_t size() const { return text.empty() ? 0 : ends.size() + 1; }
+  std::string_view operator[](std::size_t i) const {
+    const std::size_t from = i == 0 ? 0 : ends[i - 1];
+    const std::size_t to = i < ends.size() ? ends[i] : text.size();
+    return std::string_view(text).substr(from, to - from);
+  }
+};
+
 class sse_framer {
  public:
   // Bounds the memory one event may take. An upstream that never sends a blank line would
@@ -23,12 +40,12 @@ class sse_framer {
   // the chunking. An event (or unfinished tail) longer than the limit sets overflowed(): the
   // events completed before it are still returned, the buffer is released, and every later feed
   // returns nothing — the caller should end the stream.
-  std::vector<std::string> feed(std::string_view bytes);
+  sse_events feed(std::string bytes);
 
   // At the end of the body: returns the buffered event when it is complete but was held back
   // only because its final "\r" might have been the first half of a "\r\n". A genuinely
   // unfinished tail stays buffered (has_partial() remains true).
-  std::vector<std::string> finish();
+  sse_events finish();
 
   // True while bytes of an unfinished event are buffered.
   bool has_partial() const { return !buffer_.empty(); }

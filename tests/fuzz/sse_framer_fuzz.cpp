@@ -15,6 +15,24 @@ namespace {
 
 using tether::net::sse_framer;
 
+// A feed's events one by one. Its text is exactly those events back to back, and it marks where
+// each but the last ends.
+std::vector<std::string> list(const tether::net::sse_events& batch) {
+  std::vector<std::string> out;
+  std::string joined;
+  std::size_t last_end = 0;
+  for (std::size_t end : batch.ends) {
+    TETHER_FUZZ_CHECK(end > last_end && end < batch.text.size());
+    last_end = end;
+  }
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    out.emplace_back(batch[i]);
+    joined += out.back();
+  }
+  TETHER_FUZZ_CHECK(joined == batch.text);
+  return out;
+}
+
 struct run_result {
   std::vector<std::string> events;
   bool overflowed = false;
@@ -30,10 +48,11 @@ run_result run(std::string_view input, std::size_t max_event,
   while (at < input.size()) {
     const std::size_t n =
         cuts.empty() ? input.size() : std::min(cuts[k++ % cuts.size()], input.size() - at);
-    for (auto& e : framer.feed(input.substr(at, n))) r.events.push_back(std::move(e));
+    for (auto& e : list(framer.feed(std::string(input.substr(at, n)))))
+      r.events.push_back(std::move(e));
     at += n;
   }
-  for (auto& e : framer.finish()) r.events.push_back(std::move(e));
+  for (auto& e : list(framer.finish())) r.events.push_back(std::move(e));
   r.overflowed = framer.overflowed();
   r.buffered = framer.buffered();
   TETHER_FUZZ_CHECK(framer.has_partial() == (r.buffered > 0));
@@ -72,8 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // An event is whole on its own: framed again, it comes out as itself.
   for (const auto& e : whole.events) {
     sse_framer again{max_event};
-    auto out = again.feed(e);
-    for (auto& f : again.finish()) out.push_back(std::move(f));
+    auto out = list(again.feed(e));
+    for (auto& f : list(again.finish())) out.push_back(std::move(f));
     TETHER_FUZZ_CHECK(out.size() == 1 && out[0] == e);
     TETHER_FUZZ_CHECK(!again.has_partial());
     (void)sse_framer::is_done_event(e);
@@ -81,14 +100,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The gateway's own error event is one event whatever text it carries.
   const auto error_event = tether::net::make_error_event(input);
   sse_framer check{error_event.size()};
-  auto out = check.feed(error_event);
-  for (auto& f : check.finish()) out.push_back(std::move(f));
+  auto out = list(check.feed(error_event));
+  for (auto& f : list(check.finish())) out.push_back(std::move(f));
   TETHER_FUZZ_CHECK(out.size() == 1 && out[0] == error_event);
   // And so is the named one the Responses surface ends with.
   const auto named = tether::net::make_error_event(input, "error");
   sse_framer named_check{named.size()};
-  auto named_out = named_check.feed(named);
-  for (auto& f : named_check.finish()) named_out.push_back(std::move(f));
+  auto named_out = list(named_check.feed(named));
+  for (auto& f : list(named_check.finish())) named_out.push_back(std::move(f));
   TETHER_FUZZ_CHECK(named_out.size() == 1 && named_out[0] == named);
   return 0;
 }

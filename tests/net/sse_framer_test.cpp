@@ -11,17 +11,29 @@ namespace {
 
 using events = std::vector<std::string>;
 
+// What a feed returned, an event at a time; its text must be exactly those events back to back.
+events list(const sse_events& batch) {
+  events out;
+  std::string joined;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    out.emplace_back(batch[i]);
+    joined += out.back();
+  }
+  EXPECT_EQ(joined, batch.text);
+  return out;
+}
+
 // Feeds `body` in the given slices, appends finish(), and returns everything emitted.
 events feed_in_slices(sse_framer& framer, const std::string& body,
                       const std::vector<std::size_t>& cuts) {
   events out;
   std::size_t pos = 0;
   for (std::size_t cut : cuts) {
-    for (auto& e : framer.feed(std::string_view(body).substr(pos, cut - pos))) out.push_back(e);
+    for (auto& e : list(framer.feed(body.substr(pos, cut - pos)))) out.push_back(e);
     pos = cut;
   }
-  for (auto& e : framer.feed(std::string_view(body).substr(pos))) out.push_back(e);
-  for (auto& e : framer.finish()) out.push_back(e);
+  for (auto& e : list(framer.feed(body.substr(pos)))) out.push_back(e);
+  for (auto& e : list(framer.finish())) out.push_back(e);
   return out;
 }
 
@@ -132,28 +144,29 @@ TEST(SseFramerTest, RandomBodiesInRandomSlicesYieldTheReferenceEvents) {
 
 TEST(SseFramerTest, CrlfSplitBetweenCrAndLfStaysInOneEvent) {
   sse_framer framer;
-  EXPECT_TRUE(framer.feed("data: x\r\n\r").empty());  // the final "\r" may be half of "\r\n"
+  EXPECT_TRUE(list(framer.feed("data: x\r\n\r")).empty());  // the final "\r" may be half of "\r\n"
   EXPECT_TRUE(framer.has_partial());
-  EXPECT_EQ(framer.feed("\ndata: y"), events{"data: x\r\n\r\n"});
+  EXPECT_EQ(list(framer.feed("\ndata: y")), events{"data: x\r\n\r\n"});
   EXPECT_EQ(framer.buffered(), std::string("data: y").size());
 }
 
 TEST(SseFramerTest, LoneCrTerminatorIsDecidedByTheNextByte) {
   sse_framer framer;
-  EXPECT_TRUE(framer.feed("data: x\r\r").empty());
-  EXPECT_EQ(framer.feed("data: y\r\r"), events{"data: x\r\r"});
-  EXPECT_EQ(framer.finish(), events{"data: y\r\r"});
+  EXPECT_TRUE(list(framer.feed("data: x\r\r")).empty());
+  EXPECT_EQ(list(framer.feed("data: y\r\r")), events{"data: x\r\r"});
+  EXPECT_EQ(list(framer.finish()), events{"data: y\r\r"});
   EXPECT_FALSE(framer.has_partial());
 }
 
 TEST(SseFramerTest, PartialTailStaysBufferedAndIsNotEmitted) {
   sse_framer framer;
-  EXPECT_EQ(framer.feed("data: a\n\ndata: b\n"), events{"data: a\n\n"});
+  EXPECT_EQ(list(framer.feed("data: a\n\ndata: b\n")), events{"data: a\n\n"});
   EXPECT_TRUE(framer.has_partial());
   EXPECT_EQ(framer.buffered(), std::string("data: b\n").size());
-  EXPECT_TRUE(framer.finish().empty());  // unfinished, not held: finish does not invent an end
+  EXPECT_TRUE(
+      list(framer.finish()).empty());  // unfinished, not held: finish does not invent an end
   EXPECT_TRUE(framer.has_partial());
-  EXPECT_EQ(framer.feed("\n"), events{"data: b\n\n"});
+  EXPECT_EQ(list(framer.feed("\n")), events{"data: b\n\n"});
   EXPECT_FALSE(framer.has_partial());
 }
 
@@ -166,11 +179,11 @@ TEST(SseFramerTest, BytesAreRelayedUnchanged) {
 
 TEST(SseFramerTest, TailOverLimitOverflowsAndStopsEmitting) {
   sse_framer framer(16);
-  EXPECT_EQ(framer.feed("data: a\n\ndata: 0123456789abcdef"), events{"data: a\n\n"});
+  EXPECT_EQ(list(framer.feed("data: a\n\ndata: 0123456789abcdef")), events{"data: a\n\n"});
   EXPECT_TRUE(framer.overflowed());
   EXPECT_EQ(framer.buffered(), 0u);  // memory released
-  EXPECT_TRUE(framer.feed("\n\ndata: b\n\n").empty());
-  EXPECT_TRUE(framer.finish().empty());
+  EXPECT_TRUE(list(framer.feed("\n\ndata: b\n\n")).empty());
+  EXPECT_TRUE(list(framer.finish()).empty());
 }
 
 TEST(SseFramerTest, CompleteEventOverLimitOverflowsWhateverTheChunking) {
@@ -184,7 +197,7 @@ TEST(SseFramerTest, CompleteEventOverLimitOverflowsWhateverTheChunking) {
 
 TEST(SseFramerTest, EventExactlyAtLimitPasses) {
   sse_framer framer(10);
-  EXPECT_EQ(framer.feed("data: ok\n\n"), events{"data: ok\n\n"});
+  EXPECT_EQ(list(framer.feed("data: ok\n\n")), events{"data: ok\n\n"});
   EXPECT_FALSE(framer.overflowed());
 }
 
@@ -204,14 +217,14 @@ TEST(SseFramerTest, ErrorEventIsOneCompleteEventCarryingTheJson) {
   const std::string event = make_error_event(json);
   EXPECT_EQ(event, "data: " + json + "\n\n");
   sse_framer framer;
-  EXPECT_EQ(framer.feed(event), events{event});
+  EXPECT_EQ(list(framer.feed(event)), events{event});
 }
 
 TEST(SseFramerTest, ErrorEventWithLineBreaksInJsonStaysOneEvent) {
   const std::string event = make_error_event("{\n\"a\":1\n}");
   EXPECT_EQ(event, "data: {\ndata: \"a\":1\ndata: }\n\n");
   sse_framer framer;
-  EXPECT_EQ(framer.feed(event).size(), 1u);
+  EXPECT_EQ(list(framer.feed(event)).size(), 1u);
 }
 
 TEST(SseFramerTest, NamedErrorEventCarriesItsEventLineBeforeTheData) {
@@ -219,7 +232,7 @@ TEST(SseFramerTest, NamedErrorEventCarriesItsEventLineBeforeTheData) {
   const std::string event = make_error_event(json, "error");
   EXPECT_EQ(event, "event: error\ndata: " + json + "\n\n");
   sse_framer framer;
-  EXPECT_EQ(framer.feed(event), events{event});
+  EXPECT_EQ(list(framer.feed(event)), events{event});
   EXPECT_EQ(make_error_event("", "error"), "event: error\ndata: \n\n");
 }
 
