@@ -1,6 +1,8 @@
-// The budget host's record of the ejections its cluster's nodes report (by upstream name, since
-// every node names the same upstreams), so that a node joining while one runs learns it at once
-// instead of spending its own failed attempts to find out. Time is plain steady nanoseconds.
+// A record of the ejections a cluster's nodes report (by upstream name, since every node names the
+// same upstreams), so that whoever arrives while one runs learns it at once instead of spending
+// its own failed attempts to find out. The budget host keeps one for the nodes that join; each
+// node's budget link keeps a copy of the host's news for a health actor that subscribes after it
+// came. Time is plain steady nanoseconds.
 #pragma once
 
 #include <cstdint>
