@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -60,6 +61,8 @@ class stealing : public caf::policy::unprofiled {
     // Without the mutex, possibly stale: an empty poll costs no lock, and a job enqueued just
     // after the look is found by the next poll or wakes the sleep that checks under the mutex.
     bool looks_empty() const { return size_.load(std::memory_order_relaxed) == 0; }
+    // As looks_empty(): a hint, without the mutex.
+    std::size_t size_hint() const { return size_.load(std::memory_order_relaxed); }
     void push_back(caf::resumable* job) {
       jobs_.push_back(job);
       sync();
@@ -204,10 +207,14 @@ class stealing : public caf::policy::unprofiled {
   static void pump(void* arg) {
     auto* self = static_cast<Worker*>(arg);
     auto& data = d(self);
+    auto batch = std::clamp(jobs_per_queued * data.jobs.size_hint(), pump_batch, max_pump_batch);
     data.in_pump = true;
     for (std::size_t i = 0;; ++i) {
+      // A due timer's wake (a deadline's socket close among them) does not wait for more than
+      // the usual turn of jobs.
+      if (i > 0 && i % pump_batch == 0 && i < batch && data.io->timers_due()) batch = i;
       caf::resumable* job = nullptr;
-      if (i < pump_batch && !data.woken.empty()) {
+      if (i < batch && !data.woken.empty()) {
         job = data.woken.back();
         data.woken.pop_back();
       } else {
@@ -218,7 +225,7 @@ class stealing : public caf::policy::unprofiled {
           data.pump_posted = false;
           return;
         }
-        if (i == pump_batch) break;
+        if (i == batch) break;
         job = data.jobs.pop_front();
         data.in_pump = true;
       }
@@ -282,8 +289,13 @@ class stealing : public caf::policy::unprofiled {
   }
 
   // Jobs the pump runs before the io handlers queued meanwhile get their turn (a request's life
-  // is ≈15 jobs), and messages a job handles before the next job.
+  // is ≈15 jobs), and messages a job handles before the next job. With a backlog queued, a turn
+  // takes about what its jobs will wake too, up to a limit: otherwise the io handlers read new
+  // requests far faster than the jobs finish them, and a stall's whole backlog is in flight at
+  // once, cold in the cache, finishing late together.
   static constexpr std::size_t pump_batch = 32;
+  static constexpr std::size_t max_pump_batch = 512;
+  static constexpr std::size_t jobs_per_queued = 4;
   static constexpr std::size_t max_messages_per_resume = 64;
 
   template <class Worker>

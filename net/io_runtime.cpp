@@ -9,6 +9,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include "net/timer_heap.hpp"
+
 namespace tether::net {
 
 namespace asio = boost::asio;
@@ -73,6 +75,11 @@ void io_runtime::run_here() {
   std::lock_guard<std::mutex> guard{impl_->lent_mutex};
   impl_->lent_runner = std::thread::id{};
   impl_->lent_left.notify_all();
+}
+
+bool io_runtime::timers_due() {
+  return asio::has_service<timer_heap>(impl_->context) &&
+         timer_heap::of(impl_->context).due(std::chrono::steady_clock::now());
 }
 
 void io_runtime::post(void (*fn)(void*), void* arg) {

@@ -33,6 +33,9 @@ class io_runtime {
   // Lent mode: runs the context's handlers on the calling thread until stop(); a handler that
   // throws is dropped. Called by one thread at a time; after stop() it returns at once.
   void run_here();
+  // Whether a timer of this context's heap is due and has not fired: its wake waits in the
+  // queue. For a long run of other work to let it go first. This runtime's thread only.
+  bool timers_due();
   // Queues fn(arg) behind the handlers already queued; from any thread.
   void post(void (*fn)(void*), void* arg);
   // Runs `fn` on this runtime's thread, behind the handlers already queued, and waits for it up to

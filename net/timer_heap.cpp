@@ -178,8 +178,10 @@ struct timer_heap::core : std::enable_shared_from_this<timer_heap::core> {
       }
     }
     rearm();
+    // A target on this thread fires here, in the timer's order, rather than behind whatever the
+    // io queue holds: a deadline's socket close must not wait for a long batch of actor jobs.
     for (auto& [fire, target] : due) {
-      if (target) {
+      if (target && !target->running_in_this_thread()) {
         asio::post(*target, std::move(fire));
       } else {
         fire();
@@ -251,6 +253,11 @@ std::shared_ptr<timer> timer_heap::start(steady::time_point when, timer_callback
   // requests of one deadline, each new one is the latest, and arming is the lock alone.
   if (first) asio::post(core_->strand, [c = core_] { c->rearm(); });
   return n;
+}
+
+bool timer_heap::due(std::chrono::steady_clock::time_point now) const {
+  std::lock_guard lock(core_->mutex);
+  return !core_->heap.empty() && core_->heap.front()->when <= now;
 }
 
 std::size_t timer_heap::size() const {

@@ -40,6 +40,8 @@ class timer_heap final : public boost::asio::execution_context::service {
 
   // How many timers are armed (tests).
   std::size_t size() const;
+  // Whether a timer is due at `now` and has not fired yet.
+  bool due(std::chrono::steady_clock::time_point now) const;
 
   struct core;
 

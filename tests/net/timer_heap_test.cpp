@@ -115,6 +115,32 @@ TEST_F(TimerHeapTest, ATargetedTimerRunsOnItsTargetsThread) {
   EXPECT_TRUE(result.get());
 }
 
+// The scheduler's pump asks whether a timer is due between its turns of jobs, so that a due
+// timer's wake (a deadline's socket close) is not held behind a long backlog of them.
+TEST_F(TimerHeapTest, ATimerIsDueFromItsTimeUntilItFires) {
+  firings f;
+  const auto when = steady::now() + 20ms;
+  auto t = heap().start(when, [&f] { f.add(1); });
+  EXPECT_FALSE(heap().due(steady::now()));
+  // The io thread is kept busy past the timer's time, as by a long run of jobs: the wake waits in
+  // its queue, and meanwhile the timer reads as due.
+  std::promise<bool> due_while_busy;
+  asio::post(ctx(), [this, when, &due_while_busy] {
+    while (steady::now() <= when) std::this_thread::yield();
+    due_while_busy.set_value(io_.timers_due());
+  });
+  auto busy = due_while_busy.get_future();
+  ASSERT_EQ(busy.wait_for(2s), std::future_status::ready);
+  EXPECT_TRUE(busy.get());
+  ASSERT_TRUE(f.wait_for(1));
+  std::promise<bool> due_after;
+  asio::post(ctx(), [this, &due_after] { due_after.set_value(io_.timers_due()); });
+  auto after = due_after.get_future();
+  ASSERT_EQ(after.wait_for(2s), std::future_status::ready);
+  EXPECT_FALSE(after.get());
+  EXPECT_EQ(heap().size(), 0u);
+}
+
 // Armed and cancelled from several threads at once, as request actors do: nothing fires that
 // was cancelled, everything that was not fires once, and the heap ends empty.
 TEST_F(TimerHeapTest, ConcurrentArmingAndCancellingLeavesNothingBehind) {
