@@ -32,9 +32,10 @@ class timer_heap final : public boost::asio::execution_context::service {
   // The one heap of `io` (created on first use).
   static timer_heap& of(boost::asio::io_context& io);
 
-  // `fire` runs at `when` (steady clock): posted to `target` if one is given, otherwise on the
-  // heap's own strand. Thread-safe. The handle cancels (thread-safe, idempotent): once cancel()
-  // returns, `fire` will not start unless it already had, and what it captured is released.
+  // `fire` runs at `when` (steady clock): on `target` if one is given (in the heap's wake when
+  // that is the target's own thread, else posted to it), otherwise on the heap's own strand.
+  // Thread-safe. The handle cancels (thread-safe, idempotent): once cancel() returns, `fire` will
+  // not start unless it already had, and what it captured is released.
   std::shared_ptr<timer> start(std::chrono::steady_clock::time_point when, timer_callback fire,
                                std::optional<io_executor> target = std::nullopt);
 
