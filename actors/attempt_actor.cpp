@@ -2,6 +2,7 @@
 
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
+#include "actors/one_way.hpp"
 #include "actors/policy/idle_watch.hpp"
 #include "actors/policy/retry_policy.hpp"
 #include "actors/relay_events.hpp"
@@ -198,25 +199,27 @@ class attempt_actor final : public caf::stateful_actor<attempt_state> {
     // work_ended whatever happens next.
     st->connection = spawn_connection(this, std::move(rt_), st->request, std::move(connection_));
     return {
-        [st](up_head_atom, int status, net::header_list& headers) { st->on_head(status, headers); },
-        [st](up_body_atom, std::string& bytes) { st->on_body(bytes); },
-        [st](up_end_atom) { st->on_end(); },
+        one_way([st](up_head_atom, int status, net::header_list& headers) {
+          st->on_head(status, headers);
+        }),
+        one_way([st](up_body_atom, std::string& bytes) { st->on_body(bytes); }),
+        one_way([st](up_end_atom) { st->on_end(); }),
         // A response that was not an event stream, held by net/'s relay until it was complete:
         // one message instead of head, body and end (connection_actor.cpp).
-        [st](up_whole_atom, int status, net::header_list& headers, std::string& body) {
+        one_way([st](up_whole_atom, int status, net::header_list& headers, std::string& body) {
           st->on_head(status, headers);
           if (!body.empty()) st->on_body(body);
           st->on_end();
-        },
-        [st](up_fail_atom, std::int32_t kind, std::string& message) {
+        }),
+        one_way([st](up_fail_atom, std::int32_t kind, std::string& message) {
           st->fail(failure_kind(kind), std::move(message));
-        },
-        [st](granted_atom) { st->arm_attempt_timer(); },
-        [st](attempt_timeout_atom) {
+        }),
+        one_way([st](granted_atom) { st->arm_attempt_timer(); }),
+        one_way([st](attempt_timeout_atom) {
           if (st->committed) return;
           st->fail(attempt_end::timeout, "attempt timed out");
-        },
-        [st](idle_timeout_atom) { st->on_idle_timer(); },
+        }),
+        one_way([st](idle_timeout_atom) { st->on_idle_timer(); }),
     };
   }
 

@@ -5,6 +5,7 @@
 
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
+#include "actors/one_way.hpp"
 #include "actors/policy/lease_book.hpp"
 
 namespace tether {
@@ -102,15 +103,16 @@ caf::behavior budget_shard_actor(caf::event_based_actor* self, caf::actor budget
   auto st = std::make_shared<budget_shard>(self, std::move(budget), stats);
   self->set_down_handler([st](caf::down_msg& msg) { st->down(msg); });
   return {
-      [st](acquire_atom, std::uint64_t upstream, std::int64_t key, std::int64_t rank,
-           std::uint64_t tokens) { st->acquire(upstream, key, rank, tokens); },
-      [st](lease_grant_atom, std::uint64_t lease, bool granted, const std::string& reason) {
+      one_way([st](acquire_atom, std::uint64_t upstream, std::int64_t key, std::int64_t rank,
+                   std::uint64_t tokens) { st->acquire(upstream, key, rank, tokens); }),
+      one_way([st](lease_grant_atom, std::uint64_t lease, bool granted, const std::string& reason) {
         st->answered(lease, granted, reason);
-      },
-      [st](recall_atom, bool on, std::int32_t scope, std::int64_t index) {
+      }),
+      one_way([st](recall_atom, bool on, std::int32_t scope, std::int64_t index) {
         st->recalled(on, scope, index);
-      },
-      [st](drain_now_atom) { st->drain_now(); },
+      }),
+      one_way([st](drain_now_atom) { st->drain_now(); }),
+      // A request (the slots count at shutdown): its answer is the handler's result.
       [st](slots_atom) { return st->busy(); },
   };
 }

@@ -1,6 +1,7 @@
 #include "actors/connection_actor.hpp"
 
 #include "actors/messages.hpp"
+#include "actors/one_way.hpp"
 #include "actors/policy/slot_refusal.hpp"
 #include "actors/relay_events.hpp"
 
@@ -34,10 +35,10 @@ class connection_actor final : public caf::event_based_actor {
     attach_functor([this](const caf::error&) { report_end(); });
     ask_for_slot();
     return {
-        [this](grant_atom, std::int32_t refusal, const std::string& reason) {
+        one_way([this](grant_atom, std::int32_t refusal, const std::string& reason) {
           budget_answered(static_cast<slot_refusal>(refusal), reason);
-        },
-        [this](up_closed_atom, std::int64_t closed_ns) { finish(closed_ns); },
+        }),
+        one_way([this](up_closed_atom, std::int64_t closed_ns) { finish(closed_ns); }),
     };
   }
 

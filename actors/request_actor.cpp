@@ -20,6 +20,7 @@
 #include "actors/attempt_actor.hpp"
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
+#include "actors/one_way.hpp"
 #include "actors/policy/model_request.hpp"
 #include "actors/policy/queue_priority.hpp"
 #include "actors/policy/request_lifecycle.hpp"
@@ -554,36 +555,37 @@ class request_actor final : public caf::stateful_actor<request_state> {
     if (st->start()) send(this, finish_atom::value);
 
     return {
-        [st](attempt_result_atom, int status, net::header_list& headers, std::string& body) {
+        one_way([st](attempt_result_atom, int status, net::header_list& headers,
+                     std::string& body) {
           held_response held{status, &headers, &body};
           st->run(st->life->on_response(status,
                                         parse_retry_after(net::find_header(headers, "retry-after")),
                                         std::chrono::steady_clock::now()),
                   &held);
-        },
-        [st](attempt_head_atom, int status, net::header_list& headers) {
+        }),
+        one_way([st](attempt_head_atom, int status, net::header_list& headers) {
           held_response held{status, &headers, nullptr};
           st->run(st->life->on_stream_head(status), &held);
-        },
-        [st](attempt_events_atom, net::sse_events& events) { st->relay_events(events); },
-        [st](attempt_end_atom) { st->run(st->life->on_stream_end()); },
-        [st](attempt_failed_atom, std::int32_t kind, std::string& message, bool committed) {
+        }),
+        one_way([st](attempt_events_atom, net::sse_events& events) { st->relay_events(events); }),
+        one_way([st](attempt_end_atom) { st->run(st->life->on_stream_end()); }),
+        one_way([st](attempt_failed_atom, std::int32_t kind, std::string& message, bool committed) {
           st->run(st->life->on_attempt_failed(static_cast<attempt_end>(kind), message, committed,
                                               std::chrono::steady_clock::now()));
-        },
-        [st](backoff_atom, std::uint64_t generation) {
+        }),
+        one_way([st](backoff_atom, std::uint64_t generation) {
           st->run(st->life->on_backoff_due(generation, std::chrono::steady_clock::now()));
-        },
-        [st](deadline_atom) {
+        }),
+        one_way([st](deadline_atom) {
           st->trace->event("deadline_exceeded", now_ns());
           st->run(st->life->on_deadline());
-        },
-        [st](client_gone_atom, std::int64_t left_ns) { st->caller_gone(left_ns); },
-        [st](work_ended_atom, std::uint64_t upstream, std::uint32_t attempt_index,
-             std::int64_t closed_ns, bool held_slot, std::int64_t queue_wait_ns) {
+        }),
+        one_way([st](client_gone_atom, std::int64_t left_ns) { st->caller_gone(left_ns); }),
+        one_way([st](work_ended_atom, std::uint64_t upstream, std::uint32_t attempt_index,
+                     std::int64_t closed_ns, bool held_slot, std::int64_t queue_wait_ns) {
           st->work_ended(upstream, attempt_index, closed_ns, held_slot, queue_wait_ns);
-        },
-        [st](finish_atom) { st->finish(); },
+        }),
+        one_way([st](finish_atom) { st->finish(); }),
     };
   }
 };

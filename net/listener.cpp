@@ -99,6 +99,11 @@ void listener::close() {
   backoff_.cancel();
 }
 
+// One connection per turn of the io queue, on purpose. After a stall, hundreds of new connections
+// wait in the backlog with their requests sent; taken in one per turn, they trickle in while the
+// connections already open are served. Taking the whole backlog at once was tried: every stalled
+// request was then in flight together, and the requests that came after the resume waited
+// behind all of them, so the backlog took longer to drain (docs/performance.md, stop 57).
 void listener::do_accept() {
   if (stopped_) return;
   auto& member = *static_cast<asio::io_context*>(group_.at(next_member_).native());

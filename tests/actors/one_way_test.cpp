@@ -1,0 +1,91 @@
+// one_way under CAF's test coordinator: a wrapped handler matches exactly the messages the handler
+// itself would, sees their values (a mutable reference too), and answers nothing, not even a
+// request (which is why only one-way messages may reach one).
+#include "actors/one_way.hpp"
+
+#include <gtest/gtest.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+#include <caf/send.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tether {
+namespace {
+
+using name_atom = caf::atom_constant<caf::atom("name")>;
+using count_atom = caf::atom_constant<caf::atom("count")>;
+using ask_atom = caf::atom_constant<caf::atom("ask")>;
+
+struct seen {
+  std::vector<std::string> names;
+  std::vector<int> counts;
+  int asks = 0;
+};
+
+caf::behavior recorder(caf::event_based_actor*, std::shared_ptr<seen> log) {
+  return {
+      // Takes the string over, as the request actor takes a response's body.
+      one_way([log](name_atom, std::string& name) { log->names.push_back(std::move(name)); }),
+      one_way([log](count_atom, int n) { log->counts.push_back(n); }),
+      one_way([log](ask_atom) { ++log->asks; }),
+  };
+}
+
+class OneWayTest : public ::testing::Test {
+ protected:
+  OneWayTest()
+      : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
+        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {}
+
+  caf::actor_system_config cfg_;
+  caf::actor_system system_;
+  caf::scheduler::test_coordinator& sched_;
+};
+
+TEST_F(OneWayTest, EachMessageReachesTheHandlerOfItsTypesWithItsValues) {
+  auto log = std::make_shared<seen>();
+  auto actor = system_.spawn(recorder, log);
+  caf::anon_send(actor, name_atom::value, std::string{"a long enough name to be on the heap"});
+  caf::anon_send(actor, count_atom::value, 7);
+  caf::anon_send(actor, name_atom::value, std::string{"b"});
+  sched_.run();
+
+  EXPECT_EQ(log->names, (std::vector<std::string>{"a long enough name to be on the heap", "b"}));
+  EXPECT_EQ(log->counts, std::vector<int>{7});
+  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  sched_.run();
+}
+
+TEST_F(OneWayTest, ARequestIsHandledButNeverAnswered) {
+  auto log = std::make_shared<seen>();
+  auto actor = system_.spawn(recorder, log);
+  bool answered = false;
+  std::optional<caf::error> failed;
+  auto asker = system_.spawn([&, actor](caf::event_based_actor* self) {
+    self->request(actor, std::chrono::seconds(1), ask_atom::value)
+        .then([&] { answered = true; }, [&](caf::error& e) { failed = e; });
+  });
+  sched_.run();
+  EXPECT_EQ(log->asks, 1);
+  EXPECT_FALSE(answered);
+  EXPECT_FALSE(failed.has_value());  // no reply, not even an empty one: only the timeout ends it
+
+  sched_.advance_time(std::chrono::seconds(1));
+  sched_.run();
+  EXPECT_FALSE(answered);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(*failed, caf::sec::request_timeout);
+  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  sched_.run();
+}
+
+}  // namespace
+}  // namespace tether
