@@ -7,11 +7,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "config/config.hpp"
@@ -87,10 +87,11 @@ class router {
 
  private:
   std::vector<deployment> deployments_;
-  std::map<std::string, std::vector<std::size_t>> by_model_;
+  // Hashed: a request looks its model up several times (serves, chain_of, choose).
+  std::unordered_map<std::string, std::vector<std::size_t>> by_model_;
   bool any_token_cap_ = false;
-  std::map<std::string, std::vector<std::string>> fallbacks_;
-  std::map<std::string, std::vector<std::string>> chains_;
+  std::unordered_map<std::string, std::vector<std::string>> fallbacks_;
+  std::unordered_map<std::string, std::vector<std::string>> chains_;
   std::vector<std::string> public_models_;
 };
 
