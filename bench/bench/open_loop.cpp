@@ -6,8 +6,11 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 
 #include <boost/asio/steady_timer.hpp>
+
+#include "bench/bench/percentiles.hpp"
 
 namespace tether::bench {
 
@@ -149,6 +152,22 @@ std::optional<double> recovery_ms(const std::vector<std::pair<double, double>>& 
     if (in_a_row == run) return by_moment[i + 1 - run].first - resume_ms;
   }
   return std::nullopt;
+}
+
+std::vector<timeline_step> timeline(const std::vector<std::pair<double, double>>& by_moment,
+                                    double from_ms, double to_ms, double step_ms) {
+  std::map<std::size_t, std::vector<double>> steps;
+  for (const auto& [moment, latency] : by_moment) {
+    if (moment < from_ms || moment >= to_ms) continue;
+    steps[static_cast<std::size_t>((moment - from_ms) / step_ms)].push_back(latency);
+  }
+  std::vector<timeline_step> out;
+  for (auto& [k, latencies] : steps) {
+    const auto n = latencies.size();
+    const auto s = summarize(std::move(latencies));
+    out.push_back({from_ms + static_cast<double>(k) * step_ms, n, s.p50, s.p99});
+  }
+  return out;
 }
 
 }  // namespace tether::bench

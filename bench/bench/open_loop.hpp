@@ -54,6 +54,18 @@ struct open_loop_result {
 std::optional<double> recovery_ms(const std::vector<std::pair<double, double>>& by_moment,
                                   double resume_ms, double threshold_ms, std::size_t run = 50);
 
+// The latencies of the requests due in [from_ms, to_ms), by the step (of step_ms) in which each
+// was due: how a stall's requests and those after the resume fared, moment by moment. Steps
+// without a request due are left out.
+struct timeline_step {
+  double due_ms = 0;  // the step's start
+  std::size_t requests = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+};
+std::vector<timeline_step> timeline(const std::vector<std::pair<double, double>>& by_moment,
+                                    double from_ms, double to_ms, double step_ms);
+
 open_loop_result run_open_loop(bench_context& ctx, const target& t, const open_loop_spec& spec);
 
 }  // namespace tether::bench

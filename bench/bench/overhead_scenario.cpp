@@ -84,6 +84,22 @@ boost::json::object open_loop_figures(bench_context& ctx, double rate, std::size
           {"derived", std::move(derived)}};
 }
 
+// One stall's latencies by the moment each request was due, in 50 ms steps from 100 ms before the
+// stop to 1,000 ms after the resume: whether the stalled requests waited for intake or for the
+// work, and how the requests after the resume fared (for the JSON; the report prints the drain).
+boost::json::array stall_timeline(const std::vector<std::pair<double, double>>& by_moment,
+                                  milliseconds at, milliseconds length) {
+  boost::json::array out;
+  for (const auto& s : timeline(by_moment, static_cast<double>(at.count()) - 100,
+                                static_cast<double>((at + length).count()) + 1000, 50)) {
+    out.push_back({{"due_ms", s.due_ms},
+                   {"requests", s.requests},
+                   {"p50_ms", std::round(s.p50_ms * 100) / 100},
+                   {"p99_ms", std::round(s.p99_ms * 100) / 100}});
+  }
+  return out;
+}
+
 // The same schedule with the proxy stopped for 100 ms a second in: how long its backlog takes
 // to drain once it runs again. A proxy drains at what it manages with hundreds of requests in
 // flight, not at its c=16 capacity; the direct path has no proxy to stop.
@@ -96,6 +112,7 @@ boost::json::object stall_figures(bench_context& ctx, double rate, std::size_t r
   std::map<std::string, json::array> recoveries;
   std::map<std::string, std::vector<double>> after;
   std::map<std::string, std::size_t> peaks;
+  std::map<std::string, json::array> timelines;
   for (std::size_t r = 0; r < rounds && !ctx.out_of_time(); ++r) {
     for (const auto* t : ctx.rotation(r)) {
       auto pids = ctx.process_tree(*t);
@@ -114,6 +131,7 @@ boost::json::object stall_figures(bench_context& ctx, double rate, std::size_t r
       const double threshold = std::max(5.0, 2 * summarize(before).p99);
       const auto rec = recovery_ms(res.by_moment, resume, threshold);
       recoveries[t->name].push_back(rec ? json::value(std::round(*rec)) : json::value(nullptr));
+      timelines[t->name].push_back(stall_timeline(res.by_moment, at, length));
       peaks[t->name] = std::max(peaks[t->name], res.peak_in_flight);
     }
   }
@@ -122,6 +140,7 @@ boost::json::object stall_figures(bench_context& ctx, double rate, std::size_t r
     o["recovery_ms"] = std::move(recs);
     o["peak_in_flight"] = peaks[name];
     o["p99_in_the_second_after_ms"] = std::round(summarize(after[name]).p99 * 100) / 100;
+    o["timeline"] = std::move(timelines[name]);
     targets[name] = std::move(o);
   }
   return {{"rate_per_s", std::round(rate)},

@@ -107,5 +107,28 @@ TEST(RecoveryTest, IsTheFirstRequestAfterTheResumeThatBeginsARunOfNormalAnswers)
   EXPECT_EQ(recovery_ms(by_moment, 100, 5.0, 100), std::nullopt);  // never that many in a row
 }
 
+TEST(TimelineTest, GroupsTheLatenciesByTheStepInWhichEachRequestWasDue) {
+  // Due every 10 ms from 0 to 390; slow (100 ms) from 100 to 149, otherwise 1 ms, but 2 ms at 60.
+  std::vector<std::pair<double, double>> by_moment;
+  for (int k = 0; k < 40; ++k) {
+    const double moment = 10.0 * k;
+    const double latency = moment >= 100 && moment < 150 ? 100.0 : moment == 60 ? 2.0 : 1.0;
+    by_moment.emplace_back(moment, latency);
+  }
+  const auto steps = timeline(by_moment, 50, 200, 50);
+  ASSERT_EQ(steps.size(), 3u);  // 50, 100, 150: what is due before 50 or from 200 is left out
+  EXPECT_EQ(steps[0].due_ms, 50);
+  EXPECT_EQ(steps[0].requests, 5u);
+  EXPECT_EQ(steps[0].p50_ms, 1);
+  EXPECT_EQ(steps[0].p99_ms, 2);
+  EXPECT_EQ(steps[1].due_ms, 100);
+  EXPECT_EQ(steps[1].requests, 5u);
+  EXPECT_EQ(steps[1].p50_ms, 100);
+  EXPECT_EQ(steps[2].due_ms, 150);
+  EXPECT_EQ(steps[2].p99_ms, 1);
+  // A step with no request due is not listed.
+  EXPECT_TRUE(timeline(by_moment, 400, 500, 50).empty());
+}
+
 }  // namespace
 }  // namespace tether::bench
