@@ -6,6 +6,7 @@
 // until its timeout.
 #pragma once
 
+#include <type_traits>
 #include <utility>
 
 #include <caf/delegated.hpp>
@@ -34,6 +35,9 @@ struct one_way_handler<F, caf::detail::type_list<Ts...>> {
 
 template <class F>
 auto one_way(F f) {
+  // A handler with a result has a reply to give, which the wrapper would drop unseen.
+  static_assert(std::is_void_v<typename caf::detail::get_callable_trait<F>::result_type>,
+                "one_way wraps handlers that return nothing");
   using args = typename caf::detail::get_callable_trait<F>::arg_types;
   return detail::one_way_handler<F, args>{std::move(f)};
 }
