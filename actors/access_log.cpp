@@ -153,7 +153,7 @@ class json_line {
   }
 
  private:
-  static constexpr std::size_t initial_room = 1024;  // a usual line is ≈450 characters
+  static constexpr std::size_t initial_room = 1024;  // room for a usual line, at once
 
   // At least n more characters fit after p_ (growing keeps what is written, moves the marks).
   void room(std::size_t n) {

@@ -31,15 +31,18 @@ budget_limits budget_limits_from(const config::gateway_config& cfg);
 
 using holders_atom = caf::atom_constant<caf::atom("holders")>;
 using limits_atom = caf::atom_constant<caf::atom("limits")>;
-// budget host ⇄ a cluster member's budget_link_actor (lease_book)
+// budget host ⇄ a cluster member's budget_link_actor (lease_book). Part of the cluster's wire
+// protocol: these strings stay as they are, or nodes of two versions cannot talk.
 using lease_atom = caf::atom_constant<caf::atom("lease")>;
 using lease_grant_atom = caf::atom_constant<caf::atom("lease_ok")>;
 using lease_return_atom = caf::atom_constant<caf::atom("lease_ret")>;
 using recall_atom = caf::atom_constant<caf::atom("recall")>;
-// a request actor ⇄ its node's budget (on a member, the link relays to the host): per-key rates
+// a request actor ⇄ its node's budget (on a member, the link relays to the host): per-key rates.
+// Part of the cluster's wire protocol.
 using rate_atom = caf::atom_constant<caf::atom("rate")>;
 using rate_fix_atom = caf::atom_constant<caf::atom("rate_fix")>;
-// a node's health actor ⇄ its budget (on a member, the link, which relays to and from the host)
+// a node's health actor ⇄ its budget (on a member, the link, which relays to and from the host).
+// Part of the cluster's wire protocol: these strings stay as they are.
 using health_subscribe_atom = caf::atom_constant<caf::atom("h_sub")>;
 using health_report_atom = caf::atom_constant<caf::atom("h_report")>;
 using health_news_atom = caf::atom_constant<caf::atom("h_news")>;

@@ -26,8 +26,10 @@ struct connection_spec {
   // who asked for one is not limited.
   std::uint64_t max_response_bytes = 0;
   bool stream = false;  // the caller asked for an event stream
-  // The caller connection's strand (opaque): the exchange runs on it, so the caller's deadline
-  // and disconnect reach the upstream socket without a hop. Null: a strand of its own.
+  // The caller connection's executor (opaque): the exchange runs on the caller's io thread, where
+  // the request's actors run, so this actor's cancel reaches the upstream socket without a hop.
+  // The deadline needs no actor: it reaches the socket as request.close_at. Null: the pooled
+  // connection's executor, else its origin's.
   std::shared_ptr<const net::connection_affinity> affinity;
   // Tell the attempt when the budget grants the slot (granted_atom): its per-try clock starts
   // then.

@@ -1,5 +1,6 @@
-// The vocabulary of the actor tree (CAF 0.17 atoms: words of at most 10 characters). Local messages
-// only: nothing here crosses the middleman, so no type needs registering.
+// The vocabulary of the actor tree (CAF 0.17 atoms: words of at most 10 characters). Local
+// messages, but for acquire and grant, which a cluster member's link relays to and from the budget
+// host (actors/budget_link_actor.hpp); no type here needs registering.
 #pragma once
 
 #include <caf/all.hpp>
@@ -28,7 +29,7 @@ typename Inspector::result_type inspect(Inspector& f, sse_events& x) {
 
 namespace tether {
 
-// budget ⇄ upstream connection actor
+// budget ⇄ upstream connection actor. acquire and grant: part of the cluster's wire protocol.
 using acquire_atom = caf::atom_constant<caf::atom("acquire")>;
 using grant_atom = caf::atom_constant<caf::atom("grant")>;
 using queue_timeout_atom = caf::atom_constant<caf::atom("wait_limit")>;
@@ -84,11 +85,11 @@ using drained_atom = caf::atom_constant<caf::atom("drained")>;
 // duration_ms, remote); the actor's own timers: (health_sweep_atom), (health_check_atom,
 // upstream, generation); a probe's end: (health_result_atom, upstream, passed, why)
 using health_atom = caf::atom_constant<caf::atom("health")>;
-using health_sweep_atom = caf::atom_constant<caf::atom("h_sweep")>;
-using health_check_atom = caf::atom_constant<caf::atom("h_check")>;
-using health_result_atom = caf::atom_constant<caf::atom("h_result")>;
+using health_sweep_atom = caf::atom_constant<caf::atom("sweep")>;
+using health_check_atom = caf::atom_constant<caf::atom("check")>;
+using health_result_atom = caf::atom_constant<caf::atom("result")>;
 // reloader → long-lived actors that follow the configuration: (adopt_runtime_atom, runtime_ptr)
-using adopt_runtime_atom = caf::atom_constant<caf::atom("adopt_rt")>;
+using adopt_runtime_atom = caf::atom_constant<caf::atom("adopt")>;
 
 // Why a tree is stopped, as the exit reason it carries down the links
 // (actors/policy/stop_reason.hpp).

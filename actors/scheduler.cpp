@@ -37,7 +37,7 @@ bool roams(caf::scheduler::abstract_coordinator* parent, const caf::resumable* j
 // CAF's work-stealing policy (its configuration keys, its aggressive polling and stealing, its
 // sleep on a condition variable), but each worker's jobs in a std::deque under the mutex that
 // guards that sleep: CAF 0.17's double_ended_queue allocates and frees a node for every job it
-// schedules (≈12 per request), and its external enqueue took the mutex anyway to see whether to
+// schedules (several per request), and its external enqueue took the mutex anyway to see whether to
 // wake the worker. CAF's "moderate" phase is left out: an idle worker polling with
 // sleep_for(50 µs) noticed the io thread's work only at its next poll (later still with the
 // kernel's timer slack), paid at every io → actor hop; sleeping on the condition variable, it
@@ -289,7 +289,7 @@ class stealing : public caf::policy::unprofiled {
   }
 
   // Jobs the pump runs before the io handlers queued meanwhile get their turn (a request's life
-  // is ≈15 jobs), and messages a job handles before the next job. With a backlog queued, a turn
+  // is many jobs), and messages a job handles before the next job. With a backlog queued, a turn
   // takes about what its jobs will wake too, up to a limit: otherwise the io handlers read new
   // requests far faster than the jobs finish them, and a stall's whole backlog is in flight at
   // once, cold in the cache, finishing late together.
@@ -378,8 +378,8 @@ constexpr int worker_nice = 5;
 
 // CAF 0.17's worker loop wraps every job in CAF_PUSH_AID_FROM_PTR, which is compiled in even with
 // logging off: a dynamic_cast from resumable* to abstract_actor* (a cross-cast through virtual
-// bases) and two trips through the logger's mutex-guarded map of thread ids, per resume, ≈15
-// resumes per request — a large share of tether's instructions per request.
+// bases) and two trips through the logger's mutex-guarded map of thread ids, per resume, and a
+// request's life is many resumes: a large share of the work tether does per request.
 // This is that loop without the logging context. The thread also never registers with CAF's
 // logger (CAF_SET_LOGGER_SYS), so the library's own push/pop of that context on every actor launch
 // and destruction finds no logger and returns at once; tether logs through spdlog, and CAF's
@@ -417,10 +417,12 @@ namespace {
 
 // CAF 0.17 calls clock().cancel_timeouts(self) from every actor's cleanup. Its clock answers that
 // by queueing an event for its own thread and waking it: one futex wake and two context switches
-// per actor exit, three actors per request, for nothing — tether's actors set no CAF timeouts
-// (their timers live on the io threads). This clock remembers which actors did set one (request
-// timeouts of the cluster link, receive timeouts) and forwards the cancellation only for those:
-// CAF's clock keeps per-actor entries only for set_{ordinary,multi,request}_timeout.
+// per actor exit, three actors per request, mostly for nothing — most of tether's actors set no
+// CAF timeout (their timers live on the io threads). The few that do call request(...) with a
+// timeout: a request actor whose key has a rate limit (its rate check to the budget), the
+// reloader, the cluster link. This clock remembers which actors set a timeout and forwards the
+// cancellation only for those: CAF's clock keeps per-actor entries only for
+// set_{ordinary,multi,request}_timeout.
 class quiet_clock final : public caf::detail::thread_safe_actor_clock {
  public:
   using super = caf::detail::thread_safe_actor_clock;

@@ -1,7 +1,7 @@
 // The parser of a caller's request: Beast's basic_parser, keeping the head as tether hands it on
 // (a header_list with lower-case names, in wire order) with the counts the framing checks need,
 // and the body in a string as Beast's string_body does. Beast's request_parser<string_body> kept
-// the head in basic_fields, which allocates an element per header field (≈5 per request), only
+// the head in basic_fields, which allocates an element per header field, only
 // for downstream_session to copy them into a header_list. net/-internal: it exposes Beast.
 #pragma once
 
@@ -47,8 +47,8 @@ class downstream_request_parser final : public scanning_parser<true> {
     method_string_.assign(method_string.data(), method_string.size());
     target_.assign(target.data(), target.size());
     version_ = version;
-    // One allocation for a usual request's fields, not one per doubling (curl sends 3, the
-    // OpenAI SDK ≈12). A scanned head brings its own.
+    // One allocation for a usual request's fields, not one per doubling (curl sends a few,
+    // the OpenAI SDK about a dozen). A scanned head brings its own.
     if (!scanning()) headers_.reserve(16);
   }
   // Only ever called for responses.

@@ -1,9 +1,9 @@
 // A message head read in one pass over bytes that hold all of it: the fields as tether keeps them
 // (lower-case names, wire order), and the few lines Beast's parser acts on. Beast's own field
-// parse costs several hundred instructions per field, and a real caller's or upstream's head has
-// fifteen to twenty-five; Beast is then given only the start line and the fields that frame the
-// message, and still makes every framing decision itself. Anything out of the ordinary is left to
-// Beast whole, so that what it accepts, rejects and reports stays exactly as before.
+// parse is costly per field, and a real caller's or upstream's head has a good many; Beast is then
+// given only the start line and the fields that frame the message, and still makes every framing
+// decision itself. Anything out of the ordinary is left to Beast whole, so that what it accepts,
+// rejects and reports stays exactly as before.
 #pragma once
 
 #include <cstddef>

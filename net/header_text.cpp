@@ -47,8 +47,8 @@ bool is_token(std::string_view s) noexcept {
   return true;
 }
 
-// Every header value of every request and response passes here (about 250 bytes a request: a
-// byte at a time was a visible cost per request). Sixteen bytes at a time where SSE2 is there
+// Every header value of every request and response passes here: a byte at a time was a visible
+// cost per request. Sixteen bytes at a time where SSE2 is there
 // (every x86-64), else eight in a word; the last block overlaps the one before it. In a word,
 // (x − 0x01…) & ~x has a byte's high bit set where x has a zero byte, or above one; so the word
 // has a zero byte exactly when the result's high bits are not all clear.

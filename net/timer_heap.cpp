@@ -33,8 +33,8 @@ struct node final : timer {
 
 // Nodes are kept for reuse on the thread that frees them: every request arms several timers, and
 // a list of this thread's own spare blocks is cheaper than malloc and free (with glibc's own
-// per-thread cache, free still costs dozens of instructions). A thread keeps at most `spare_max`;
-// a block freed on another thread than it was taken on joins that thread's list.
+// per-thread cache, free still does far more work than a push on a list). A thread keeps at most
+// `spare_max`; a block freed on another thread than it was taken on joins that thread's list.
 template <class T>
 class recycling_allocator {
  public:

@@ -1,6 +1,6 @@
 // Cancellable timers on the io threads. Actors use these instead of CAF 0.17's delayed_send,
-// whose pending message holds a strong reference to the receiver until it fires: with a 300 s
-// deadline every finished request's actor state stayed in memory for 300 s (bench, issue #6).
+// whose pending message holds a strong reference to the receiver until it fires: every finished
+// request's actor state stayed in memory until its deadline would have passed (issue #6).
 // A cancelled timer is freed at once; a fired one runs its callback on an io thread.
 #pragma once
 

@@ -1,7 +1,7 @@
 // The parser of an upstream's response: Beast's basic_parser, keeping the head as tether passes
 // it on (a header_list with lower-case names) and writing the body into the caller's buffer as
 // Beast's buffer_body does. Beast's response_parser<buffer_body> kept the head in basic_fields,
-// which allocates an element per header field (≈6 per response), only for upstream_session to
+// which allocates an element per header field, only for upstream_session to
 // copy them into a header_list. net/-internal: it exposes Beast.
 #pragma once
 

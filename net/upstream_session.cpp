@@ -288,8 +288,8 @@ void upstream_session::on_connected() {
     // operations are unaffected. Pooled connections keep the mode. (The asynchronous connect
     // leaves the socket registered for writability, so each request's acknowledgement wakes
     // the reactor once, for nothing; registering the socket again without it cost an epoll_ctl
-    // at every close instead — the deadline storm closes 200 at once — and saved no
-    // instructions per request, callgrind.)
+    // at every close instead — when many deadlines pass at once, many sockets close together —
+    // and saved no work per request.)
     error_code ignored;
     connection_->tcp().socket().non_blocking(true, ignored);
   }

@@ -111,7 +111,7 @@ class upstream_session : public upstream_exchange,
   std::shared_ptr<timer> close_timer_;  // armed by do_start() when close_at_ is set
   std::shared_ptr<upstream_connection> connection_;
   // Made only for a new connection: most exchanges run on a pooled one (a timer made per
-  // exchange looked its service up under the io context's mutex, callgrind).
+  // exchange looked its service up under the io context's mutex).
   std::optional<asio::ip::tcp::resolver> resolver_;
   std::optional<asio::steady_timer> connect_timer_;
   std::optional<upstream_response_parser> parser_;
