@@ -249,52 +249,96 @@ bool gateway::answer_small_endpoint(const net::incoming_request& req, const std:
   return false;
 }
 
-// A model request: refused by the checks in order (draining, key, body, model, key's models,
-// deadline header), or handed to a new request actor.
+// What a model request's checks established, for its request actor's spec.
+struct gateway::model_admission {
+  std::int64_t key = -1;  // the gateway key's index, -1 = none
+  surface where = surface::chat;
+  model_request_info info;
+  std::uint64_t prompt_tokens = 0;  // estimated from the body's size
+  caller_budget caller;             // the caller's own deadline header
+  priority queue_class = priority::normal;
+};
+
+// A model request: refused by the checks in order (draining, key, body, model, token weight,
+// key's models, deadline and priority headers), or handed to a new request actor.
 std::shared_ptr<net::exchange_observer> gateway::start_model_request(
     net::incoming_request req, std::string request_id, std::string path,
     std::shared_ptr<net::response_channel> channel) {
   // The caller's io thread, found once: the config it runs with, its budget shard and supervisor.
   const auto member = io_.here();
   const auto& here = runtimes_[member];
+  model_admission admitted;
+  if (!admit_caller(req, request_id, *here, *channel, admitted) ||
+      !read_model(req, request_id, path, *here, *channel, admitted) ||
+      !check_model_limits(req, request_id, *here, *channel, admitted) ||
+      !read_caller_headers(req, request_id, *here, *channel, admitted))
+    return nullptr;
+  auto spec = make_request_spec(std::move(req), std::move(request_id), std::move(path), *here,
+                                member, std::move(admitted));
+  auto actor = spawn_request(system_, here, std::move(channel), std::move(spec));
+  if (member < here->supervisors.size()) adopt_request(here->supervisors[member], actor);
+  return std::make_shared<request_observer>(std::move(actor));
+}
+
+// Whether the gateway takes model requests, and from this caller: its key, when keys are needed.
+bool gateway::admit_caller(const net::incoming_request& req, const std::string& request_id,
+                           const gateway_runtime& here, net::response_channel& channel,
+                           model_admission& admitted) {
   if (draining()) {
     answer_model_refusal(req, request_id, "", outcome::shutting_down,
-                         "the gateway is shutting down", *channel);
-    return nullptr;
+                         "the gateway is shutting down", channel);
+    return false;
   }
-  std::int64_t key = -1;
-  if (here->cfg.requires_keys()) {
-    key = match_key(req);
-    if (key < 0) {
+  if (here.cfg.requires_keys()) {
+    admitted.key = match_key(req);
+    if (admitted.key < 0) {
       answer_model_refusal(req, request_id, "", outcome::unauthorized,
-                           "missing or invalid gateway key", *channel);
-      return nullptr;
+                           "missing or invalid gateway key", channel);
+      return false;
     }
   }
-  auto inspected = inspect_model_request(req.body, here->cfg.server.max_json_depth);
+  return true;
+}
+
+// The body's facts (a valid request naming one model), and whether this gateway serves that
+// model on the surface at `path`.
+bool gateway::read_model(const net::incoming_request& req, const std::string& request_id,
+                         const std::string& path, const gateway_runtime& here,
+                         net::response_channel& channel, model_admission& admitted) {
+  auto inspected = inspect_model_request(req.body, here.cfg.server.max_json_depth);
   if (auto* err = std::get_if<body_error>(&inspected)) {
-    answer_model_refusal(req, request_id, "", outcome::bad_request, err->message, *channel);
-    return nullptr;
+    answer_model_refusal(req, request_id, "", outcome::bad_request, err->message, channel);
+    return false;
   }
-  auto info = std::get<model_request_info>(std::move(inspected));
-  const auto where = *surface_of(path);  // handle() let only model surfaces through
-  if (!here->routes->knows(info.model)) {
+  admitted.info = std::get<model_request_info>(std::move(inspected));
+  const auto& model = admitted.info.model;
+  admitted.where = *surface_of(path);  // handle() let only model surfaces through
+  if (!here.routes->knows(model)) {
     // The label stays bounded: an unknown name is never a label value.
     answer_model_refusal(req, request_id, "", outcome::unknown_model,
-                         "the model does not exist on this gateway", *channel);
-    return nullptr;
+                         "the model does not exist on this gateway", channel);
+    return false;
   }
-  if (!here->routes->serves(info.model, where)) {
+  if (!here.routes->serves(model, admitted.where)) {
     answer_model_refusal(req, request_id, "", outcome::unknown_model,
-                         "the model is not served on " + std::string(path_of(where)) +
+                         "the model is not served on " + std::string(path_of(admitted.where)) +
                              " by this gateway (no deployment of it serves the " +
-                             std::string(name_of(where)) + " surface)",
-                         *channel);
-    return nullptr;
+                             std::string(name_of(admitted.where)) + " surface)",
+                         channel);
+    return false;
   }
-  const auto prompt_tokens = estimate_prompt_tokens(req.body.size());
-  if (auto heavy =
-          here->routes->too_heavy(info.model, where, prompt_tokens, info.max_output_tokens)) {
+  return true;
+}
+
+// Whether the request could ever be admitted (its token weight), and whether its key may use
+// the model.
+bool gateway::check_model_limits(const net::incoming_request& req, const std::string& request_id,
+                                 const gateway_runtime& here, net::response_channel& channel,
+                                 model_admission& admitted) {
+  const auto& info = admitted.info;
+  admitted.prompt_tokens = estimate_prompt_tokens(req.body.size());
+  if (auto heavy = here.routes->too_heavy(info.model, admitted.where, admitted.prompt_tokens,
+                                          info.max_output_tokens)) {
     // It could never be admitted: refused now rather than queued until its wait limit.
     answer_model_refusal(
         req, request_id, info.model, outcome::bad_request,
@@ -302,72 +346,90 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
             ": its estimated prompt tokens and the output it may make) is more than the "
             "upstream's whole max_tokens_in_flight (" +
             std::to_string(heavy->cap) + "); ask for fewer output tokens or send less",
-        *channel);
-    return nullptr;
+        channel);
+    return false;
   }
-  if (key >= 0) {
-    const auto& allowed = here->cfg.keys[key].models;
+  if (admitted.key >= 0) {
+    const auto& allowed = here.cfg.keys[admitted.key].models;
     bool ok = std::find(allowed.begin(), allowed.end(), "*") != allowed.end() ||
               std::find(allowed.begin(), allowed.end(), info.model) != allowed.end();
     if (!ok) {
       answer_model_refusal(req, request_id, info.model, outcome::forbidden,
-                           "this key may not use that model", *channel);
-      return nullptr;
+                           "this key may not use that model", channel);
+      return false;
     }
   }
+  return true;
+}
+
+// The caller's own deadline (X-Request-Deadline-Ms, else X-Request-Timeout-Ms) and priority.
+bool gateway::read_caller_headers(const net::incoming_request& req, const std::string& request_id,
+                                  const gateway_runtime& here, net::response_channel& channel,
+                                  model_admission& admitted) {
+  const auto& model = admitted.info.model;
   const std::string* caller_header = net::find_header(req.headers, "x-request-deadline-ms");
   if (caller_header == nullptr)
     caller_header = net::find_header(req.headers, "x-request-timeout-ms");
-  auto caller = parse_caller_budget(caller_header);
-  if (caller.what == caller_budget::kind::invalid) {
-    answer_model_refusal(req, request_id, info.model, outcome::bad_request,
-                         "X-Request-Deadline-Ms must be a non-negative integer", *channel);
-    return nullptr;
+  admitted.caller = parse_caller_budget(caller_header);
+  if (admitted.caller.what == caller_budget::kind::invalid) {
+    answer_model_refusal(req, request_id, model, outcome::bad_request,
+                         "X-Request-Deadline-Ms must be a non-negative integer", channel);
+    return false;
   }
   // Without a key the cap is a key's default: a caller must be given "high", it cannot take it.
-  const auto asked = priority_of(net::find_header(req.headers, "x-priority"),
-                                 key >= 0 ? here->cfg.keys[key].max_priority : priority::normal);
+  const auto asked =
+      priority_of(net::find_header(req.headers, "x-priority"),
+                  admitted.key >= 0 ? here.cfg.keys[admitted.key].max_priority : priority::normal);
   if (!asked.valid) {
-    answer_model_refusal(req, request_id, info.model, outcome::bad_request,
-                         "X-Priority must be high, normal or low", *channel);
-    return nullptr;
+    answer_model_refusal(req, request_id, model, outcome::bad_request,
+                         "X-Priority must be high, normal or low", channel);
+    return false;
   }
+  admitted.queue_class = asked.value;
+  return true;
+}
 
-  // The request's strings are moved, not copied: this is the last use of each here.
+// The request actor's spec. The request's strings are moved, not copied: this is the last use
+// of each.
+request_spec gateway::make_request_spec(net::incoming_request&& req, std::string&& request_id,
+                                        std::string&& path, const gateway_runtime& here,
+                                        std::size_t member, model_admission&& admitted) {
+  const auto where = admitted.where;
+  const auto key = admitted.key;
   request_spec spec;
   spec.where = where;
-  spec.stream = info.stream && can_stream(spec.where);
-  spec.deadline = effective_deadline(here->cfg.effective_request(info.model).deadline, caller);
-  if (caller.what == caller_budget::kind::valid) spec.caller_deadline = caller.value;
+  spec.stream = admitted.info.stream && can_stream(spec.where);
+  spec.deadline =
+      effective_deadline(here.cfg.effective_request(admitted.info.model).deadline, admitted.caller);
+  if (admitted.caller.what == caller_budget::kind::valid)
+    spec.caller_deadline = admitted.caller.value;
   spec.client_retry = client_retry_of(req);
   spec.request_id = std::move(request_id);
   spec.path = std::move(path);
-  spec.model = std::move(info.model);
+  spec.model = std::move(admitted.info.model);
   spec.body = std::move(req.body);
   spec.key = key;
-  spec.queue_class = asked.value;
+  spec.queue_class = admitted.queue_class;
   spec.arrival = req.arrival;
-  spec.prompt_tokens = prompt_tokens;
-  spec.max_output_tokens = info.max_output_tokens;
-  if (key >= 0 && (here->cfg.keys[key].rpm > 0 || here->cfg.keys[key].tpm > 0)) {
+  spec.prompt_tokens = admitted.prompt_tokens;
+  spec.max_output_tokens = admitted.info.max_output_tokens;
+  if (key >= 0 && (here.cfg.keys[key].rpm > 0 || here.cfg.keys[key].tpm > 0)) {
     spec.check_rate = true;
-    spec.rate_tokens = token_weight(prompt_tokens, spec.max_output_tokens,
-                                    here->routes->default_max_tokens(spec.model, where));
+    spec.rate_tokens = token_weight(spec.prompt_tokens, spec.max_output_tokens,
+                                    here.routes->default_max_tokens(spec.model, where));
   }
   if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
   if (where == surface::responses) {
     if (auto previous = previous_response_id_of(spec.body))
-      spec.prefer_upstream = here->affinity->find(*previous);
+      spec.prefer_upstream = here.affinity->find(*previous);
   }
   if (is_anthropic(where)) {
     if (const auto* v = net::find_header(req.headers, "anthropic-version"))
       spec.anthropic_version = *v;
     if (const auto* v = net::find_header(req.headers, "anthropic-beta")) spec.anthropic_beta = *v;
   }
-  if (member < here->budget_shards.size()) spec.budget = here->budget_shards[member];
-  auto actor = spawn_request(system_, here, std::move(channel), std::move(spec));
-  if (member < here->supervisors.size()) adopt_request(here->supervisors[member], actor);
-  return std::make_shared<request_observer>(std::move(actor));
+  if (member < here.budget_shards.size()) spec.budget = here.budget_shards[member];
+  return spec;
 }
 
 }  // namespace tether

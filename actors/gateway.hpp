@@ -13,6 +13,8 @@
 
 namespace tether {
 
+struct request_spec;  // actors/request_actor.hpp
+
 class gateway {
  public:
   // Requests arrive on every member of `io`; each member reads the generation it last adopted.
@@ -37,6 +39,24 @@ class gateway {
   std::shared_ptr<net::exchange_observer> start_model_request(
       net::incoming_request req, std::string request_id, std::string path,
       std::shared_ptr<net::response_channel> channel);
+  // start_model_request's steps (gateway.cpp). Each check answers a refusal itself and returns
+  // false; what they establish goes into `admitted`, from which the request's spec is made.
+  struct model_admission;
+  bool admit_caller(const net::incoming_request& req, const std::string& request_id,
+                    const gateway_runtime& here, net::response_channel& channel,
+                    model_admission& admitted);
+  bool read_model(const net::incoming_request& req, const std::string& request_id,
+                  const std::string& path, const gateway_runtime& here,
+                  net::response_channel& channel, model_admission& admitted);
+  bool check_model_limits(const net::incoming_request& req, const std::string& request_id,
+                          const gateway_runtime& here, net::response_channel& channel,
+                          model_admission& admitted);
+  bool read_caller_headers(const net::incoming_request& req, const std::string& request_id,
+                           const gateway_runtime& here, net::response_channel& channel,
+                           model_admission& admitted);
+  static request_spec make_request_spec(net::incoming_request&& req, std::string&& request_id,
+                                        std::string&& path, const gateway_runtime& here,
+                                        std::size_t member, model_admission&& admitted);
   void answer_model_refusal(const net::incoming_request& req, const std::string& request_id,
                             const std::string& model, outcome o, const std::string& message,
                             net::response_channel& channel);

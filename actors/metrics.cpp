@@ -226,6 +226,16 @@ std::string metrics::render() const {
   std::lock_guard lock{mutex_};
   tally sum;  // every thread's, each read under its own lock in turn
   sum_into(sum);
+  render_requests(out, sum);
+  render_attempts(out, sum);
+  render_in_flight(out, sum);
+  render_cluster(out);
+  render_health_and_reloads(out);
+  return out;
+}
+
+// The callers' side: requests by outcome, their durations, rate refusals, tokens used.
+void metrics::render_requests(std::string& out, const tally& sum) const {
   header(out, "tether_requests_total", "counter", "Model requests by final outcome.");
   for (const auto& [k, v] : sum.requests) {
     out += fmt::format("tether_requests_total{{model=\"{}\",outcome=\"{}\"}} {}\n",
@@ -253,6 +263,10 @@ std::string metrics::render() const {
         "tether_tokens_total{{key=\"{0}\",upstream=\"{1}\",kind=\"completion\"}} {3}\n",
         key, up, t[0], t[1]);
   }
+}
+
+// The upstream attempts: their waits for a slot, how they ended, the retries.
+void metrics::render_attempts(std::string& out, const tally& sum) const {
   header(out, "tether_queue_wait_seconds", "histogram",
          "Time an attempt waited for a budget slot.");
   sum.queue_wait.render(out, "tether_queue_wait_seconds", "");
@@ -270,6 +284,10 @@ std::string metrics::render() const {
         "tether_retries_total{{upstream=\"{0}\",result=\"budget_exhausted\"}} {2}\n",
         escape_label(upstreams_[i]), retries_[i][0], retries_[i][1]);
   }
+}
+
+// What is in flight now, and what ran on after it was given up.
+void metrics::render_in_flight(std::string& out, const tally& sum) const {
   header(out, "tether_requests_in_flight", "gauge", "Callers being served, queued ones included.");
   out += fmt::format("tether_requests_in_flight {}\n", sum.requests_in_flight.load());
   header(out, "tether_upstream_work_in_flight", "gauge",
@@ -296,6 +314,10 @@ std::string metrics::render() const {
   header(out, "tether_cancel_latency_seconds", "histogram",
          "From the decision to cancel to the upstream socket closed.");
   cancel_latency_.render(out, "tether_cancel_latency_seconds", "");
+}
+
+// A cluster member's link to the budget host, and the host's view of the cluster's slots.
+void metrics::render_cluster(std::string& out) const {
   if (auto c = cluster_connected_.load(); c >= 0) {
     header(out, "tether_cluster_connected", "gauge", "1 while joined to the budget host.");
     out += fmt::format("tether_cluster_connected {}\n", c);
@@ -308,6 +330,10 @@ std::string metrics::render() const {
                          escape_label(upstreams_[i]), cluster_slots_[i].load());
     }
   }
+}
+
+// The upstreams' health (ejections) and the configuration's reloads.
+void metrics::render_health_and_reloads(std::string& out) const {
   if (health_) {
     const auto now = std::chrono::steady_clock::now();
     header(out, "tether_upstream_healthy", "gauge",
@@ -333,7 +359,6 @@ std::string metrics::render() const {
       "tether_config_reloads_total{{result=\"ok\"}} {}\n"
       "tether_config_reloads_total{{result=\"error\"}} {}\n",
       reloads_[0], reloads_[1]);
-  return out;
 }
 
 }  // namespace tether

@@ -112,6 +112,12 @@ class metrics {
   };
   tally& mine();
   void sum_into(tally& sum) const;  // with mutex_ held
+  // render()'s steps, one per group of metric families, each with mutex_ held.
+  void render_requests(std::string& out, const tally& sum) const;
+  void render_attempts(std::string& out, const tally& sum) const;
+  void render_in_flight(std::string& out, const tally& sum) const;
+  void render_cluster(std::string& out) const;
+  void render_health_and_reloads(std::string& out) const;
 
   const std::uint64_t id_;                // which metrics a thread's binding is to (never reused)
   const std::unique_ptr<tally> unbound_;  // the threads that did not bind themselves
