@@ -2,16 +2,49 @@
 // is committed: the whole body, or the first whole SSE event of a stream) and the stream idle
 // timeout; reports facts up to the request actor and never decides a retry (Envoy's router
 // split). Its exit, with the request's stop reason, takes its connection actor down.
+//
+// Its connection actor, declared here too (the attempt holds one; tests spawn it alone): one
+// upstream connection: asks the budget for a slot, runs one net::upstream_exchange, and exits
+// only after net/ reports the socket closed (or parked idle). Its exit is what frees the slot.
+// When its attempt dies abnormally (the request's stop reason coming down the links, or the
+// attempt's own failure), it cancels the exchange and waits for the close before it exits.
 #pragma once
 
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <cstdint>
 
-#include "actors/connection_actor.hpp"
 #include "actors/runtime.hpp"
+#include "net/upstream.hpp"
 
 namespace tether {
+
+struct connection_spec {
+  std::size_t upstream = 0;
+  std::int64_t key = -1;  // gateway key index, -1 = none
+  std::int64_t rank = 0;  // its place in its key's lane (actors/policy/queue_priority.hpp)
+  // The token weight the budget holds with the slot: 0 where the upstream has no token cap.
+  std::uint64_t tokens = 0;
+  net::upstream_request request;
+  // 0 = none. Enforced as the body arrives, on the io thread (relay_events), so the socket is
+  // closed at the limit however far behind the actors run; an event stream relayed to a caller
+  // who asked for one is not limited.
+  std::uint64_t max_response_bytes = 0;
+  bool stream = false;  // the caller asked for an event stream
+  // The caller connection's executor (opaque): the exchange runs on the caller's io thread, where
+  // the request's actors run, so this actor's cancel reaches the upstream socket without a hop.
+  // The deadline needs no actor: it reaches the socket as request.close_at. Null: the pooled
+  // connection's executor, else its origin's.
+  std::shared_ptr<const net::connection_affinity> affinity;
+  // Tell the attempt when the budget grants the slot (granted_atom): its per-try clock starts
+  // then.
+  bool tell_grant = false;
+  // Which of the request's attempts this connection serves (its place in the access line).
+  std::uint32_t attempt_index = 0;
+  // Who is asked for the slot: the caller's io thread's budget shard (null: rt->budget).
+  caf::actor budget;
+};
 
 struct attempt_spec {
   connection_spec connection;
@@ -28,5 +61,13 @@ struct attempt_spec {
 //   (attempt_failed_atom, int32 attempt_end, string message, bool committed)
 // Spawns the attempt actor linked to `request`, which receives the messages above.
 caf::actor spawn_attempt(caf::event_based_actor* request, runtime_ptr rt, attempt_spec spec);
+
+// Spawns the connection actor linked to `attempt`, which receives up_* messages (straight from
+// net/) and (granted_atom); `request` receives (work_ended_atom, upstream, attempt_index,
+// closed_ns, held_slot, queue_wait_ns) as the connection actor exits, however it ends: the
+// request counts its connections down by it, and an attempt whose connection never held a slot
+// never reached the upstream.
+caf::actor spawn_connection(caf::event_based_actor* attempt, runtime_ptr rt, caf::actor request,
+                            connection_spec spec);
 
 }  // namespace tether
