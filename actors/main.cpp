@@ -196,13 +196,11 @@ void drain_and_report(caf::actor_system& system, tether::gateway_runtime& rt) {
   }
 }
 
-// SCHED_BATCH for every thread of the process (threads inherit it): a thread woken by another no
-// longer preempts it. Without it, each io → actor → io hand-off on a busy CPU is a pair of context
-// switches; with it, the waker finishes its batch first and the woken thread then takes many
-// messages at once, so a request costs far fewer context switches. Time slices still bound how
-// long a woken thread waits, so timers stay within a few milliseconds.
-// Returns what the threads run under, for the start-up line. (server.sched_batch = false leaves
-// the scheduling policy as the process was started with.)
+// SCHED_BATCH for every thread (threads inherit it), if server.sched_batch asks: a woken thread no
+// longer preempts its waker. Off by default: a request's actors run on its caller's io thread, so
+// there is no hand-off left to batch, and a batch thread woken by its socket would wait out the
+// time slice of whatever else holds its CPU (seen as the cancellation's tail latency).
+// Returns what the threads run under, for the start-up line.
 std::string prefer_batch_scheduling(bool wanted) {
   if (!wanted) return "scheduling as started (sched_batch off)";
   sched_param batch{};

@@ -6,8 +6,9 @@
 # Usage: bench/callgrind.sh [N=300]   Environment: BUILD_DIR (default build/), PORT (19601),
 # MODEL (default mock: answers at once; mock-hang with DEADLINE_MS=5 counts the deadline's path:
 # intake, the 504, the upstream close and the tree's teardown), KEEP_CALLGRIND=dir (keep the
-# profiles for callgrind_annotate), ACCESS_LOG=1 (write the access line, as the bench's tether
-# does; by default the log level is warn and the count leaves the line out), CPUS (default 0:
+# profiles for callgrind_annotate; with DHAT=1, DHAT's dhat.N.json), ACCESS_LOG=1 (write the
+# access line, as the bench's tether does; by default the log level is warn and the count leaves
+# the line out), CPUS (default 0:
 # tether is pinned to that CPU list, as bench/run.sh pins it, so it runs one CAF worker; "all"
 # leaves it unpinned: one worker per CPU, and the count takes in their hand-offs, so it comes
 # out higher; the figures in docs/performance.md's history before 01299c8 are unpinned ones),
@@ -56,7 +57,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/tether-callgrind.XXXXXX")"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  if [ -n "${KEEP_CALLGRIND:-}" ]; then cp "$work"/callgrind.* "$KEEP_CALLGRIND"/ 2>/dev/null || true; fi
+  if [ -n "${KEEP_CALLGRIND:-}" ]; then cp "$work"/callgrind.* "$work"/dhat.*.json "$KEEP_CALLGRIND"/ 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT

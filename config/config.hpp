@@ -26,9 +26,10 @@ struct server_config {
   millis header_timeout{10000};
   millis keepalive_timeout{60000};
   millis drain_timeout{30000};
-  // Process-wide settings, applied once at start: SCHED_BATCH for every thread, and glibc's
-  // per-thread cache of freed blocks (0 = glibc's own default, and no restart to apply it).
-  bool sched_batch = true;
+  // Process-wide settings, applied once at start: SCHED_BATCH for every thread (off by default,
+  // actors/main.cpp says why), and glibc's per-thread cache of freed blocks (0 = glibc's own
+  // default, and no restart to apply it).
+  bool sched_batch = false;
   std::uint32_t malloc_tcache_count = 64;
   // io threads (each with its share of the connections and its own CAF worker); 0 = one per CPU
   // of the process's affinity mask. Applied at start only.

@@ -64,7 +64,7 @@ TEST(LoaderTest, MinimalFileLoadsWithDefaultsApplied) {
   EXPECT_EQ(cfg.server.listen_port, 8080);
   EXPECT_EQ(cfg.server.max_request_bytes, 4194304u);
   EXPECT_EQ(cfg.server.drain_timeout, millis(30000));
-  EXPECT_TRUE(cfg.server.sched_batch);
+  EXPECT_FALSE(cfg.server.sched_batch);
   EXPECT_EQ(cfg.server.malloc_tcache_count, 64U);
   EXPECT_EQ(cfg.request.deadline, millis(300000));
   EXPECT_EQ(cfg.request.attempt_timeout, millis(120000));
@@ -254,8 +254,8 @@ TEST(LoaderTest, EjectMaxBelowEjectBaseIsNamedOnEjectMax) {
 }
 
 TEST(LoaderTest, ProcessSettingsAreReadAndBoundedOrNamed) {
-  const auto cfg = expect_ok("[server]\nsched_batch = false\nmalloc_tcache_count = 0\n" + minimal);
-  EXPECT_FALSE(cfg.server.sched_batch);
+  const auto cfg = expect_ok("[server]\nsched_batch = true\nmalloc_tcache_count = 0\n" + minimal);
+  EXPECT_TRUE(cfg.server.sched_batch);
   EXPECT_EQ(cfg.server.malloc_tcache_count, 0U);
   EXPECT_EQ(
       expect_ok("[server]\nmalloc_tcache_count = 65535\n" + minimal).server.malloc_tcache_count,

@@ -88,21 +88,20 @@ TEST(ProcessTest, TheProcessWideSettingsAreTheConfigsAndTheStartLineSaysSo) {
     gateway_process gw{gateway_config(mock, "", model_entry("m", "mock"))};
     auto line = gw.process().wait_for_line(std::regex("listening on"), std::chrono::seconds(5));
     ASSERT_TRUE(line);
-    EXPECT_NE(line->line.find("SCHED_BATCH, GLIBC_TUNABLES glibc.malloc.tcache_count=64"),
+    EXPECT_NE(line->line.find("scheduling as started (sched_batch off), "
+                              "GLIBC_TUNABLES glibc.malloc.tcache_count=64"),
               std::string::npos)
         << line->line;
-    EXPECT_EQ(sched_getscheduler(gw.process().pid()), SCHED_BATCH);
+    EXPECT_EQ(sched_getscheduler(gw.process().pid()), SCHED_OTHER);
     EXPECT_NE(environ_of(gw.process().pid()).find("GLIBC_TUNABLES=glibc.malloc.tcache_count=64"),
               std::string::npos);
   }
   gateway_process gw{gateway_config(mock, "", model_entry("m", "mock"), "",
-                                    "sched_batch = false\nmalloc_tcache_count = 0")};
+                                    "sched_batch = true\nmalloc_tcache_count = 0")};
   auto line = gw.process().wait_for_line(std::regex("listening on"), std::chrono::seconds(5));
   ASSERT_TRUE(line);
-  EXPECT_NE(line->line.find("scheduling as started (sched_batch off), glibc malloc defaults"),
-            std::string::npos)
-      << line->line;
-  EXPECT_EQ(sched_getscheduler(gw.process().pid()), SCHED_OTHER);
+  EXPECT_NE(line->line.find("SCHED_BATCH, glibc malloc defaults"), std::string::npos) << line->line;
+  EXPECT_EQ(sched_getscheduler(gw.process().pid()), SCHED_BATCH);
   EXPECT_EQ(environ_of(gw.process().pid()).find("GLIBC_TUNABLES"), std::string::npos);
   EXPECT_EQ(comm_of(gw.process().pid()), "tether");
 }
