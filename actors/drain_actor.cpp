@@ -4,6 +4,7 @@
 
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
+#include "actors/supervisor_actor.hpp"
 
 namespace tether {
 namespace {
@@ -15,8 +16,8 @@ struct drain_state {
   std::vector<caf::actor> supervisors;
   bool draining = false;
   bool ended = false;
-  std::size_t pending = 0;  // supervisors that have not answered the drain yet
-  std::uint64_t cancelled = 0;
+  std::size_t pending = 0;      // supervisors that have not answered the drain yet
+  std::uint64_t cut_short = 0;  // requests alive when the drain's end came, on every thread
   std::vector<caf::response_promise> waiting;
   std::optional<actor_timers> timers;
 
@@ -36,8 +37,7 @@ void drain_state::start() {
   for (const auto& s : supervisors) {
     self->request(s, caf::infinite, drain_atom::value)
         .then(
-            [this](drained_atom, std::uint64_t n) {
-              cancelled += n;
+            [this](drained_atom, std::uint64_t) {
               --pending;
               settle();
             },
@@ -57,13 +57,16 @@ void drain_state::end_now() {
   // After every tree has ended (the timeout's message may still come), there is nothing to end.
   if (ended || (draining && pending == 0)) return;
   ended = true;
+  // Counted here, before the budgets are told: a queued request their refusal ends would be gone
+  // by the time its supervisor is told, and the supervisors' own counts would miss it.
+  for (const auto& s : supervisors) cut_short += live_requests(s);
   for (const auto& b : budgets) self->send(b, drain_now_atom::value);
   for (const auto& s : supervisors) self->send(s, drain_now_atom::value);
 }
 
 void drain_state::settle() {
   if (!draining || pending > 0) return;
-  for (auto& rp : waiting) rp.deliver(drained_atom::value, cancelled);
+  for (auto& rp : waiting) rp.deliver(drained_atom::value, cut_short);
   waiting.clear();
 }
 

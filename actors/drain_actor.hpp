@@ -11,8 +11,9 @@
 
 namespace tether {
 
-// (drain_atom) → (drained_atom, uint64 cancelled)  asks every supervisor to drain; answers once
-//                      all of them have, with the requests they stopped, summed
+// (drain_atom) → (drained_atom, uint64 cut_short)  asks every supervisor to drain; answers once
+//                      all of them have, with the requests still alive on every thread when
+//                      the drain's end came (0 if every request ended in time)
 // (drain_now_atom)     the drain's end now (the drain timeout sends it too, or a second signal):
 //                      every one of `budgets` (this node's budget actor, or its link, and its io
 //                      threads' budget shards) is told first and refuses this node's work; then

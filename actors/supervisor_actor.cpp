@@ -23,8 +23,7 @@ using cell_idle_atom = caf::atom_constant<caf::atom("cell_idle")>;
 
 // What the supervisor and its cells count together.
 struct supervisor_counts {
-  std::atomic<std::uint64_t> live{0};       // adopted and not yet ended, in every cell
-  std::atomic<std::uint64_t> cancelled{0};  // stopped by drain_now
+  std::atomic<std::uint64_t> live{0};  // adopted and not yet ended, in every cell
 };
 
 struct cell_state {
@@ -103,7 +102,6 @@ class supervisor_cell : public caf::event_based_actor {
     cancelling_ = true;
     std::lock_guard<std::mutex> g(st_->mtx);
     for (auto& [id, req] : st_->live) {
-      counts_->cancelled.fetch_add(1);
       monitor(req);
       send_exit(req, stop_error(stop_reason::drain));
     }
@@ -129,6 +127,7 @@ struct supervisor_state {
   std::shared_ptr<cell_state> current_state;
   bool draining = false;  // a cell spawned during the drain is told at its spawn
   bool cancelling = false;
+  std::uint64_t cut_short = 0;  // live when the drain's end came
   std::vector<caf::response_promise> waiting;
 
   void adopt(caf::actor req);
@@ -180,13 +179,14 @@ void supervisor_state::start_drain() {
 void supervisor_state::cancel_all() {
   if (cancelling) return;
   cancelling = true;
+  cut_short = counts->live.load();
   std::lock_guard<std::mutex> g(mtx);
   for (const auto& [id, cell] : cells) self->send(cell, drain_now_atom::value);
 }
 
 void supervisor_state::settle() {
   if (!draining || counts->live.load() != 0) return;
-  for (auto& rp : waiting) rp.deliver(drained_atom::value, counts->cancelled.load());
+  for (auto& rp : waiting) rp.deliver(drained_atom::value, cut_short);
   waiting.clear();
 }
 
@@ -199,9 +199,17 @@ void supervisor_actor::adopt(caf::actor req) {
   st_->adopt(std::move(req));
 }
 
+std::uint64_t supervisor_actor::live() const {
+  return st_->counts->live.load();
+}
+
 void adopt_request(const caf::actor& supervisor, caf::actor req) {
   static_cast<supervisor_actor*>(caf::actor_cast<caf::abstract_actor*>(supervisor))
       ->adopt(std::move(req));
+}
+
+std::uint64_t live_requests(const caf::actor& supervisor) {
+  return static_cast<supervisor_actor*>(caf::actor_cast<caf::abstract_actor*>(supervisor))->live();
 }
 
 caf::behavior supervisor_actor::make_behavior() {

@@ -25,9 +25,16 @@ using namespace std::chrono_literals;
 using stop_atom = caf::atom_constant<caf::atom("stop_now")>;
 using event_log = std::shared_ptr<std::vector<std::string>>;
 
-// A budget's (or a shard's) stand-in: it notes when it is told to refuse this node's work.
-caf::behavior fake_budget(caf::event_based_actor* self, event_log log, std::string name) {
-  return {[log, name](drain_now_atom) { log->push_back(name + " refuses"); },
+using queued_list = std::shared_ptr<std::vector<caf::actor>>;
+
+// A budget's (or a shard's) stand-in: it notes when it is told to refuse this node's work, and
+// ends the requests queued for its slots as a refusal does.
+caf::behavior fake_budget(caf::event_based_actor* self, event_log log, std::string name,
+                          queued_list queued) {
+  return {[self, log, name, queued](drain_now_atom) {
+            log->push_back(name + " refuses");
+            for (const auto& q : *queued) self->send(q, stop_atom::value);
+          },
           [self](stop_atom) { self->quit(); }};
 }
 
@@ -49,9 +56,9 @@ class DrainActorTest : public ::testing::Test {
   DrainActorTest()
       : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
         sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {
-    budgets_ = {system_.spawn(fake_budget, log_, "budget"),
-                system_.spawn(fake_budget, log_, "shard 0"),
-                system_.spawn(fake_budget, log_, "shard 1")};
+    budgets_ = {system_.spawn(fake_budget, log_, "budget", queued_),
+                system_.spawn(fake_budget, log_, "shard 0", queued_),
+                system_.spawn(fake_budget, log_, "shard 1", queued_)};
     supervisors_ = {system_.spawn<supervisor_actor>(), system_.spawn<supervisor_actor>()};
     drain_ = system_.spawn(drain_actor, drain_timeout, budgets_, supervisors_, &timers_);
     sched_.run();
@@ -90,6 +97,7 @@ class DrainActorTest : public ::testing::Test {
   caf::actor_system system_;
   caf::scheduler::test_coordinator& sched_;
   event_log log_ = std::make_shared<std::vector<std::string>>();
+  queued_list queued_ = std::make_shared<std::vector<caf::actor>>();
   std::vector<caf::actor> budgets_;
   std::vector<caf::actor> supervisors_;
   caf::actor drain_;
@@ -136,6 +144,34 @@ TEST_F(DrainActorTest, AtTheTimeoutEveryBudgetIsToldAndEveryThreadsTreesAreStopp
             (std::vector<std::string>{"a stopped (drain)", "b stopped (drain)", "budget refuses",
                                       "shard 0 refuses", "shard 1 refuses"}));
   EXPECT_FALSE(drained()) << "answered before the lingering request ended";
+  caf::anon_send(lingering, stop_atom::value);
+  sched_.run();
+  EXPECT_EQ(drained(), std::optional<std::uint64_t>{2});
+}
+
+// A request still queued for a slot when the timeout fires is ended by the budgets' refusal,
+// which they are sent first; it may be gone before its supervisor is told. It was cut short all
+// the same, and the answer counts it.
+TEST_F(DrainActorTest, ARequestTheBudgetsRefusalEndsBeforeItsSupervisorIsToldIsCountedCutShort) {
+  auto lingering = start(0, "streaming", true);
+  queued_->push_back(start(1, "queued", true));
+  ask_drain();
+  timers_.advance(drain_timeout);
+  // Every actor but the supervisors runs first: the refusal ends the queued request, and its cell
+  // takes it out, before either supervisor hears of the drain's end.
+  auto held_back = [this](caf::resumable* job) {
+    for (const auto& s : supervisors_)
+      if (job == dynamic_cast<caf::resumable*>(caf::actor_cast<caf::abstract_actor*>(s)))
+        return false;
+    return true;
+  };
+  sched_.run_jobs_filtered(held_back);
+  sched_.run();
+  std::vector<std::string> heard(*log_);
+  std::sort(heard.begin(), heard.end());
+  EXPECT_EQ(heard, (std::vector<std::string>{"budget refuses", "shard 0 refuses", "shard 1 refuses",
+                                             "streaming stopped (drain)"}))
+      << "the queued request was still there when its supervisor was told";
   caf::anon_send(lingering, stop_atom::value);
   sched_.run();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{2});
