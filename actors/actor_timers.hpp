@@ -12,6 +12,7 @@
 #include <memory>
 #include <tuple>
 
+#include "actors/scheduler.hpp"
 #include "net/timer_service.hpp"
 
 namespace tether {
@@ -30,6 +31,7 @@ class actor_timers {
     prune();
     auto t = service_->start(delay, [owner = owner_, args = std::make_tuple(std::move(xs)...)] {
       if (auto a = caf::actor_cast<caf::actor>(owner)) {
+        const urgent_delivery first;  // a timer's news is due already
         std::apply([&](const auto&... v) { caf::anon_send(a, v...); }, args);
       }
     });

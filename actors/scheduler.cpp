@@ -69,17 +69,26 @@ class stealing : public caf::policy::unprofiled {
     }
     void push_front(caf::resumable* job) {
       jobs_.push_front(job);
+      if (urgent_end_ > 0) ++urgent_end_;
+      sync();
+    }
+    // Ahead of every job queued the usual way, behind the urgent ones queued before it.
+    void push_urgent(caf::resumable* job) {
+      jobs_.insert(jobs_.begin() + static_cast<std::ptrdiff_t>(urgent_end_), job);
+      ++urgent_end_;
       sync();
     }
     caf::resumable* pop_front() {
       auto* job = jobs_.front();
       jobs_.pop_front();
+      if (urgent_end_ > 0) --urgent_end_;
       sync();
       return job;
     }
     caf::resumable* pop_back() {
       auto* job = jobs_.back();
       jobs_.pop_back();
+      urgent_end_ = std::min(urgent_end_, jobs_.size());
       sync();
       return job;
     }
@@ -87,6 +96,8 @@ class stealing : public caf::policy::unprofiled {
    private:
     void sync() { size_.store(jobs_.size(), std::memory_order_relaxed); }
     std::deque<caf::resumable*> jobs_;
+    // jobs_[0, urgent_end_): the urgent jobs not yet run, and any put before them since.
+    std::size_t urgent_end_ = 0;
     std::atomic<std::size_t> size_{0};
   };
 
@@ -188,12 +199,18 @@ class stealing : public caf::policy::unprofiled {
   // The worker whose thread this is (set by the worker itself), or nullptr.
   static inline thread_local void* this_thread_worker = nullptr;
 
+  // Set while a timer's message is sent on this thread (urgent_delivery).
+  static inline thread_local bool urgent_here = false;
+
   template <class Worker>
   void external_enqueue(Worker* self, caf::resumable* job) {
     auto& data = d(self);
     {
       std::lock_guard<std::mutex> guard{data.mutex};
-      data.jobs.push_back(job);
+      if (urgent_here && this_thread_worker == self)
+        data.jobs.push_urgent(job);
+      else
+        data.jobs.push_back(job);
       if (data.sleeping) data.wake.notify_one();
       if (!data.pumping || data.pump_posted) return;
       data.pump_posted = true;
@@ -534,6 +551,14 @@ net::io_runtime* lent_io(caf::scheduler::abstract_coordinator* parent, std::size
 
 bool roams(caf::scheduler::abstract_coordinator* parent, const caf::resumable* job) {
   return static_cast<coordinator*>(parent)->roams(job);
+}
+
+urgent_delivery::urgent_delivery() : was_(stealing::urgent_here) {
+  stealing::urgent_here = true;
+}
+
+urgent_delivery::~urgent_delivery() {
+  stealing::urgent_here = was_;
 }
 
 bool roam(caf::actor_system& system, const caf::actor& actor) {

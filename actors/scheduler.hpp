@@ -23,6 +23,22 @@ void use_tether_scheduler(caf::actor_system_config& cfg, std::vector<net::io_run
 // its answer goes to the asker's home anyway, so a home would only add hops. Call right after
 // spawning; false when `system` does not run tether's scheduler or the table is full.
 bool roam(caf::actor_system& system, const caf::actor& actor);
+// While one lives, an actor that a message sent on this thread wakes, and that lives on this
+// thread's io worker, is queued ahead of the jobs already waiting there, behind the urgent ones
+// queued before it. A timer's news is sent so (actor_timers): when many deadlines pass together,
+// each 504 goes out before the teardowns of the requests whose deadline passed a moment earlier,
+// instead of behind them.
+class urgent_delivery {
+ public:
+  urgent_delivery();
+  ~urgent_delivery();
+  urgent_delivery(const urgent_delivery&) = delete;
+  urgent_delivery& operator=(const urgent_delivery&) = delete;
+
+ private:
+  bool was_;
+};
+
 // One lent io (or none: nullptr), for the first worker.
 void use_tether_scheduler(caf::actor_system_config& cfg, net::io_runtime* io = nullptr);
 

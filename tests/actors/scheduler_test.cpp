@@ -9,6 +9,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -128,6 +129,45 @@ TEST_F(LentSchedulerTest, IoHandlersRunWhileActorsKeepTheThreadBusy) {
   state->stop = true;
   // The spinners were running all along (not finished before the handlers were posted).
   EXPECT_GT(seen, 1000u);
+}
+
+// A timer's news (sent under urgent_delivery, as actor_timers sends it) runs before the jobs that
+// were already queued on the io thread, in the order it was sent; the others keep theirs.
+TEST_F(LentSchedulerTest, AnUrgentDeliveryRunsAheadOfTheJobsAlreadyQueuedInItsOwnOrder) {
+  start(1);
+  // Written on the io thread only; read once the last actor has told the test.
+  struct shared {
+    std::vector<std::string> order;
+    std::promise<void> all_ran;
+  };
+  auto state = std::make_shared<shared>();
+  constexpr std::size_t actors = 5;
+  auto recorder = [state](caf::event_based_actor*, std::string name) -> caf::behavior {
+    return {[state, name](int n) {
+      if (n == 0) return n;  // the test's round trip, before the run
+      state->order.push_back(name);
+      if (state->order.size() == actors) state->all_ran.set_value();
+      return n;
+    }};
+  };
+  auto a = system_->spawn(recorder, std::string{"a"});
+  auto b = system_->spawn(recorder, std::string{"b"});
+  auto c = system_->spawn(recorder, std::string{"c"});
+  auto u1 = system_->spawn(recorder, std::string{"urgent 1"});
+  auto u2 = system_->spawn(recorder, std::string{"urgent 2"});
+  for (const auto& x : {a, b, c, u1, u2}) ASSERT_TRUE(round_trip(x, 0));  // all idle now
+  post_io([&] {
+    caf::anon_send(a, 1);
+    caf::anon_send(b, 1);
+    {
+      const urgent_delivery first;
+      caf::anon_send(u1, 1);
+      caf::anon_send(u2, 1);
+    }
+    caf::anon_send(c, 1);
+  });
+  ASSERT_EQ(state->all_ran.get_future().wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(state->order, (std::vector<std::string>{"urgent 1", "urgent 2", "a", "b", "c"}));
 }
 
 TEST_F(LentSchedulerTest, ActorsKeepRunningAfterTheIoStops) {
