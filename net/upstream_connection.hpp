@@ -62,6 +62,7 @@ class upstream_connection {
   // FIN first, so the upstream reads an orderly end even when the zero linger of arm_reset() then
   // ends the connection with a reset (which spares this host a TIME_WAIT entry).
   void close() {
+    if (reset_sent_) return;  // the descriptor goes with this object
     boost::system::error_code ignored;
     tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     tcp().socket().close(ignored);
@@ -71,10 +72,30 @@ class upstream_connection {
   // once, as from a close, but one packet replaces the FIN/ACK exchange, and no TIME_WAIT entry
   // per cancelled request piles up on this host (thousands under a cancellation storm).
   void abort() {
+    if (reset_sent_) return;  // the descriptor goes with this object
     boost::system::error_code ignored;
     if (!reset_armed_) tcp().socket().set_option(asio::socket_base::linger(true, 0), ignored);
     tcp().socket().close(ignored);
   }
+
+  // The reset alone, now: the upstream learns as from abort(), and the pending operations end
+  // (aborted), but the descriptor, its epoll entry and the socket are released only with this
+  // object, at the end of the exchange's owner. A deadline storm's resets then go out at the
+  // deadline, each one packet, and the heavier close waits with the teardowns behind the 504s.
+  // (A connect with AF_UNSPEC is TCP's disconnect: a reset for a connection, an end for a
+  // connect still under way.)
+  void reset_now() {
+    if (reset_sent_ || !is_open()) return;
+    sockaddr unspecified{};
+    unspecified.sa_family = AF_UNSPEC;
+    ::connect(tcp().socket().native_handle(), &unspecified, sizeof unspecified);
+    boost::system::error_code ignored;
+    tcp().socket().cancel(ignored);
+    reset_sent_ = true;
+  }
+  // Whether reset_now() has ended the connection: it is never used again, nor closed before its
+  // owner lets it go.
+  bool reset_sent() const { return reset_sent_; }
 
   // Called once connected: the zero linger that makes a close a reset is set now, once per
   // connection, so that abort() is a single close() when a deadline stops many exchanges at
@@ -105,6 +126,7 @@ class upstream_connection {
   std::variant<upstream_tcp_stream, upstream_tls_stream> stream_;
   beast::flat_buffer buffer_;
   bool reset_armed_ = false;  // the zero linger is set (arm_reset)
+  bool reset_sent_ = false;   // reset_now() ended the connection
   // Not value-initialised: zeroing 16 KiB per connection is wasted (the parser writes before
   // anything reads).
   std::array<char, 16 * 1024> body_buffer_;

@@ -136,9 +136,10 @@ void upstream_session::on_cancel() {
     finish();
     return;
   }
-  // Aborts the pending operation; its handler sees cancelled_ and starts nothing new.
+  // Resets the connection and aborts the pending operation; its handler sees cancelled_ and
+  // starts nothing new. The descriptor is released with this session (finish keeps it).
   if (connect_timer_) connect_timer_->cancel();
-  if (connection_) connection_->abort();
+  if (connection_) connection_->reset_now();
 }
 
 void upstream_session::on_close_at() {
@@ -494,6 +495,7 @@ void upstream_session::finish() {
   if (resolver_) resolver_->cancel();
   if (connect_timer_) connect_timer_->cancel();
   if (close_timer_) close_timer_->cancel();
+  if (connection_ && connection_->reset_sent()) return;  // released with this session
   if (connection_) connection_->abort();
   connection_.reset();
 }

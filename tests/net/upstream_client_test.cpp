@@ -672,6 +672,41 @@ TEST_F(UpstreamClientTest, CancelWhileAwaitingHeadClosesSocketWithinFiftyMs) {
   EXPECT_EQ(events->closed_count(), 1);
 }
 
+// This process's open sockets.
+std::size_t open_sockets() {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const auto target = std::filesystem::read_symlink(entry.path(), ec);  // gone meanwhile: skip
+    if (!ec && target.native().rfind("socket:", 0) == 0) ++n;
+  }
+  return n;
+}
+
+// A cancel resets the connection at once, while its owner still holds the exchange; the
+// descriptor itself goes when the exchange is let go (after the reset, with its owner's end), and
+// none is left behind.
+TEST_F(UpstreamClientTest, ACancelledExchangesDescriptorIsReleasedWhenTheExchangeIsLetGo) {
+  const auto before = open_sockets();
+  auto hang = std::make_unique<hanging_server>();
+  upstream_client client(io_, local_endpoint(hang->server.port()));
+  auto events = std::make_shared<recorder>();
+  auto exchange = client.start(simple_request(), events);
+  ASSERT_EQ(hang->got_request.get_future().wait_for(wait_limit), std::future_status::ready);
+  exchange->cancel();
+  ASSERT_EQ(hang->saw_eof.get_future().wait_for(wait_limit), std::future_status::ready);
+  EXPECT_EQ(hang->ended_by, asio::error::connection_reset) << hang->ended_by.message();
+  ASSERT_TRUE(events->wait_closed());
+
+  std::weak_ptr<tether::net::upstream_exchange> gone = exchange;
+  exchange.reset();
+  const auto deadline = std::chrono::steady_clock::now() + wait_limit;
+  while (!gone.expired() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(gone.expired()) << "something still holds the cancelled exchange";
+  hang.reset();  // the server's side of the connection goes with it
+  EXPECT_EQ(open_sockets(), before) << "a socket outlived its exchange";
+}
+
 // The reset is set up once per connection, when it connects: an exchange cancelled on a pooled
 // connection that an earlier exchange made is reset too.
 TEST_F(UpstreamClientTest, ACancelOnAReusedConnectionIsAResetToo) {
