@@ -99,6 +99,12 @@ struct request_state {
     return spec.key >= 0 ? &rt->cfg.keys[static_cast<std::size_t>(spec.key)].name : nullptr;
   }
 
+  // The clock the request's decisions read: the timers' own (the steady clock; a test's clock in
+  // the actor tests), so a test drives a deadline, a backoff and a grant in one timeline.
+  steady_time now() const {
+    return steady_time{std::chrono::duration_cast<steady_time::duration>(rt->timers->now())};
+  }
+
   double ms_since_arrival(std::int64_t ns) const {
     return static_cast<double>(ns - arrival_ns) / 1e6;
   }
@@ -148,7 +154,7 @@ void request_state::execute(const command& c, const held_response* held) {
   using kind = command::kind;
   switch (c.what) {
     case kind::arm_deadline:
-      timers->after(c.at - std::chrono::steady_clock::now(), deadline_atom::value);
+      timers->after(c.at - now(), deadline_atom::value);
       return;
     case kind::check_admission:
       return ask_rate();
@@ -365,8 +371,7 @@ void request_state::rate_answered(bool admitted, bool never, std::int64_t retry_
   const auto why = never ? outcome::bad_request : outcome::rate_limited;
   std::optional<milliseconds> retry_after;
   if (!admitted && !never) retry_after = milliseconds(retry_after_ms);
-  run(life->on_admission(admitted, why, std::move(reason), retry_after,
-                         std::chrono::steady_clock::now()));
+  run(life->on_admission(admitted, why, std::move(reason), retry_after, now()));
 }
 
 // The estimate charged at admission becomes what the upstream reported using; a request that
@@ -457,7 +462,7 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
 // Carries out the lifecycle's first commands but its finish (the caller, who cannot quit an
 // actor still being made, sends the finish as a message): true when it said finish.
 bool request_state::start() {
-  const auto& first = life->start(std::chrono::steady_clock::now());
+  const auto& first = life->start(now());
   for (const auto& c : first) {
     if (c.what != command::kind::finish) execute(c, nullptr);
   }
@@ -475,7 +480,7 @@ void request_state::attempt_exited(const caf::actor_addr& who) {
   if (it == live.end()) return;
   const auto index = it->index;
   live.erase(it);
-  run(life->on_attempt_exited(index, std::chrono::steady_clock::now()));
+  run(life->on_attempt_exited(index, now()));
 }
 
 // A deadline's cancel was decided when the deadline passed, not when its message arrived: the
@@ -518,8 +523,7 @@ void request_state::work_ended(std::uint64_t upstream, std::uint32_t attempt_ind
 // What is left of the deadline the caller declared itself; nullopt when it declared none.
 std::optional<milliseconds> request_state::caller_left() const {
   if (!spec.caller_deadline) return std::nullopt;
-  auto spent =
-      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - spec.arrival);
+  auto spent = std::chrono::duration_cast<milliseconds>(now() - spec.arrival);
   return std::max(milliseconds{0}, *spec.caller_deadline - spent);
 }
 
@@ -558,10 +562,10 @@ class request_actor final : public caf::stateful_actor<request_state> {
         one_way([st](attempt_result_atom, int status, net::header_list& headers,
                      std::string& body) {
           held_response held{status, &headers, &body};
-          st->run(st->life->on_response(status,
-                                        parse_retry_after(net::find_header(headers, "retry-after")),
-                                        std::chrono::steady_clock::now()),
-                  &held);
+          st->run(
+              st->life->on_response(
+                  status, parse_retry_after(net::find_header(headers, "retry-after")), st->now()),
+              &held);
         }),
         one_way([st](attempt_head_atom, int status, net::header_list& headers) {
           held_response held{status, &headers, nullptr};
@@ -571,10 +575,10 @@ class request_actor final : public caf::stateful_actor<request_state> {
         one_way([st](attempt_end_atom) { st->run(st->life->on_stream_end()); }),
         one_way([st](attempt_failed_atom, std::int32_t kind, std::string& message, bool committed) {
           st->run(st->life->on_attempt_failed(static_cast<attempt_end>(kind), message, committed,
-                                              std::chrono::steady_clock::now()));
+                                              st->now()));
         }),
         one_way([st](backoff_atom, std::uint64_t generation) {
-          st->run(st->life->on_backoff_due(generation, std::chrono::steady_clock::now()));
+          st->run(st->life->on_backoff_due(generation, st->now()));
         }),
         one_way([st](deadline_atom) {
           st->trace->event("deadline_exceeded", now_ns());

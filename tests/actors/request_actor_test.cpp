@@ -204,5 +204,136 @@ TEST_F(RequestActorCapOneTest, TheQueuedRequestStartsOnlyWhenTheCancelledOnesSoc
   EXPECT_EQ(channel_->calls, (std::vector<std::string>{"full 504", "full 200"}));
 }
 
+// The races whose outcome depends on when things happen: the deadline, a backoff and a budget's
+// grant all on the test's clock, which the request actor reads for its decisions.
+
+// Model m alone, retried after exactly 1 ms (full jitter over [1, 1] ms).
+config::gateway_config one_deployment_backoff_1ms() {
+  auto cfg = without_fallback();
+  cfg.request.retry_backoff = 1ms;
+  return cfg;
+}
+
+class RequestActorClockTest : public tree_test {
+ protected:
+  RequestActorClockTest() : tree_test(one_deployment_backoff_1ms()) {}
+
+  static std::string forwarded_budget(const tree_kit::fake_upstream::started& ex) {
+    const auto* v = net::find_header(ex.request.headers, "x-request-deadline-ms");
+    return v ? *v : "(none)";
+  }
+};
+
+TEST_F(RequestActorClockTest, ABackoffThatWouldEndAfterTheDeadlineStartsNoAttempt) {
+  auto req = spawn_request("m", 100ms);
+  auto ended = watch(req);
+  advance(99ms + 500us);
+  ASSERT_TRUE(channel_->calls.empty()) << "answered before the deadline";
+  upstream(0).exchanges.at(0).respond(503, R"({"error":"busy"})");
+  upstream(0).exchanges[0].close();
+  run();
+  // The retry's backoff is due at 100.5 ms, the deadline at 100 ms.
+  ASSERT_EQ(timers_->armed(), 2u) << "expected the deadline and the backoff";
+  advance(1ms);
+  ASSERT_EQ(channel_->calls, std::vector<std::string>{"full 504"});
+  EXPECT_NE(channel_->last_body.find("deadline_exceeded"), std::string::npos)
+      << channel_->last_body;
+  EXPECT_EQ(upstream(0).exchanges.size(), 1u) << "an attempt started after the deadline";
+  EXPECT_TRUE(*ended);
+  EXPECT_EQ(timers_->armed(), 0u) << "the backoff outlived the request";
+  EXPECT_EQ(slots_held(), 0u);
+}
+
+// The retry's X-Request-Deadline-Ms is what is left when it starts, on the request's clock: a
+// chained gateway must not be given back the time the backoff spent.
+TEST_F(RequestActorClockTest, ARetryForwardsWhatIsLeftOfTheBudgetWhenItStarts) {
+  spawn_request("m", 10s);
+  ASSERT_EQ(upstream(0).exchanges.size(), 1u);
+  EXPECT_EQ(forwarded_budget(upstream(0).exchanges[0]), "10000");
+  advance(200ms);
+  // A 429 asking for a second; the model's one deployment is cooling down, so the retry waits it.
+  const auto& first = upstream(0).exchanges[0];
+  first.events->on_connected(false);
+  first.events->on_head(429, {{"content-type", "application/json"}, {"retry-after", "1"}});
+  first.events->on_body(R"({"error":"slow down"})");
+  first.events->on_end();
+  first.close();
+  run();
+  advance(999ms);
+  EXPECT_EQ(upstream(0).exchanges.size(), 1u) << "the retry did not wait for the Retry-After";
+  advance(1ms);
+  ASSERT_EQ(upstream(0).exchanges.size(), 2u);
+  EXPECT_EQ(forwarded_budget(upstream(0).exchanges[1]), "8800");
+  upstream(0).exchanges[1].respond(200, "{}");
+  upstream(0).exchanges[1].close();
+  run();
+  EXPECT_EQ(channel_->calls, std::vector<std::string>{"full 200"});
+}
+
+// The first request's work ends at the moment the queued second one's deadline passes: the
+// budget's grant and the deadline are both on their way. Whichever the second request's tree
+// hears first, the caller gets one 504, no attempt outlives the deadline, and the slot is free
+// once every socket has closed.
+class RequestActorGrantRaceTest : public tree_test {
+ protected:
+  RequestActorGrantRaceTest() : tree_test(tree_kit::two_upstreams(1)) {}
+
+  // The first request holds the only slot until 399 ms; the second, queued, is due at 400 ms.
+  // Its work ends and the deadline fires; nothing is delivered yet.
+  caf::actor queue_and_end_first_at_the_deadline() {
+    spawn_request("m", 10s);
+    auto second = spawn_request("m", 400ms);
+    second_ended_ = watch(second);
+    advance(399ms);
+    EXPECT_EQ(upstream(0).exchanges.size(), 1u) << "the cap of one let two through";
+    upstream(0).exchanges[0].respond(200, "{}");
+    upstream(0).exchanges[0].close();
+    timers_->advance(1ms);
+    return second;
+  }
+
+  // The two callers share the recording channel: the first's 200 and the second's 504, in
+  // either order.
+  void expect_one_504_and_the_slot_back() {
+    auto calls = channel_->calls;
+    std::sort(calls.begin(), calls.end());
+    EXPECT_EQ(calls, (std::vector<std::string>{"full 200", "full 504"}));
+    for (std::size_t i = 1; i < upstream(0).exchanges.size(); ++i) {
+      EXPECT_TRUE(upstream(0).exchanges[i].ex->cancelled) << "an attempt outlived its deadline";
+      upstream(0).exchanges[i].close();
+    }
+    run();
+    EXPECT_TRUE(*second_ended_);
+    EXPECT_EQ(slots_held(), 0u);
+    EXPECT_EQ(upstream(1).exchanges.size(), 0u) << "a fallback started after the deadline";
+  }
+
+  std::shared_ptr<bool> second_ended_;
+};
+
+TEST_F(RequestActorGrantRaceTest, TheDeadlineHeardBeforeTheGrantStartsNoExchange) {
+  auto second = queue_and_end_first_at_the_deadline();
+  // The second request hears its deadline before anything else runs.
+  ASSERT_TRUE(sched_.prioritize(second));
+  sched_.run_once();
+  run();
+  EXPECT_EQ(upstream(0).exchanges.size(), 1u) << "the grant reached the upstream after the 504";
+  expect_one_504_and_the_slot_back();
+}
+
+TEST_F(RequestActorGrantRaceTest, TheGrantHeardBeforeTheDeadlineIsCancelledAtOnce) {
+  auto second = queue_and_end_first_at_the_deadline();
+  // Everything else runs first: the first's close reaches the budget, whose grant reaches the
+  // second's connection, which starts its exchange; only then does the deadline land.
+  auto not_second = [&](caf::resumable* job) {
+    return job != dynamic_cast<caf::resumable*>(caf::actor_cast<caf::abstract_actor*>(second));
+  };
+  sched_.run_jobs_filtered(not_second);
+  ASSERT_EQ(upstream(0).exchanges.size(), 2u) << "the grant did not start the second's exchange";
+  EXPECT_FALSE(upstream(0).exchanges[1].ex->cancelled);
+  run();
+  expect_one_504_and_the_slot_back();
+}
+
 }  // namespace
 }  // namespace tether

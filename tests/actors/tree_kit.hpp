@@ -176,7 +176,9 @@ class tree_test : public ::testing::Test {
     spec.stream = stream;
     spec.body = R"({"model":")" + model + R"(","messages":[]})";
     spec.deadline = deadline;
-    spec.arrival = std::chrono::steady_clock::now();
+    // On the test's clock, which the request actor reads too.
+    spec.arrival = std::chrono::steady_clock::time_point{
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(timers_->now())};
     auto r = tether::spawn_request(system_, rt_, channel_, std::move(spec));
     requests_.push_back(r);
     run();
