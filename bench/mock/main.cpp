@@ -1,4 +1,4 @@
-// tether-mock --listen HOST:PORT [--tls-cert cert.pem --tls-key key.pem]
+// tether-mock --listen HOST:PORT [--tls-cert cert.pem --tls-key key.pem] [--path-prefix /PREFIX]
 #include <sys/resource.h>
 
 #include <charconv>
@@ -12,7 +12,8 @@
 namespace {
 
 constexpr const char* usage =
-    "usage: tether-mock --listen HOST:PORT [--tls-cert cert.pem --tls-key key.pem]\n";
+    "usage: tether-mock --listen HOST:PORT [--tls-cert cert.pem --tls-key key.pem] "
+    "[--path-prefix /PREFIX]\n";
 
 bool parse_listen(std::string_view text, tether::mock::server_options& options) {
   auto colon = text.rfind(':');
@@ -68,6 +69,13 @@ int main(int argc, char** argv) {
       options.tls_cert = std::string(value);
     } else if (arg == "--tls-key") {
       options.tls_key = std::string(value);
+    } else if (arg == "--path-prefix") {
+      if (value.size() < 2 || value.front() != '/' || value.back() == '/') {
+        std::cerr << "tether-mock: --path-prefix expects /PREFIX (no trailing /), got '" << value
+                  << "'\n";
+        return 2;
+      }
+      options.path_prefix = std::string(value);
     } else {
       std::cerr << "tether-mock: unknown option " << arg << "\n" << usage;
       return 2;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <string_view>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -23,8 +24,8 @@ using error_code = boost::system::error_code;
 class listener {
  public:
   listener(asio::io_context& io, tcp::endpoint endpoint, asio::ssl::context* tls,
-           stats_registry& stats)
-      : acceptor_(io), retry_timer_(io), tls_(tls), stats_(stats) {
+           stats_registry& stats, std::string_view path_prefix)
+      : acceptor_(io), retry_timer_(io), tls_(tls), stats_(stats), path_prefix_(path_prefix) {
     acceptor_.open(endpoint.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
     acceptor_.bind(endpoint);
@@ -45,9 +46,9 @@ class listener {
         return;
       }
       if (tls_ != nullptr) {
-        start_tls_session(std::move(socket), *tls_, stats_);
+        start_tls_session(std::move(socket), *tls_, stats_, path_prefix_);
       } else {
-        start_plain_session(std::move(socket), stats_);
+        start_plain_session(std::move(socket), stats_, path_prefix_);
       }
       do_accept();
     });
@@ -64,6 +65,7 @@ class listener {
   asio::steady_timer retry_timer_;
   asio::ssl::context* tls_;
   stats_registry& stats_;
+  std::string_view path_prefix_;  // the options' string, which outlives the server
 };
 
 std::string endpoint_text(const tcp::endpoint& endpoint) {
@@ -89,7 +91,7 @@ int run_server(const server_options& options) {
   }
 
   tcp::endpoint endpoint(asio::ip::make_address(options.host), options.port);
-  listener accept_loop(io, endpoint, tls.get(), stats);
+  listener accept_loop(io, endpoint, tls.get(), stats, options.path_prefix);
   accept_loop.do_accept();
 
   asio::signal_set signals(io, SIGTERM, SIGINT);

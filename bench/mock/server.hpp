@@ -12,6 +12,9 @@ struct server_options {
   std::uint16_t port = 0;
   std::optional<std::string> tls_cert;  // PEM chain; with tls_key, the port serves HTTPS only
   std::optional<std::string> tls_key;
+  // The API is served under this path (e.g. "/api": /api/v1/chat/completions), as behind a
+  // provider's URL prefix; /health and the control paths stay at the server root. "" = none.
+  std::string path_prefix;
 };
 
 // Prints "tether-mock listening on HOST:PORT[ (tls)]" once listening; returns the exit code.

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -129,9 +130,10 @@ struct head_fields {
 template <class Stream>
 class session : public std::enable_shared_from_this<session<Stream>> {
  public:
-  session(Stream stream, stats_registry& stats)
+  session(Stream stream, stats_registry& stats, std::string_view path_prefix)
       : stream_(std::move(stream)),
         stats_(stats),
+        path_prefix_(path_prefix),
         timer_(socket_of(stream_).get_executor()),
         ticket_(stats.connection_opened()) {
     new_parser();
@@ -293,6 +295,14 @@ class session : public std::enable_shared_from_this<session<Stream>> {
       return send_whole(
           405, error_body("method not allowed", "invalid_request_error", "method_not_allowed"));
     }
+    // The log keeps the path as received, prefix included: what the test asserts on.
+    const auto received_path = path;
+    if (!path_prefix_.empty()) {
+      if (path.rfind(path_prefix_, 0) != 0) {
+        return send_whole(404, error_body("no such path", "invalid_request_error", "unknown_url"));
+      }
+      path.erase(0, path_prefix_.size());
+    }
     if (path.rfind("/v1/", 0) != 0) {
       return send_whole(404, error_body("no such path", "invalid_request_error", "unknown_url"));
     }
@@ -301,7 +311,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     for (const auto& field : request.base()) {
       headers.emplace_back(lower(field.name_string()), std::string(field.value()));
     }
-    record_ = stats_.request_started(ticket_, path, "", false, std::move(headers));
+    record_ = stats_.request_started(ticket_, received_path, "", false, std::move(headers));
     ctx_ = completion_context{};
     ctx_.request_id = record_->id;
     // Anthropic's paths answer even their routing errors in Anthropic's shape.
@@ -650,6 +660,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
 
   Stream stream_;
   stats_registry& stats_;
+  std::string_view path_prefix_;
   asio::steady_timer timer_;
   connection_ticket ticket_;
   beast::flat_buffer buffer_;
@@ -686,16 +697,18 @@ class session : public std::enable_shared_from_this<session<Stream>> {
 
 }  // namespace
 
-void start_plain_session(tcp::socket socket, stats_registry& stats) {
+void start_plain_session(tcp::socket socket, stats_registry& stats, std::string_view path_prefix) {
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  std::make_shared<session<tcp::socket>>(std::move(socket), stats)->start();
+  std::make_shared<session<tcp::socket>>(std::move(socket), stats, path_prefix)->start();
 }
 
-void start_tls_session(tcp::socket socket, asio::ssl::context& tls, stats_registry& stats) {
+void start_tls_session(tcp::socket socket, asio::ssl::context& tls, stats_registry& stats,
+                       std::string_view path_prefix) {
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  std::make_shared<session<tls_stream>>(tls_stream(std::move(socket), tls), stats)->start();
+  std::make_shared<session<tls_stream>>(tls_stream(std::move(socket), tls), stats, path_prefix)
+      ->start();
 }
 
 }  // namespace tether::mock

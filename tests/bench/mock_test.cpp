@@ -595,6 +595,26 @@ TEST_F(MockTest, RequestHeadersAreRecordedWithLowerCaseNames) {
   EXPECT_EQ(entry.at("outcome"), "completed");
 }
 
+TEST(MockPrefixTest, PathPrefixServesTheApiUnderItAndRecordsTheWholePath) {
+  mock_options options;
+  options.path_prefix = "/some/prefix";
+  mock_server mock(options);
+
+  auto answered =
+      request("POST", mock.port(), "/some/prefix/v1/chat/completions", chat_body("mock"));
+  EXPECT_EQ(answered.status, 200);
+  EXPECT_EQ(answered.json().at("object"), "chat.completion");
+  EXPECT_EQ(request("POST", mock.port(), "/v1/chat/completions", chat_body("mock")).status, 404)
+      << "without the prefix the API is not there";
+  EXPECT_EQ(request("GET", mock.port(), "/some/prefix/health").status, 404);
+  EXPECT_EQ(request("GET", mock.port(), "/health").status, 200) << "health stays at the root";
+
+  auto stats = mock.stats();
+  EXPECT_EQ(count(stats, "requests"), 1);
+  EXPECT_EQ(count(stats, "health_checks"), 1);
+  EXPECT_EQ(log_entry(stats, 0).at("path"), "/some/prefix/v1/chat/completions");
+}
+
 TEST_F(MockTest, ClientCloseDuringHangIsRecordedWithinMilliseconds) {
   stream_options options;
   options.close_after = 100ms;

@@ -207,6 +207,33 @@ TEST_F(KeysTest, KeysAndAuthorizationHeadersNeverAppearInTheLogAtDebugLevel) {
   EXPECT_EQ(seen[0].at("headers").as_object().if_contains("authorization"), nullptr);
 }
 
+// The Anthropic SDK sends x-api-key, the OpenAI SDK a Bearer token, and a client configured for
+// both sends both: the Bearer token decides, whatever x-api-key says.
+TEST_F(KeysTest, WithBothAuthorizationAndXApiKeyTheBearerTokenDecides) {
+  // team-b may not use "other", team-a may: the answer says whose key was taken.
+  auto b_wins = post("other", {{"authorization", "Bearer " + token_b}, {"x-api-key", token_a}});
+  EXPECT_EQ(b_wins.status, 403) << b_wins.body;
+  auto a_wins = post("other", {{"authorization", "Bearer " + token_a},
+                               {"x-api-key", token_b},
+                               {"x-request-id", "both-sent"}});
+  EXPECT_EQ(a_wins.status, 200) << a_wins.body;
+  auto line = access_line(*gw_, "both-sent");
+  ASSERT_TRUE(line);
+  EXPECT_EQ(str(line->at("key")), "team-a");
+  // A wrong Bearer token, or an Authorization of another scheme, is a wrong key even beside a
+  // good x-api-key.
+  for (const auto& auth : std::vector<std::string>{"Bearer wrong", "Basic " + token_a}) {
+    auto r = post("chat", {{"authorization", auth}, {"x-api-key", token_a}});
+    EXPECT_EQ(r.status, 401) << auth << ": " << r.body;
+  }
+  // Only the one request that was let through reached the upstream, with neither caller header.
+  auto seen = mock_log(mock_.stats());
+  ASSERT_EQ(seen.size(), 1u);
+  const auto& h = seen[0].at("headers").as_object();
+  EXPECT_EQ(h.if_contains("authorization"), nullptr);
+  EXPECT_EQ(h.if_contains("x-api-key"), nullptr);
+}
+
 TEST(KeysUpstreamTest, EachUpstreamGetsOnlyItsOwnKeyAndNeverTheCallers) {
   mock_server mock_a;
   mock_server mock_b;

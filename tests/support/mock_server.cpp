@@ -25,6 +25,7 @@ std::vector<std::string> mock_args(const mock_options& options) {
   if (options.tls_cert && options.tls_key) {
     args.insert(args.end(), {"--tls-cert", *options.tls_cert, "--tls-key", *options.tls_key});
   }
+  if (options.path_prefix) args.insert(args.end(), {"--path-prefix", *options.path_prefix});
   return args;
 }
 

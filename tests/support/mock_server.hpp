@@ -21,6 +21,9 @@ struct mock_options {
   // A fixed port instead of an ephemeral one: to restart an upstream where the gateway's config
   // already points (the port a killed mock listened on).
   std::optional<std::uint16_t> port;
+  // The mock serves its API under this path (--path-prefix), as a provider behind a URL prefix;
+  // /health and the control endpoints stay at the root, and url() still names the root.
+  std::optional<std::string> path_prefix;
 };
 
 class mock_server {
