@@ -225,6 +225,7 @@ std::string_view format_access_line_into(std::string& out, const access_record& 
     }
     l.str("outcome", to_string(a.result))
         .ms("start_ms", a.start_ms)
+        .ms("head_ms", a.head_ms)
         .ms("end_ms", a.end_ms)
         .end_object();
   }

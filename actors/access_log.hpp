@@ -19,6 +19,7 @@ struct attempt_record {
   std::optional<int> status;
   outcome result = outcome::ok;
   double start_ms = 0;
+  std::optional<double> head_ms;  // the upstream's response head arrived; nullopt: it never did
   std::optional<double> end_ms;
 };
 

@@ -278,7 +278,10 @@ class connection_actor final : public caf::event_based_actor {
         one_way([this](grant_atom, std::int32_t refusal, const std::string& reason) {
           budget_answered(static_cast<slot_refusal>(refusal), reason);
         }),
-        one_way([this](up_closed_atom, std::int64_t closed_ns) { finish(closed_ns); }),
+        one_way([this](up_closed_atom, std::int64_t closed_ns, std::int64_t head_ns) {
+          head_ns_ = head_ns;
+          finish(closed_ns);
+        }),
     };
   }
 
@@ -311,6 +314,7 @@ class connection_actor final : public caf::event_based_actor {
   std::optional<std::int64_t> closed_ns_;
   std::int64_t asked_ns_ = 0;
   std::int64_t queue_wait_ns_ = 0;  // asked → the budget's answer, or → the end if none came
+  std::int64_t head_ns_ = 0;        // when the response's head arrived; 0: it never did
 };
 
 void connection_actor::ask_for_slot() {
@@ -366,7 +370,7 @@ void connection_actor::report_end() {
   const auto ended_ns = closed_ns_.value_or(now_ns());
   if (!answered_) queue_wait_ns_ = ended_ns - asked_ns_;
   caf::anon_send(request_, work_ended_atom::value, static_cast<std::uint64_t>(spec_.upstream),
-                 spec_.attempt_index, ended_ns, granted_, queue_wait_ns_);
+                 spec_.attempt_index, ended_ns, granted_, queue_wait_ns_, head_ns_);
   request_ = nullptr;
 }
 

@@ -64,9 +64,9 @@ caf::actor spawn_attempt(caf::event_based_actor* request, runtime_ptr rt, attemp
 
 // Spawns the connection actor linked to `attempt`, which receives up_* messages (straight from
 // net/) and (granted_atom); `request` receives (work_ended_atom, upstream, attempt_index,
-// closed_ns, held_slot, queue_wait_ns) as the connection actor exits, however it ends: the
-// request counts its connections down by it, and an attempt whose connection never held a slot
-// never reached the upstream.
+// closed_ns, held_slot, queue_wait_ns, head_ns) as the connection actor exits, however it ends:
+// the request counts its connections down by it, and an attempt whose connection never held a
+// slot never reached the upstream. head_ns: when the response's head arrived, 0 if none did.
 caf::actor spawn_connection(caf::event_based_actor* attempt, runtime_ptr rt, caf::actor request,
                             connection_spec spec);
 

@@ -46,6 +46,8 @@ using up_body_atom = caf::atom_constant<caf::atom("body")>;
 using up_end_atom = caf::atom_constant<caf::atom("end")>;
 using up_whole_atom = caf::atom_constant<caf::atom("whole")>;
 using up_fail_atom = caf::atom_constant<caf::atom("failure")>;
+// (up_closed, closed_ns, head_ns): the socket is closed; head_ns is when the response's head
+// arrived, 0 if none did
 using up_closed_atom = caf::atom_constant<caf::atom("closed")>;
 // (up_fail, kind, message): kind is a net::upstream_failure, or one of these.
 constexpr std::int32_t up_fail_overloaded = -1;     // the budget refused a slot: no room
@@ -53,7 +55,7 @@ constexpr std::int32_t up_fail_too_large = -2;      // the body outgrew request.
 constexpr std::int32_t up_fail_shutting_down = -3;  // the budget refused a slot: the drain ended
 
 // upstream connection actor → request actor, as it exits: the socket is gone, the slot is about
-// to be freed (work_ended, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns)
+// to be freed (work_ended, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns, head_ns)
 using work_ended_atom = caf::atom_constant<caf::atom("work_ended")>;
 // upstream connection actor → attempt actor: the slot is granted, the per-try clock starts
 using granted_atom = caf::atom_constant<caf::atom("granted")>;

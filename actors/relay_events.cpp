@@ -31,6 +31,7 @@ void relay_events::attach(const std::shared_ptr<net::upstream_exchange>& exchang
 void relay_events::on_connected(bool) {}
 
 void relay_events::on_head(int status, net::header_list headers) {
+  head_ns_ = now_ns();
   if (relayed_as_stream(stream_, status, headers)) {
     relayed_as_stream_ = true;
     caf::anon_send(attempt_, up_head_atom::value, status, std::move(headers));
@@ -83,7 +84,7 @@ void relay_events::on_failure(net::upstream_failure kind, std::string message) {
 
 void relay_events::on_closed() {
   attempt_ = nullptr;
-  caf::anon_send(owner_, up_closed_atom::value, now_ns());
+  caf::anon_send(owner_, up_closed_atom::value, now_ns(), head_ns_);
   owner_ = nullptr;
 }
 

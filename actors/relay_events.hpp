@@ -59,6 +59,8 @@ class relay_events final : public net::upstream_events {
   bool refused_ = false;
   std::uint64_t received_ = 0;
   int status_ = 0;
+  // When the head arrived (now_ns), 0 if none did: passed on with the close, for the access line.
+  std::int64_t head_ns_ = 0;
   net::header_list headers_;
   std::string body_;
   // shared with attach(), called from the connection actor

@@ -103,6 +103,7 @@ TEST(AccessLogTest, AttemptsAreListedInOrderWithTheirOwnFields) {
   first.status = 503;
   first.result = outcome::upstream_rejected;
   first.start_ms = 0.5;
+  first.head_ms = 7.5;
   first.end_ms = 10.25;
   attempt_record second;
   second.upstream = "fallback \"b\"";
@@ -119,13 +120,15 @@ TEST(AccessLogTest, AttemptsAreListedInOrderWithTheirOwnFields) {
   EXPECT_EQ(a.at("status"), 503);
   EXPECT_EQ(std::string_view(a.at("outcome").as_string()), to_string(outcome::upstream_rejected));
   EXPECT_DOUBLE_EQ(a.at("start_ms").to_number<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(a.at("head_ms").to_number<double>(), 7.5);
   EXPECT_DOUBLE_EQ(a.at("end_ms").to_number<double>(), 10.25);
   const auto& b = attempts[1].as_object();
   EXPECT_EQ(b.at("upstream"), "fallback \"b\"");
   EXPECT_TRUE(b.at("status").is_null());
+  EXPECT_TRUE(b.at("head_ms").is_null());
   EXPECT_TRUE(b.at("end_ms").is_null());
-  EXPECT_EQ(a.size(), 6u);
-  EXPECT_EQ(b.size(), 6u);
+  EXPECT_EQ(a.size(), 7u);
+  EXPECT_EQ(b.size(), 7u);
 }
 
 TEST(AccessLogTest, ManyAttemptsWithLongNamesStillMakeOneValidLine) {

@@ -157,7 +157,7 @@ caf::behavior fake_attempt(caf::event_based_actor* self, std::shared_ptr<heard> 
 caf::behavior fake_request(caf::event_based_actor*, std::shared_ptr<heard> log) {
   return {
       [log](work_ended_atom, std::uint64_t, std::uint32_t index, std::int64_t, bool held_slot,
-            std::int64_t) {
+            std::int64_t, std::int64_t) {
         log->request.push_back({held_slot, index});
       },
       [](stop_atom) {},

@@ -159,16 +159,39 @@ TEST_F(RelayEventsTest, AnEventStreamThatIsNotRelayedAsOneIsHeldAndLimited) {
   EXPECT_EQ(heard(), (lines{"whole 503 " + event}));
 }
 
-TEST_F(RelayEventsTest, TheSocketsEndGoesToTheConnectionActor) {
+// With the moment the head arrived: the access line's head_ms, which says whether a request was
+// still waiting for its answer or already reading it.
+TEST_F(RelayEventsTest, TheSocketsEndGoesToTheConnectionActorWithTheHeadsMoment) {
   auto r = relay();
+  const auto before = now_ns();
   r->on_head(200, json_head);
+  const auto after = now_ns();
   r->on_end();
   r->on_closed();
   std::int64_t closed_ns = 0;
-  owner_->receive([&](up_closed_atom, std::int64_t at) { closed_ns = at; },
-                  caf::after(2s) >> [] {});
-  EXPECT_GT(closed_ns, 0);
+  std::int64_t head_ns = 0;
+  owner_->receive(
+      [&](up_closed_atom, std::int64_t at, std::int64_t head) {
+        closed_ns = at;
+        head_ns = head;
+      },
+      caf::after(2s) >> [] {});
+  EXPECT_GE(closed_ns, after);
+  EXPECT_GE(head_ns, before);
+  EXPECT_LE(head_ns, after);
   EXPECT_EQ(heard(), (lines{"whole 200 "}));
+}
+
+TEST_F(RelayEventsTest, AnExchangeWithNoHeadClosesWithNone) {
+  auto r = relay();
+  r->on_failure(net::upstream_failure::reset, "reset");
+  r->on_closed();
+  std::int64_t head_ns = -1;
+  owner_->receive([&](up_closed_atom, std::int64_t, std::int64_t head) { head_ns = head; },
+                  caf::after(2s) >> [] {});
+  EXPECT_EQ(head_ns, 0);
+  EXPECT_EQ(heard(),
+            (lines{"fail " + std::to_string(static_cast<int>(net::upstream_failure::reset))}));
 }
 
 }  // namespace

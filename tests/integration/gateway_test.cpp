@@ -329,13 +329,13 @@ TEST_F(GatewayTest, SigtermDrainsInFlightRequestsAndRefusesNewOnes) {
 TEST_F(GatewayTest, ASecondSignalDuringTheDrainCutsTheWorkAndExitsAtOnce) {
   start("deadline_ms = 10000\nattempt_timeout_ms = 5000", model_entry("long", "mock-delay-5000"));
   std::optional<http_response> answer;
-  bool dropped = false;
+  std::string dropped;
   std::thread held([&] {
     try {
       answer = request("POST", gw_->port(), "/v1/chat/completions", chat_body("long"),
                        {{"x-request-id", "held"}});
-    } catch (const http_error&) {
-      dropped = true;  // the process went before the answer was written
+    } catch (const http_error& e) {
+      dropped = e.what();
     }
   });
   auto busy = mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 1; });
@@ -345,7 +345,9 @@ TEST_F(GatewayTest, ASecondSignalDuringTheDrainCutsTheWorkAndExitsAtOnce) {
   auto t0 = std::chrono::steady_clock::now();
   gw_->process().send_signal(SIGINT);
   EXPECT_EQ(gw_->process().wait_exit(3s), std::optional<int>(1));
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  // The contract's bound for the second signal, unscaled under the sanitizers: tether's own
+  // limit on the cut is 500 ms whatever the build, and this cut is of one request.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms);
   held.join();
   // The access line is written once the request's upstream connection has closed: tether wrote
   // it, so tether closed that connection, and it did so before its last line, the exit.
@@ -363,12 +365,12 @@ TEST_F(GatewayTest, ASecondSignalDuringTheDrainCutsTheWorkAndExitsAtOnce) {
   auto after = mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 0; });
   ASSERT_EQ(mock_log(after).size(), 1u);
   EXPECT_EQ(str(mock_log(after)[0].at("outcome")), "closed_by_client");
-  // The caller is told why, unless the process was gone before the answer reached its socket.
-  EXPECT_TRUE(answer || dropped);
-  if (answer) {
-    EXPECT_EQ(answer->status, 503);
-    EXPECT_EQ(str(answer->json().at("error").at("code")), "shutting_down");
-  }
+  // The caller is told why: its access line, written before the exit, says it was answered,
+  // and an answer handed to the socket before the exit still reaches the caller.
+  EXPECT_EQ(line.at("status").as_int64(), 503);
+  ASSERT_TRUE(answer) << "the caller got no answer: " << dropped;
+  EXPECT_EQ(answer->status, 503);
+  EXPECT_EQ(str(answer->json().at("error").at("code")), "shutting_down");
 }
 
 TEST_F(GatewayTest, SigtermWhenIdleExitsAtOnce) {

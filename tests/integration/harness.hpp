@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <regex>
 #include <string>
@@ -126,24 +127,42 @@ inline std::vector<boost::json::object> entries_of(const boost::json::object& st
 }
 
 // One series of the gateway's /metrics, e.g. `tether_queue_depth` or
-// `tether_upstream_work_in_flight{upstream="mock"}`; -1 when absent.
-inline double metric(std::uint16_t port, const std::string& series) {
-  auto body = request("GET", port, "/metrics").body;
+// `tether_upstream_work_in_flight{upstream="mock"}`, as the text has it; nullopt when it has no
+// such line. A labelled counter is rendered only once it counted: such a series of a counter the
+// text declares (`# TYPE <name> counter`) is 0, as Prometheus reads it.
+inline std::optional<double> metric_if_present(std::uint16_t port, const std::string& series) {
+  auto body = "\n" + request("GET", port, "/metrics").body;
   auto at = body.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(body.substr(at + series.size() + 2));
+  if (at != std::string::npos) return std::stod(body.substr(at + series.size() + 2));
+  const auto name = series.substr(0, series.find('{'));
+  if (name != series && body.find("\n# TYPE " + name + " counter\n") != std::string::npos)
+    return 0.0;
+  return std::nullopt;
 }
 
-// Polls `metric(port, series)` until it equals `value` (bounded); true if it did. For gauges
-// that settle when the work ends, which is after the response by design.
+// The value of one series; a series /metrics does not have fails the test and reads NaN, which
+// no comparison accepts: a renamed or misspelt series must not read as a number that passes.
+inline double metric(std::uint16_t port, const std::string& series) {
+  if (auto v = metric_if_present(port, series)) return *v;
+  ADD_FAILURE() << "/metrics has no series " << series;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+// Polls the series until it equals `value` (bounded); true if it did. For gauges that settle
+// when the work ends, which is after the response by design. A series still missing at the end
+// fails the test as metric() does.
 inline bool await_metric(std::uint16_t port, const std::string& series, double value,
                          std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
   auto until = std::chrono::steady_clock::now() + timeout;
-  while (metric(port, series) != value) {
-    if (std::chrono::steady_clock::now() > until) return false;
+  for (;;) {
+    const auto v = metric_if_present(port, series);
+    if (v == value) return true;
+    if (std::chrono::steady_clock::now() > until) {
+      if (!v) ADD_FAILURE() << "/metrics has no series " << series;
+      return false;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  return true;
 }
 
 // The budget slots the drain's closing report ("drained: N request(s) cancelled ..., M budget

@@ -5,6 +5,8 @@
 #include <openssl/evp.h>
 
 #include <future>
+#include <string>
+#include <vector>
 
 #include "tests/integration/harness.hpp"
 #include "tests/support/otlp_receiver.hpp"
@@ -52,28 +54,60 @@ TEST(SecretsTest, NoKeyOrPromptAppearsInLogsSpansOrErrorBodies) {
     return R"({"model":")" + model + R"(","stream":)" + (stream ? "true" : "false") +
            R"(,"messages":[{"role":"user","content":")" + prompt_marker + R"("}]})";
   };
-  std::vector<http_response> answers;
-  auto post = [&](const std::string& b, const header_map& h) {
-    answers.push_back(request("POST", gw.port(), "/v1/chat/completions", b, h, 10s));
+  // Each request plants one outcome, so that each path's logging is exercised: the answer it
+  // got and its access line say the outcome was reached, not merely asked for.
+  struct planted {
+    std::string body;
+    header_map headers;
+    int status;
+    std::string outcome;
   };
-  post(body("chat"), auth);       // ok
-  post(body("rejecting"), auth);  // upstream_rejected
-  post(body("failing"), auth);    // upstream_failed
-  post(body("hang"), auth);       // upstream_timeout
   header_map short_budget = auth;
   short_budget.push_back({"x-request-deadline-ms", "50"});
-  post(body("hang"), short_budget);                                          // deadline_exceeded
-  post(body("chat"), {{"authorization", "Bearer wrong-" + gateway_token}});  // unauthorized
-  post(body("nope"), auth);                                                  // unknown_model
-  post("{\"model\":\"chat\",\"x\":\"" + prompt_marker + "\" broken", auth);  // bad_request
-  post(body("chat") + std::string(5000, ' '), auth);                         // payload_too_large
-  post(body("streamer", true), auth);                                        // ok, streamed
+  const std::vector<planted> plants{
+      {body("chat"), auth, 200, "ok"},
+      {body("rejecting"), auth, 400, "upstream_rejected"},
+      {body("failing"), auth, 502, "upstream_failed"},
+      {body("hang"), auth, 504, "upstream_timeout"},
+      {body("hang"), short_budget, 504, "deadline_exceeded"},
+      {body("chat"), {{"authorization", "Bearer wrong-" + gateway_token}}, 401, "unauthorized"},
+      {body("nope"), auth, 404, "unknown_model"},
+      {"{\"model\":\"chat\",\"x\":\"" + prompt_marker + "\" broken", auth, 400, "bad_request"},
+      {body("chat") + std::string(5000, ' '), auth, 413, "payload_too_large"},
+      {body("streamer", true), auth, 200, "ok"},
+  };
+  std::vector<http_response> answers;
+  for (std::size_t i = 0; i < plants.size(); ++i) {
+    const auto& p = plants[i];
+    auto h = p.headers;
+    h.push_back({"x-request-id", "planted-" + std::to_string(i)});
+    answers.push_back(request("POST", gw.port(), "/v1/chat/completions", p.body, h, 10s));
+    const auto& a = answers.back();
+    EXPECT_EQ(a.status, p.status) << p.outcome << ": " << a.body;
+    // The upstream's own 4xx is passed through as it wrote it: its code is not tether's.
+    if (a.status == p.status && p.status >= 400 && p.outcome != "upstream_rejected") {
+      EXPECT_EQ(str(a.json().at("error").at("code")), p.outcome) << a.body;
+    }
+    const auto* said = a.header("x-tether-outcome");
+    ASSERT_NE(said, nullptr) << p.outcome;
+    EXPECT_EQ(*said, p.outcome);
+  }
   stream_options leave;
   leave.close_after = 100ms;
-  stream_request("POST", gw.port(), "/v1/chat/completions", body("hang"), auth, leave);
+  auto leaving = auth;
+  leaving.push_back({"x-request-id", "planted-leaver"});
+  stream_request("POST", gw.port(), "/v1/chat/completions", body("hang"), leaving, leave);
 
   ASSERT_EQ(await_access_lines(gw, 11), 11u);
   ASSERT_EQ(access_lines(gw).size(), 11u);
+  for (std::size_t i = 0; i < plants.size(); ++i) {
+    auto line = access_line(gw, "planted-" + std::to_string(i));
+    ASSERT_TRUE(line) << "no access line for " << plants[i].outcome;
+    EXPECT_EQ(str(line->at("outcome")), plants[i].outcome);
+  }
+  auto left = access_line(gw, "planted-leaver");
+  ASSERT_TRUE(left);
+  EXPECT_EQ(str(left->at("outcome")), "client_disconnected");
   otlp.wait_for_spans([](const auto& s) { return s.size() >= 10; });
 
   // The markers did travel where they belong: the key upstream, the prompt in the body.
