@@ -5,6 +5,8 @@
 // the upstream connection is closed. The chat surface's same cases are in lifecycle_test.cpp.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "tests/integration/harness.hpp"
 
 namespace tether::test {
@@ -20,6 +22,11 @@ struct named_surface {
   // The event that only a stream relayed to its end carries.
   std::string last_upstream_event;
 };
+
+// gtest names a failing case's parameter by this, not by its bytes.
+void PrintTo(const named_surface& s, std::ostream* os) {
+  *os << s.path;
+}
 
 std::string responses_body(const std::string& model) {
   return R"({"model":")" + model + R"(","input":"hi","stream":true})";
