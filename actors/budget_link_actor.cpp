@@ -24,6 +24,18 @@ using lease_tick_atom = caf::atom_constant<caf::atom("lease_tick")>;
 constexpr std::chrono::milliseconds first_backoff{100};
 constexpr std::chrono::milliseconds max_backoff{2000};
 
+// How long a request's rate ask waits for the host's verdict before this node's budget gives
+// it: less than the request's own bound on the ask (request_actor.cpp), so that the ask is
+// counted somewhere.
+constexpr std::chrono::seconds rate_wait{4};
+
+// A request's rate ask awaiting the host's verdict.
+struct pending_rate {
+  caf::response_promise promise;
+  std::int64_t key = -1;
+  std::uint64_t tokens = 0;
+};
+
 // What a connection actor asked the host for, kept until that actor exits.
 struct remote_claim {
   std::uint64_t upstream = 0;
@@ -78,9 +90,29 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   }
 
   // Rates are the host's to count, for the whole cluster; cut off from it, this node counts
-  // them alone. delegate: the answer goes straight back to the asking request actor.
+  // them alone. The host's verdict is awaited here: an ask still unanswered when the host is
+  // lost (a silent link is found out only after cluster_silence), or unanswered for longer than
+  // rate_wait, is asked of this node's budget, so it is counted alone rather than admitted
+  // uncounted when the request stops waiting. Without a host, delegate: this node's budget
+  // answers the request actor itself.
   void rate(rate_atom a, std::int64_t key, std::uint64_t tokens) {
-    self_->delegate(remote_ ? remote_ : local_budget_, a, key, tokens);
+    if (!remote_) {
+      self_->delegate(local_budget_, a, key, tokens);
+      return;
+    }
+    const auto id = next_rate_++;
+    pending_rates_.emplace(id, pending_rate{self_->make_response_promise(), key, tokens});
+    self_->request(remote_, rate_wait, a, key, tokens)
+        .then(
+            [me = shared_from_this(), id](bool admitted, bool never, std::int64_t retry_after_ms,
+                                          std::int64_t charged_second, std::string& reason) {
+              auto it = me->pending_rates_.find(id);
+              if (it == me->pending_rates_.end()) return;  // asked locally meanwhile
+              it->second.promise.deliver(admitted, never, retry_after_ms, charged_second,
+                                         std::move(reason));
+              me->pending_rates_.erase(it);
+            },
+            [me = shared_from_this(), id](caf::error&) { me->rate_locally(id); });
   }
 
   void rate_fix(rate_fix_atom a, std::int64_t key, std::int64_t second, std::uint64_t estimate,
@@ -247,6 +279,9 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
                   claim.rank);
     }
     remote_claims_.clear();
+    std::vector<std::uint64_t> unanswered;
+    for (const auto& [id, ask] : pending_rates_) unanswered.push_back(id);
+    for (auto id : unanswered) rate_locally(id);
     stats_->queue_depth_set(metrics::queue_owner::link, 0);
     stats_->cluster_connected_set(0);
     if (!reported_down_) {
@@ -255,6 +290,13 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
       reported_down_ = true;
     }
     connect();
+  }
+
+  void rate_locally(std::uint64_t id) {
+    auto it = pending_rates_.find(id);
+    if (it == pending_rates_.end()) return;
+    it->second.promise.delegate(local_budget_, rate_atom::value, it->second.key, it->second.tokens);
+    pending_rates_.erase(it);
   }
 
   void ask_locally(const caf::actor& holder, const lease_book::pool_key& pool, std::int64_t rank) {
@@ -316,6 +358,8 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
   // Work started during an outage and registered with the host on rejoin, as claims of its own
   // connection actors (alive: granted, or still queued there).
   std::unordered_map<caf::actor_addr, remote_claim> remote_claims_;
+  std::unordered_map<std::uint64_t, pending_rate> pending_rates_;  // rate asks at the host
+  std::uint64_t next_rate_ = 0;
   std::unordered_map<caf::actor_addr, caf::actor> subscribers_;  // this node's health actors
   health_bulletin own_reports_;   // this node's own ejections, told again at each join
   health_bulletin cluster_news_;  // the host's news, told to a health actor subscribing late

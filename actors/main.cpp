@@ -227,7 +227,11 @@ void configure_actors(caf::actor_system_config& sys_cfg,
   tether::use_tether_scheduler(sys_cfg, lent);
   sys_cfg.set("scheduler.max-threads", ios.size());
   sys_cfg.set("logger.verbosity", caf::atom("quiet"));
-  if (clustered) sys_cfg.load<caf::io::middleman>();
+  if (clustered) {
+    sys_cfg.load<caf::io::middleman>();
+    sys_cfg.set("middleman.heartbeat-interval", caf::timespan{tether::cluster_heartbeat});
+    sys_cfg.set("middleman.connection-timeout", caf::timespan{tether::cluster_silence});
+  }
 }
 
 // The actors that live as long as the gateway: this node's budget (published to the cluster when

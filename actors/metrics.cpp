@@ -118,6 +118,11 @@ void metrics::name_upstreams(std::vector<std::string> names) {
   }
 }
 
+void metrics::retire_upstreams(std::vector<bool> retired) {
+  std::lock_guard lock{mutex_};
+  retired_ = std::move(retired);
+}
+
 void metrics::watch_health(std::shared_ptr<const upstream_health> health) {
   std::lock_guard lock{mutex_};
   health_ = std::move(health);
@@ -337,10 +342,11 @@ void metrics::render_health_and_reloads(std::string& out) const {
   if (health_) {
     const auto now = std::chrono::steady_clock::now();
     header(out, "tether_upstream_healthy", "gauge",
-           "1 while the upstream takes attempts; 0 while ejected or cooling down.");
+           "1 while the upstream takes attempts; 0 while ejected, cooling down or removed.");
     for (std::size_t i = 0; i < upstreams_.size(); ++i) {
-      out += fmt::format("tether_upstream_healthy{{upstream=\"{}\"}} {}\n",
-                         escape_label(upstreams_[i]), health_->available(i, now) ? 1 : 0);
+      out += fmt::format(
+          "tether_upstream_healthy{{upstream=\"{}\"}} {}\n", escape_label(upstreams_[i]),
+          !(i < retired_.size() && retired_[i]) && health_->available(i, now) ? 1 : 0);
     }
   }
   header(out, "tether_upstream_ejections_total", "counter",

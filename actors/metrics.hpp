@@ -49,6 +49,9 @@ class metrics {
   // The upstreams by index after a reload: the list only grows (a removed upstream keeps its
   // index and its series), up to config::max_upstreams.
   void name_upstreams(std::vector<std::string> names);
+  // Which of them a reload removed (by index; one added back is not): a removed upstream takes
+  // no attempts, so its tether_upstream_healthy reads 0 whatever its last health was.
+  void retire_upstreams(std::vector<bool> retired);
   void config_reloaded(bool ok);
   // tether_upstream_healthy reads each upstream's state from `health` at every scrape.
   void watch_health(std::shared_ptr<const upstream_health> health);
@@ -138,6 +141,7 @@ class metrics {
   std::array<std::uint64_t, 2> reloads_{};               // ok, error
   std::vector<std::array<std::uint64_t, 3>> ejections_;  // per upstream, by ejection_reason
   std::shared_ptr<const upstream_health> health_;
+  std::vector<bool> retired_;  // by index, as upstreams_: removed by a reload
 };
 
 }  // namespace tether

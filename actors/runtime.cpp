@@ -76,6 +76,9 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
 
 void share_limits_of(const gateway_runtime& next) {
   next.stats->name_upstreams(names_of(next.cfg));
+  std::vector<bool> retired;
+  for (const auto& u : next.cfg.upstreams) retired.push_back(u.retired);
+  next.stats->retire_upstreams(std::move(retired));
   next.retries->reshape(next.cfg.upstreams.size(), next.cfg.request.min_retry_concurrency,
                         next.cfg.request.retry_budget_percent);
   next.health->configure(next.cfg);
