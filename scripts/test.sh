@@ -10,7 +10,8 @@
 #     request is over it and every one is answered);
 #  3. builds again with AddressSanitizer + UBSan (build-asan/) and runs the same suite there;
 #  4. runs each libFuzzer target for TETHER_FUZZ_SECONDS (default 60) from its seed corpus.
-# Every test has a timeout, so a hang fails fast. Set TETHER_QUICK=1 to run step 1 only.
+# Every test has a time limit of its own (tests/CMakeLists.txt: scaled up in the sanitizer build),
+# so a hang fails fast. Set TETHER_QUICK=1 to run step 1 only.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 quick="${TETHER_QUICK:-0}"
@@ -23,19 +24,38 @@ bash "$here/scripts/format-check.sh"
 
 started=$SECONDS
 bash "$here/scripts/build.sh" "$here/build" -DTETHER_REQUIRE_E2E=ON
-# A suite that is not registered would pass by not running: each required one must be listed.
+# A suite that is not registered would pass by not running: each required one must be listed,
+# the e2e suite and the corpus replay of every fuzz target in tests/fuzz (one per *_fuzz.cpp, so
+# a new target is required as soon as it exists). And a test without a time limit of its own
+# would have none but ctest's default: each has one (tests/CMakeLists.txt decides them all).
 require_suites() {
-  local listed
+  local listed suites=(e2e_openai_sdk) targets=("$here"/tests/fuzz/*_fuzz.cpp) target
+  [ -e "${targets[0]}" ] || { echo "test.sh: no fuzz targets in tests/fuzz" >&2; exit 1; }
   listed="$(cd "$1" && ctest -N)"
-  for suite in e2e_openai_sdk fuzz_replay_; do
-    if ! grep -q "Test *#[0-9]*: $suite" <<<"$listed"; then
+  for target in "${targets[@]}"; do
+    suites+=("fuzz_replay_$(basename "$target" _fuzz.cpp)")
+  done
+  for suite in "${suites[@]}"; do
+    if ! grep -qE "^ *Test +#[0-9]+: $suite\$" <<<"$listed"; then
       echo "test.sh: $1 does not register the $suite tests; refusing to pass without them" >&2
       exit 1
     fi
   done
+  if ! (cd "$1" && ctest --show-only=json-v1) | python3 -c '
+import json, sys
+tests = json.load(sys.stdin)["tests"]
+unlimited = [t["name"] for t in tests
+             if not any(p["name"] == "TIMEOUT" and float(p["value"]) > 0
+                        for p in t.get("properties", []))]
+for name in unlimited:
+    print(f"test.sh: {name} has no time limit of its own", file=sys.stderr)
+sys.exit(1 if unlimited or not tests else 0)'; then
+    echo "test.sh: $1 registers tests without a time limit; refusing to run them" >&2
+    exit 1
+  fi
 }
 require_suites "$here/build"
-(cd "$here/build" && ctest --output-on-failure --timeout 120 -j2)
+(cd "$here/build" && ctest --output-on-failure -j2)
 echo "test.sh: suite passed ($((SECONDS - started)) s)"
 [ "$quick" = 1 ] && exit 0
 
@@ -93,7 +113,7 @@ started=$SECONDS
 bash "$here/scripts/build.sh" "$here/build-asan" -DTETHER_SANITIZE=ON -DTETHER_BUILD_BENCH=OFF \
   -DTETHER_REQUIRE_E2E=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 require_suites "$here/build-asan"
-(cd "$here/build-asan" && ctest --output-on-failure --timeout 240 -j2)
+(cd "$here/build-asan" && ctest --output-on-failure -j2)
 echo "test.sh: suite passed under ASan+UBSan ($((SECONDS - started)) s)"
 
 started=$SECONDS
