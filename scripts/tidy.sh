@@ -36,4 +36,19 @@ if ! run-clang-tidy -quiet -j "$jobs" -p "$work" "$root/(actors|net|config|bench
   echo "tidy.sh: clang-tidy found problems (above)" >&2
   exit 1
 fi
-echo "tidy.sh: clean ($(grep -c '^clang-tidy' "$work/tidy.log" || true) files, $((SECONDS - started)) s)"
+# Clean means something only if every source was checked: a filter that matched nothing (a
+# compile database from another checkout, a moved directory) or part of them would pass here.
+# run-clang-tidy prints each file's clang-tidy command line (clang-tidy-14 on Debian), the file
+# last.
+sed -n 's|^[^ ]*clang-tidy[^ ]* .* \([^ ]*\)$|\1|p' "$work/tidy.log" | sort -u >"$work/checked"
+(cd "$root" && git ls-files 'actors/*.cpp' 'net/*.cpp' 'config/*.cpp' 'bench/*.cpp') |
+  sed "s|^|$root/|" | sort -u >"$work/expected"
+checked=$(wc -l <"$work/checked")
+expected=$(wc -l <"$work/expected")
+missing="$(comm -23 "$work/expected" "$work/checked")"
+if [ "$checked" -eq 0 ] || [ "$checked" -lt "$expected" ] || [ -n "$missing" ]; then
+  [ -z "$missing" ] || head -5 <<<"$missing" | sed 's|^|  not checked: |' >&2
+  echo "tidy.sh: checked $checked files of the $expected sources in actors/, net/, config/ and bench/" >&2
+  exit 1
+fi
+echo "tidy.sh: clean ($checked files, $((SECONDS - started)) s)"

@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import {after, before, describe, test} from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 
-import {counting_fetch, margin_ms, start_stack, upstream_requests, wait_for_upstream_close} from
-    './harness.mjs';
+import {counting_fetch, margin_ms, start_stack, upstream_requests, wait_for_upstream_close,
+        wait_for_upstream_request} from './harness.mjs';
 
 const test_timeout = {timeout: 30_000};
 // The bound from the caller's abort to the upstream's close; more under the sanitizers.
@@ -78,8 +78,7 @@ describe('the Anthropic SDK through tether', {timeout: 150_000}, () => {
   let sent_version = null;  // the anthropic-version the SDK sent last
 
   before(async () => {
-    process.env.TETHER_E2E_ANTHROPIC_KEY = upstream_key;
-    stack = await start_stack(anthropic_config);
+    stack = await start_stack(anthropic_config, {TETHER_E2E_ANTHROPIC_KEY: upstream_key});
     client = new Anthropic({
       baseURL: stack.gateway_url,
       apiKey: 'caller-key',
@@ -99,7 +98,6 @@ describe('the Anthropic SDK through tether', {timeout: 150_000}, () => {
 
   after(async () => {
     await stack?.stop();
-    delete process.env.TETHER_E2E_ANTHROPIC_KEY;
   }, {timeout: 20_000});
 
   test('messages.create returns the message, sent upstream with the upstream key', test_timeout,
@@ -206,19 +204,19 @@ describe('the Anthropic SDK through tether', {timeout: 150_000}, () => {
     const request_id = 'anthropic-abort-whole';
     const controller = new AbortController();
     let aborted_at = null;
-    const timer = setTimeout(() => {
-      aborted_at = Date.now();
-      controller.abort();
-    }, 300);
+    const call = assert.rejects(
+        client.messages.create({model: 'claude-slow', max_tokens: 8, messages: user('long')},
+                               {signal: controller.signal, headers: {'x-request-id': request_id}}),
+        Anthropic.APIUserAbortError);
+    call.catch(() => {});  // awaited below: a rejection before then is not unhandled
     try {
-      await assert.rejects(
-          client.messages.create({model: 'claude-slow', max_tokens: 8, messages: user('long')},
-                                 {signal: controller.signal, headers: {'x-request-id': request_id}}),
-          Anthropic.APIUserAbortError);
+      // Waiting: the upstream has the request and answers in 5 s.
+      await wait_for_upstream_request(stack, request_id);
+      aborted_at = Date.now();
     } finally {
-      clearTimeout(timer);
+      controller.abort();
     }
-    assert.ok(aborted_at !== null);
+    await call;
     await assert_cancelled(stack, request_id, aborted_at,
                            {upstream_model: 'mock-delay-5000', stream: false});
   });

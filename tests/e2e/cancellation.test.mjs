@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import {after, before, describe, test} from 'node:test';
 import OpenAI from 'openai';
 
-import {start_stack, upstream_requests, wait_for_upstream_close} from './harness.mjs';
+import {start_stack, upstream_requests, wait_for_upstream_close, wait_for_upstream_request} from
+    './harness.mjs';
 
 const test_timeout = {
   timeout: 20_000
@@ -148,19 +149,19 @@ describe('caller aborts through the openai SDK', {timeout: 120_000}, () => {
       const request_id = `e2e-abort-whole-${surface.path.replaceAll('/', '.')}`;
       const controller = new AbortController();
       let aborted_at = null;
-      const timer = setTimeout(() => {
-        aborted_at = Date.now();
-        controller.abort();
-      }, 300);
+      const call = assert.rejects(
+          surface.call({signal: controller.signal, headers: {'X-Request-Id': request_id}}),
+          OpenAI.APIUserAbortError);
+      call.catch(() => {});  // awaited below: a rejection before then is not unhandled
       try {
-        await assert.rejects(
-            surface.call({signal: controller.signal, headers: {'X-Request-Id': request_id}}),
-            OpenAI.APIUserAbortError);
+        // Waiting: the upstream has the request and answers in 5 s.
+        await wait_for_upstream_request(stack, request_id);
+        aborted_at = Date.now();
       } finally {
-        clearTimeout(timer);
+        controller.abort();
       }
+      await call;
 
-      assert.ok(aborted_at !== null, 'the request was still waiting when the caller aborted');
       await assert_cancelled_everywhere(stack, request_id, aborted_at, {
         upstream_model: 'mock-delay-5000',
         path: surface.path,

@@ -25,16 +25,33 @@ function required_env(name) {
   return value;
 }
 
+// What a child takes from the runner's environment: the basics, and the sanitizer runtimes'
+// options so that a run under ASan/UBSan reports the same way in its children. Anything else
+// exported where the suite runs (PROXY_REQUEST_DEADLINE, an API key, GLIBC_TUNABLES) would change
+// what the gateway does; a test passes what its gateway needs as `env` (tests/support/process.cpp
+// does the same for the C++ suites).
+const inherited_env = ['PATH', 'HOME', 'TMPDIR', 'LANG', 'LC_ALL', 'LC_CTYPE', 'TZ',
+                       'ASAN_OPTIONS', 'UBSAN_OPTIONS', 'LSAN_OPTIONS', 'ASAN_SYMBOLIZER_PATH',
+                       'LLVM_SYMBOLIZER_PATH'];
+
+export function child_env(extra = {}) {
+  const env = {};
+  for (const name of inherited_env) {
+    if (process.env[name] !== undefined) env[name] = process.env[name];
+  }
+  return {...env, ...extra};
+}
+
 // A running child whose stdout lines are kept (and can be awaited) and whose stderr is kept for
-// failure messages.
+// failure messages. `env` is its whole environment.
 class child_process_handle {
-  constructor(name, file, args) {
+  constructor(name, file, args, env) {
     this.name = name;
     this.lines = [];
     this.stderr = '';
     this.exit = null;  // {code, signal} once exited
     this.waiters_ = new Set();
-    this.child_ = spawn(file, args, {stdio: ['ignore', 'pipe', 'pipe']});
+    this.child_ = spawn(file, args, {stdio: ['ignore', 'pipe', 'pipe'], env});
     live_children.add(this.child_);
     this.exited = new Promise((resolve) => {
       this.child_.on('exit', (code, signal) => {
@@ -118,7 +135,8 @@ function listening_port(pattern) {
 
 export async function start_mock() {
   const mock = new child_process_handle(
-      'tether-mock', required_env('TETHER_MOCK_BINARY'), ['--listen', '127.0.0.1:0']);
+      'tether-mock', required_env('TETHER_MOCK_BINARY'), ['--listen', '127.0.0.1:0'],
+      child_env());
   try {
     mock.port = await mock.wait_for_line(
         listening_port(/^tether-mock listening on 127\.0\.0\.1:(\d+)/), startup_timeout_ms,
@@ -189,8 +207,9 @@ function access_entry(line) {
 
 // The mock, then tether pointed at it. Resolves to a stack with `stop()`, which the caller must
 // run (an `after` hook); if starting fails half-way, what did start is stopped here. `config`
-// makes the gateway's TOML from the mock's port (gateway_config by default).
-export async function start_stack(config = gateway_config) {
+// makes the gateway's TOML from the mock's port (gateway_config by default); `env` is what the
+// gateway gets beside child_env()'s basics (an upstream key its config names, say).
+export async function start_stack(config = gateway_config, env = {}) {
   const mock = await start_mock();
   let dir = null;
   let gateway = null;
@@ -203,7 +222,7 @@ export async function start_stack(config = gateway_config) {
     const config_path = join(dir, 'tether.toml');
     await writeFile(config_path, config(mock.port));
     gateway = new child_process_handle(
-        'tether', required_env('TETHER_BINARY'), ['--config', config_path]);
+        'tether', required_env('TETHER_BINARY'), ['--config', config_path], child_env(env));
     gateway.port = await gateway.wait_for_line(
         listening_port(/listening on 127\.0\.0\.1:(\d+)/), startup_timeout_ms,
         'tether\'s "listening on" line');
@@ -252,6 +271,20 @@ export async function start_stack(config = gateway_config) {
 // The mock's log entries for the requests tether forwarded with this X-Request-Id.
 export function upstream_requests(stats, request_id) {
   return stats.log.filter((entry) => entry.headers['x-request-id'] === request_id);
+}
+
+// The mock's record of this request once it has arrived there (the upstream is then working on
+// it and the gateway waiting for its answer), polled: the arrival is an event in another process.
+export async function wait_for_upstream_request(stack, request_id, bound_ms = 5_000) {
+  const give_up = Date.now() + bound_ms;
+  for (;;) {
+    const seen = upstream_requests(await stack.mock_stats(), request_id);
+    if (seen.length > 0) return seen[0];
+    if (Date.now() > give_up) {
+      throw new Error(`${request_id} had not reached the upstream ${bound_ms} ms on`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
 }
 
 // The mock's record of this request once the gateway closed its connection, polled (the close is
@@ -352,10 +385,11 @@ export async function hold_tiny_slot(stack, request_id) {
     signal: controller.signal,
   }).catch(() => null);
   // Held once the upstream has the request.
-  const until = Date.now() + 5_000;
-  while (upstream_requests(await stack.mock_stats(), request_id).length === 0) {
-    if (Date.now() > until) throw new Error('the holding request never reached the upstream');
-    await new Promise((resolve) => setTimeout(resolve, 10));
+  try {
+    await wait_for_upstream_request(stack, request_id);
+  } catch (err) {
+    controller.abort();
+    throw err;
   }
   return {
     release: async () => {
