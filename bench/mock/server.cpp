@@ -10,6 +10,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "bench/mock/peer_watch.hpp"
 #include "bench/mock/session.hpp"
 #include "bench/mock/stats.hpp"
 
@@ -23,8 +24,8 @@ using error_code = boost::system::error_code;
 class listener {
  public:
   listener(asio::io_context& io, tcp::endpoint endpoint, asio::ssl::context* tls,
-           stats_registry& stats)
-      : acceptor_(io), retry_timer_(io), tls_(tls), stats_(stats) {
+           stats_registry& stats, peer_watch& watch)
+      : acceptor_(io), retry_timer_(io), tls_(tls), stats_(stats), watch_(watch) {
     acceptor_.open(endpoint.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
     acceptor_.bind(endpoint);
@@ -45,9 +46,9 @@ class listener {
         return;
       }
       if (tls_ != nullptr) {
-        start_tls_session(std::move(socket), *tls_, stats_);
+        start_tls_session(std::move(socket), *tls_, stats_, watch_);
       } else {
-        start_plain_session(std::move(socket), stats_);
+        start_plain_session(std::move(socket), stats_, watch_);
       }
       do_accept();
     });
@@ -64,6 +65,7 @@ class listener {
   asio::steady_timer retry_timer_;
   asio::ssl::context* tls_;
   stats_registry& stats_;
+  peer_watch& watch_;
 };
 
 std::string endpoint_text(const tcp::endpoint& endpoint) {
@@ -77,6 +79,7 @@ std::string endpoint_text(const tcp::endpoint& endpoint) {
 int run_server(const server_options& options) {
   // Declared first so that it outlives every session the io_context destroys.
   stats_registry stats;
+  peer_watch watch;
   asio::io_context io(1);
 
   std::unique_ptr<asio::ssl::context> tls;
@@ -89,7 +92,7 @@ int run_server(const server_options& options) {
   }
 
   tcp::endpoint endpoint(asio::ip::make_address(options.host), options.port);
-  listener accept_loop(io, endpoint, tls.get(), stats);
+  listener accept_loop(io, endpoint, tls.get(), stats, watch);
   accept_loop.do_accept();
 
   asio::signal_set signals(io, SIGTERM, SIGINT);

@@ -8,9 +8,11 @@
 namespace tether::mock {
 
 class stats_registry;
+class peer_watch;
 
-void start_plain_session(boost::asio::ip::tcp::socket socket, stats_registry& stats);
+void start_plain_session(boost::asio::ip::tcp::socket socket, stats_registry& stats,
+                         peer_watch& watch);
 void start_tls_session(boost::asio::ip::tcp::socket socket, boost::asio::ssl::context& tls,
-                       stats_registry& stats);
+                       stats_registry& stats, peer_watch& watch);
 
 }  // namespace tether::mock
