@@ -11,6 +11,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "bench/mock/peer_watch.hpp"
 #include "bench/mock/session.hpp"
 #include "bench/mock/stats.hpp"
 
@@ -24,8 +25,13 @@ using error_code = boost::system::error_code;
 class listener {
  public:
   listener(asio::io_context& io, tcp::endpoint endpoint, asio::ssl::context* tls,
-           stats_registry& stats, std::string_view path_prefix)
-      : acceptor_(io), retry_timer_(io), tls_(tls), stats_(stats), path_prefix_(path_prefix) {
+           stats_registry& stats, std::string_view path_prefix, peer_watch& watch)
+      : acceptor_(io),
+        retry_timer_(io),
+        tls_(tls),
+        stats_(stats),
+        path_prefix_(path_prefix),
+        watch_(watch) {
     acceptor_.open(endpoint.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
     acceptor_.bind(endpoint);
@@ -46,9 +52,9 @@ class listener {
         return;
       }
       if (tls_ != nullptr) {
-        start_tls_session(std::move(socket), *tls_, stats_, path_prefix_);
+        start_tls_session(std::move(socket), *tls_, stats_, path_prefix_, watch_);
       } else {
-        start_plain_session(std::move(socket), stats_, path_prefix_);
+        start_plain_session(std::move(socket), stats_, path_prefix_, watch_);
       }
       do_accept();
     });
@@ -66,6 +72,7 @@ class listener {
   asio::ssl::context* tls_;
   stats_registry& stats_;
   std::string_view path_prefix_;  // the options' string, which outlives the server
+  peer_watch& watch_;
 };
 
 std::string endpoint_text(const tcp::endpoint& endpoint) {
@@ -79,6 +86,7 @@ std::string endpoint_text(const tcp::endpoint& endpoint) {
 int run_server(const server_options& options) {
   // Declared first so that it outlives every session the io_context destroys.
   stats_registry stats;
+  peer_watch watch;
   asio::io_context io(1);
 
   std::unique_ptr<asio::ssl::context> tls;
@@ -91,7 +99,7 @@ int run_server(const server_options& options) {
   }
 
   tcp::endpoint endpoint(asio::ip::make_address(options.host), options.port);
-  listener accept_loop(io, endpoint, tls.get(), stats, options.path_prefix);
+  listener accept_loop(io, endpoint, tls.get(), stats, options.path_prefix, watch);
   accept_loop.do_accept();
 
   asio::signal_set signals(io, SIGTERM, SIGINT);

@@ -7,6 +7,8 @@
 //                              │
 //                              └─ read sees EOF/RST ─▶ closed_by_client recorded, timer
 //                                                      cancelled, socket closed
+//                                 (or a new request on another connection finds it closed first:
+//                                  peer_watch)
 //
 // Responses are formatted by hand (status line, headers, chunk framing): the mock must control
 // exactly when each SSE event leaves, one event per chunk, one write per event.
@@ -36,6 +38,7 @@
 #include "bench/mock/behaviour.hpp"
 #include "bench/mock/kv_budget.hpp"
 #include "bench/mock/openai_bodies.hpp"
+#include "bench/mock/peer_watch.hpp"
 #include "bench/mock/stats.hpp"
 
 namespace tether::mock {
@@ -128,21 +131,26 @@ struct head_fields {
 };
 
 template <class Stream>
-class session : public std::enable_shared_from_this<session<Stream>> {
+class session : public std::enable_shared_from_this<session<Stream>>, public watched_connection {
  public:
-  session(Stream stream, stats_registry& stats, std::string_view path_prefix)
+  session(Stream stream, stats_registry& stats, std::string_view path_prefix, peer_watch& watch)
       : stream_(std::move(stream)),
         stats_(stats),
         path_prefix_(path_prefix),
+        watch_(watch),
         timer_(socket_of(stream_).get_executor()),
         ticket_(stats.connection_opened()) {
     new_parser();
   }
 
-  ~session() {
+  ~session() override {
+    watch_.remove(this);
     release_kv();
     stats_.connection_closed(ticket_);
   }
+
+  int native_handle() override { return socket_of(stream_).native_handle(); }
+  void peer_gone() override { client_gone(); }
 
   void start() {
     if constexpr (std::is_same_v<Stream, tls_stream>) {
@@ -242,6 +250,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    watch_.remove(this);
     release_kv();
     timer_.cancel();
     error_code ec;
@@ -311,7 +320,10 @@ class session : public std::enable_shared_from_this<session<Stream>> {
     for (const auto& field : request.base()) {
       headers.emplace_back(lower(field.name_string()), std::string(field.value()));
     }
+    // Closes that came before this request are counted before it.
+    watch_.settle();
     record_ = stats_.request_started(ticket_, received_path, "", false, std::move(headers));
+    watch_.add(this->shared_from_this());
     ctx_ = completion_context{};
     ctx_.request_id = record_->id;
     // Anthropic's paths answer even their routing errors in Anthropic's shape.
@@ -637,6 +649,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
       stats_.request_completed(*record_);
     }
     record_.reset();
+    watch_.remove(this);
     working_ = false;
     broken_.reset();
     if (reset) {
@@ -661,6 +674,7 @@ class session : public std::enable_shared_from_this<session<Stream>> {
   Stream stream_;
   stats_registry& stats_;
   std::string_view path_prefix_;
+  peer_watch& watch_;
   asio::steady_timer timer_;
   connection_ticket ticket_;
   beast::flat_buffer buffer_;
@@ -697,17 +711,19 @@ class session : public std::enable_shared_from_this<session<Stream>> {
 
 }  // namespace
 
-void start_plain_session(tcp::socket socket, stats_registry& stats, std::string_view path_prefix) {
+void start_plain_session(tcp::socket socket, stats_registry& stats, std::string_view path_prefix,
+                         peer_watch& watch) {
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  std::make_shared<session<tcp::socket>>(std::move(socket), stats, path_prefix)->start();
+  std::make_shared<session<tcp::socket>>(std::move(socket), stats, path_prefix, watch)->start();
 }
 
 void start_tls_session(tcp::socket socket, asio::ssl::context& tls, stats_registry& stats,
-                       std::string_view path_prefix) {
+                       std::string_view path_prefix, peer_watch& watch) {
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  std::make_shared<session<tls_stream>>(tls_stream(std::move(socket), tls), stats, path_prefix)
+  std::make_shared<session<tls_stream>>(tls_stream(std::move(socket), tls), stats, path_prefix,
+                                        watch)
       ->start();
 }
 

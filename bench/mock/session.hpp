@@ -10,11 +10,12 @@
 namespace tether::mock {
 
 class stats_registry;
+class peer_watch;
 
 // path_prefix: where the API is served ("" = at the root); it must outlive the session.
 void start_plain_session(boost::asio::ip::tcp::socket socket, stats_registry& stats,
-                         std::string_view path_prefix);
+                         std::string_view path_prefix, peer_watch& watch);
 void start_tls_session(boost::asio::ip::tcp::socket socket, boost::asio::ssl::context& tls,
-                       stats_registry& stats, std::string_view path_prefix);
+                       stats_registry& stats, std::string_view path_prefix, peer_watch& watch);
 
 }  // namespace tether::mock

@@ -693,6 +693,43 @@ TEST_F(MockTest, ThreeConcurrentDelayedRequestsPeakAtThreeActive) {
   EXPECT_EQ(count(stats, "completed"), 3);
 }
 
+// A client that closes one connection and then sends on another never had both at work, and the
+// mock must not count them together, whichever of the two its event loop happens to read first.
+// With the mock stopped, the second connection is made ready (its first byte) before the first
+// one closes, so that one pass of the loop lists it first: the close must still be counted first.
+TEST_F(MockTest, ACloseThatCameBeforeARequestIsCountedBeforeIt) {
+  auto whole = [](const std::string& model) {
+    const auto body = chat_body(model);
+    return "POST /v1/chat/completions HTTP/1.1\r\nhost: mock\r\ncontent-type: "
+           "application/json\r\ncontent-length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  raw_connection next(mock_.port());
+  next.send(whole("mock"));  // served at once: the connection is accepted and idle
+  ASSERT_NE(next.read_until("\r\n\r\n").find("200 OK"), std::string::npos);
+  raw_connection leaving(mock_.port());
+  leaving.send(whole("mock-hang"));
+  ASSERT_EQ(
+      count(mock_.wait_for_stats([](const json::object& s) { return count(s, "active") == 1; }),
+            "active"),
+      1);
+  const auto second = whole("mock-delay-50");
+  mock_.process().send_signal(SIGSTOP);
+  next.send(second.substr(0, 1));
+  leaving.close();
+  next.send(second.substr(1));
+  mock_.process().send_signal(SIGCONT);
+  auto stats =
+      mock_.wait_for_stats([](const json::object& s) { return count(s, "completed") == 2; });
+  ASSERT_EQ(count(stats, "completed"), 2);
+  EXPECT_EQ(count(stats, "closed_by_client"), 1);
+  EXPECT_EQ(count(stats, "max_active"), 1) << "the close was counted after the next request";
+  const auto hang = log_entry(stats, 1);
+  const auto later = log_entry(stats, 2);
+  ASSERT_EQ(hang.at("outcome"), "closed_by_client");
+  EXPECT_GE(later.at("started_ms").as_double(), hang.at("closed_ms").as_double());
+}
+
 TEST_F(MockTest, ResetClearsCountersLogAndFlakySequence) {
   post("/v1/chat/completions", chat_body("mock-flaky-50"));
   post("/v1/chat/completions", chat_body("mock"));

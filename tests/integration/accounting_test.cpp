@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tests/integration/harness.hpp"
+#include "tests/support/leaving_client.hpp"
 
 namespace tether::test {
 namespace {
@@ -83,17 +84,22 @@ TEST(AccountingTest, ARequestThatNeverGotASlotHasAQueueWaitAndNoAttempt) {
   EXPECT_TRUE(line->at("attempts").as_array().empty()) << boost::json::serialize(*line);
   EXPECT_GE(num(line->at("queue_wait_ms")), 200.0) << boost::json::serialize(*line);
 
-  // Its caller leaves while it waits for the slot.
-  stream_options leave;
-  leave.close_after = 200ms;
-  auto left = stream_request("POST", gw.port(), "/v1/chat/completions", chat_body("fast"),
-                             {{"x-request-id", "queued-gone"}}, leave);
-  EXPECT_EQ(left.end, stream_end::stopped);
+  // Its caller leaves while it waits for the slot: once seen in the queue, and no answer came
+  // for a while.
+  ASSERT_TRUE(await_metric(gw.port(), "tether_queue_depth", 0));
+  leaving_client gone{
+      gw.port(), "/v1/chat/completions", chat_body("fast"), {{"x-request-id", "queued-gone"}}};
+  ASSERT_TRUE(await_metric(gw.port(), "tether_queue_depth", 1));
+  const auto seen_queued = test_clock::now();
+  EXPECT_FALSE(gone.wait_head(150ms)) << "answered while it waited for the slot";
+  const auto left_at = gone.leave();
   line = access_line(gw, "queued-gone");
   ASSERT_TRUE(line);
   EXPECT_EQ(str(line->at("outcome")), "client_disconnected");
   EXPECT_TRUE(line->at("attempts").as_array().empty()) << boost::json::serialize(*line);
-  EXPECT_GE(num(line->at("queue_wait_ms")), 150.0) << boost::json::serialize(*line);
+  // It was in the queue from before it was seen there until after its caller left.
+  EXPECT_GE(num(line->at("queue_wait_ms")), ms_double(left_at - seen_queued).count())
+      << boost::json::serialize(*line);
 
   // Neither reached the upstream, and the counters say so.
   auto stats = mock.stats();

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -12,6 +11,7 @@
 #include <set>
 
 #include "tests/integration/harness.hpp"
+#include "tests/support/leaving_client.hpp"
 
 namespace tether::test {
 namespace {
@@ -29,50 +29,41 @@ std::string capped_config(const mock_server& mock, int upstream_cap, const std::
   return cfg;
 }
 
-// The most requests the mocks together were working on at one moment, from their own logs
-// (started_ms to ended_ms). The mocks are separate processes, each stamping when it got to an
-// event: one may stamp a new request before another stamps the end that freed its slot. Only
-// overlaps longer than that lag are counted, `lag_ms` being far above any scheduling delay here.
-template <class Mocks>
-long peak_concurrent_work(const Mocks& mocks, double lag_ms) {
+// The most requests among `entries` that the mock was working on at one moment, from its own
+// log. One process stamps every start and end on its one io thread in the order it counts them (a
+// close that came before a request is counted before it), so this is as exact as its max_active;
+// at equal stamps the end goes first, as it was counted first.
+long peak_work(const std::vector<boost::json::object>& entries) {
   std::vector<std::pair<double, int>> edges;
-  for (const auto& m : mocks) {
-    for (const auto& e : mock_log(m->stats())) {
-      const double start = num(e.at("started_ms"));
-      const double end = e.at("ended_ms").is_null() ? 1e300 : num(e.at("ended_ms"));
-      if (end - lag_ms <= start) continue;
-      edges.push_back({start, +1});
-      edges.push_back({end - lag_ms, -1});
-    }
+  for (const auto& e : entries) {
+    edges.push_back({num(e.at("started_ms")), +1});
+    edges.push_back({e.at("ended_ms").is_null() ? 1e300 : num(e.at("ended_ms")), -1});
   }
-  std::sort(edges.begin(), edges.end());  // at equal times an end (-1) before a start
+  std::sort(edges.begin(), edges.end());
   long now = 0;
   long peak = 0;
   for (const auto& [at, step] : edges) peak = std::max(peak, now += step);
   return peak;
 }
 
-constexpr double mock_lag_ms = TETHER_SANITIZED ? 300.0 : 100.0;
-
+// Upstream `name` on `mock`. Several upstreams on one mock: the mock's max_active is then the
+// work on all of them together, counted by one process in the order it happened.
 std::string upstream_entry(const mock_server& mock, const std::string& name, int cap) {
   return "[[upstreams]]\nname = \"" + name + "\"\nbase_url = \"" + mock.url() +
          "\"\nmax_in_flight = " + std::to_string(cap) + "\n";
 }
 
 // [budget] max_in_flight bounds the work on all upstreams together, below the sum of their own
-// caps: six callers on three upstreams with room for two each get two at a time. Each request
-// lasts 800 ms, so that with the lag left out each slot's requests still cover more than half
-// of the time, and two at once are seen whatever the offset between the two slots.
+// caps: six callers on three upstreams with room for two each get two at a time, exactly.
 TEST(BudgetTest, GlobalCapBoundsTheWorkOnAllUpstreamsTogether) {
-  std::vector<std::unique_ptr<mock_server>> mocks;
+  mock_server mock;
   std::string cfg =
       "[server]\nlisten = \"127.0.0.1:0\"\n[request]\ndeadline_ms = 20000\nmax_retries = 0\n"
       "[budget]\nmax_in_flight = 2\n[telemetry]\nlog_format = \"json\"\n";
   for (int u = 0; u < 3; ++u) {
-    mocks.push_back(std::make_unique<mock_server>());
     const auto name = "u" + std::to_string(u);
-    cfg += upstream_entry(*mocks.back(), name, 2) + "[[models]]\nname = \"slow-" + name +
-           "\"\nupstream = \"" + name + "\"\nupstream_model = \"mock-delay-800\"\n";
+    cfg += upstream_entry(mock, name, 2) + "[[models]]\nname = \"slow-" + name +
+           "\"\nupstream = \"" + name + "\"\nupstream_model = \"mock-delay-300\"\n";
   }
   gateway_process gw{cfg};
   std::vector<std::future<http_response>> calls;
@@ -83,10 +74,9 @@ TEST(BudgetTest, GlobalCapBoundsTheWorkOnAllUpstreamsTogether) {
     }));
   }
   for (auto& c : calls) EXPECT_EQ(c.get().status, 200);
-  long served = 0;
-  for (const auto& m : mocks) served += m->stats().at("requests").as_int64();
-  EXPECT_EQ(served, 6);
-  EXPECT_EQ(peak_concurrent_work(mocks, mock_lag_ms), 2);
+  auto stats = mock.stats();
+  EXPECT_EQ(stats.at("requests").as_int64(), 6);
+  EXPECT_EQ(stats.at("max_active").as_int64(), 2);
 }
 
 TEST(BudgetTest, NextRequestReachesTheUpstreamOnlyAfterTheCancelledOnesConnectionClosed) {
@@ -140,11 +130,11 @@ TEST(BudgetTest, CapacityTwoRunsTwoAtATimeAndQueuesTheRestInArrivalOrder) {
     // Arrival order is part of what is checked: each request has reached the upstream (and may
     // have finished there, when the machine is slow) or is in the queue before the next one is
     // sent. (A granted request is briefly in neither: the wait covers that.)
-    auto arrived = [&] {
-      return mock.stats().at("requests").as_int64() + metric(gw.port(), "tether_queue_depth");
+    auto arrived = [&](const boost::json::object& s) {
+      return s.at("requests").as_int64() + metric(gw.port(), "tether_queue_depth");
     };
-    for (int spin = 0; spin < 200 && arrived() < i + 1; ++spin) std::this_thread::sleep_for(5ms);
-    ASSERT_EQ(arrived(), i + 1);
+    ASSERT_EQ(arrived(mock.wait_for_stats([&](const auto& s) { return arrived(s) >= i + 1; })),
+              i + 1);
   }
   for (auto& c : calls) EXPECT_EQ(c.get().status, 200);
   auto stats = mock.stats();
@@ -168,10 +158,7 @@ TEST(BudgetTest, FullQueueAnswers503OverloadedAtOnce) {
   }
   // Two at the upstream, one queued: the gauge says so before the next two arrive.
   mock.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 2; });
-  for (int i = 0; i < 50 && metric(gw.port(), "tether_queue_depth") != 1; ++i) {
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_EQ(metric(gw.port(), "tether_queue_depth"), 1);
+  ASSERT_TRUE(await_metric(gw.port(), "tether_queue_depth", 1));
   for (int i = 0; i < 2; ++i) {
     auto r = request("POST", gw.port(), "/v1/chat/completions", chat_body("slow"));
     EXPECT_EQ(r.status, 503);
@@ -207,11 +194,12 @@ TEST(BudgetTest, QueuedCallerWhoLeavesNeverReachesTheUpstream) {
     return request("POST", gw.port(), "/v1/chat/completions", chat_body("slow"));
   });
   mock.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 1; });
-  stream_options opts;
-  opts.close_after = 200ms;
-  auto left = stream_request("POST", gw.port(), "/v1/chat/completions", chat_body("slow"),
-                             {{"x-request-id", "queued-leaver"}}, opts);
-  ASSERT_EQ(left.end, stream_end::stopped);
+  // It leaves once it is seen waiting in the queue.
+  leaving_client left{
+      gw.port(), "/v1/chat/completions", chat_body("slow"), {{"x-request-id", "queued-leaver"}}};
+  ASSERT_TRUE(await_metric(gw.port(), "tether_queue_depth", 1));
+  left.leave();
+  EXPECT_EQ(left.status(), 0) << "answered while it waited";
   auto line = access_line(gw, "queued-leaver");
   ASSERT_TRUE(line);
   EXPECT_EQ(str(line->at("outcome")), "client_disconnected");
@@ -221,10 +209,13 @@ TEST(BudgetTest, QueuedCallerWhoLeavesNeverReachesTheUpstream) {
 }
 
 // Thousands of requests with every kind of ending, through caps of 5 global / 3 per upstream
-// (9 together): no upstream ever sees more than its cap nor all of them more than the global
-// one, every request ends in exactly one outcome, and afterwards every gauge is back to 0.
+// (9 together): the upstreams see exactly their caps at the busiest moment (reached, never
+// passed) and all of them together exactly the global one, every request ends in exactly one
+// outcome, and afterwards every gauge is back to 0. The three upstreams are one mock, so that one
+// process counts the work on all of them in the order it happened; which upstream a request went
+// to is known from its id.
 TEST(BudgetSoakTest, CapsHoldAndNothingLeaksUnderMixedFailures) {
-  std::vector<std::unique_ptr<mock_server>> mocks;
+  mock_server mock;
   std::string cfg =
       "[server]\nlisten = \"127.0.0.1:0\"\n[request]\ndeadline_ms = 400\nattempt_timeout_ms = "
       "250\nmax_retries = 1\nretry_backoff_ms = 5\n[budget]\nmax_in_flight = 5\nqueue_max = "
@@ -232,10 +223,9 @@ TEST(BudgetSoakTest, CapsHoldAndNothingLeaksUnderMixedFailures) {
   const std::vector<std::string> behaviours{"mock",          "mock-delay-20",    "mock-delay-50",
                                             "mock-hang",     "mock-fail-503",    "mock-stream-5x20",
                                             "mock-flaky-30", "mock-stream-10x10"};
-  for (int u = 0; u < 3; ++u) {
-    mocks.push_back(std::make_unique<mock_server>());
-    cfg += "[[upstreams]]\nname = \"u" + std::to_string(u) + "\"\nbase_url = \"" +
-           mocks.back()->url() + "\"\nmax_in_flight = 3\n";
+  constexpr int upstreams = 3;
+  for (int u = 0; u < upstreams; ++u) {
+    cfg += upstream_entry(mock, "u" + std::to_string(u), 3);
     for (const auto& b : behaviours) {
       cfg += "[[models]]\nname = \"" + b + "-" + std::to_string(u) + "\"\nupstream = \"u" +
              std::to_string(u) + "\"\nupstream_model = \"" + b + "\"\n";
@@ -245,6 +235,7 @@ TEST(BudgetSoakTest, CapsHoldAndNothingLeaksUnderMixedFailures) {
 
   constexpr int total = 2000;  // a few thousand attempts with the retries
   constexpr int workers = 24;
+  std::vector<int> upstream_of(total);  // each index written by the one thread that sends it
   std::atomic<int> next{0};
   std::atomic<int> answered{0};
   auto soak_deadline = test_clock::now() + 60s;
@@ -253,7 +244,9 @@ TEST(BudgetSoakTest, CapsHoldAndNothingLeaksUnderMixedFailures) {
     threads.emplace_back([&, w] {
       std::mt19937 rng(1234 + w);
       for (int i = next++; i < total && test_clock::now() < soak_deadline; i = next++) {
-        auto model = behaviours[rng() % behaviours.size()] + "-" + std::to_string(rng() % 3);
+        const auto behaviour = behaviours[rng() % behaviours.size()];
+        upstream_of[i] = static_cast<int>(rng() % upstreams);
+        auto model = behaviour + "-" + std::to_string(upstream_of[i]);
         bool stream = rng() % 2 == 0;
         header_map headers{{"x-request-id", "soak-" + std::to_string(i)}};
         if (rng() % 3 == 0)
@@ -284,15 +277,21 @@ TEST(BudgetSoakTest, CapsHoldAndNothingLeaksUnderMixedFailures) {
   ASSERT_EQ(lines.size(), static_cast<std::size_t>(total)) << "no access line for" << missing;
   EXPECT_EQ(ids.size(), static_cast<std::size_t>(total));
 
-  // Each upstream's own cap, measured as the global one is: a mock notices a close a moment
-  // after the gateway's slot is free, and may start the next request first.
-  for (const auto& m : mocks) {
-    EXPECT_LE(peak_concurrent_work(std::array<mock_server*, 1>{m.get()}, mock_lag_ms), 3);
+  // The caps, as the upstream counted its work: the global one by the mock's own max_active,
+  // each upstream's by the same count over its own requests.
+  auto stats = mock.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 0; });
+  ASSERT_EQ(stats.at("active").as_int64(), 0) << "work still running at the upstream";
+  EXPECT_EQ(stats.at("max_active").as_int64(), 5);
+  std::vector<std::vector<boost::json::object>> work_of(upstreams);
+  for (const auto& e : mock_log(stats)) {
+    const auto id = str(e.at("headers").at("x-request-id"));
+    ASSERT_EQ(id.rfind("soak-", 0), 0u) << id;
+    work_of[upstream_of[std::stoi(id.substr(5))]].push_back(e);
   }
-  EXPECT_LE(peak_concurrent_work(mocks, mock_lag_ms), 5);
+  for (int u = 0; u < upstreams; ++u) EXPECT_EQ(peak_work(work_of[u]), 3) << "upstream u" << u;
   EXPECT_EQ(metric(gw.port(), "tether_requests_in_flight"), 0);
   EXPECT_EQ(metric(gw.port(), "tether_queue_depth"), 0);
-  for (int u = 0; u < 3; ++u) {
+  for (int u = 0; u < upstreams; ++u) {
     EXPECT_EQ(metric(gw.port(),
                      "tether_upstream_work_in_flight{upstream=\"u" + std::to_string(u) + "\"}"),
               0);

@@ -8,11 +8,20 @@
 #include <vector>
 
 #include "tests/integration/harness.hpp"
+#include "tests/support/leaving_client.hpp"
 
 namespace tether::test {
 namespace {
 
 using namespace std::chrono_literals;
+
+// How long after its caller left, or got its deadline's answer, an abandoned request's upstream
+// may see its connection close, where the test makes no load of its own: one request on an idle
+// gateway and an idle mock. (tether answers and cuts at the deadline together, so the answer
+// marks the deadline without the caller's connect and send.) The cut is a few steps on tether's
+// io thread and one wake-up of the mock's; this leaves room for a scheduler's delay on a shared
+// machine, not for work queued behind other work. Under the sanitizers every step is slower.
+constexpr double quiet_close_ms = TETHER_SANITIZED ? 60.0 : 20.0;
 
 // The mock's record of the single request it got for `upstream_model`.
 boost::json::object only_entry(mock_server& mock, const std::string& upstream_model) {
@@ -46,16 +55,25 @@ class LifecycleTest : public ::testing::Test {
 TEST_F(LifecycleTest, DeadlineCutsTheInFlightAttemptAndClosesItsUpstreamConnection) {
   start("deadline_ms = 300\nattempt_timeout_ms = 60000\nmax_retries = 0",
         model_entry("hang", "mock-hang"));
-  auto r = post(chat_body("hang"));
-  auto answered = epoch_ms_now();
+  // A first cut on the fresh processes, unmeasured: it pays their one-time costs (code and data
+  // touched for the first time), which are not the cut's.
+  ASSERT_EQ(post(chat_body("hang"), {{"x-request-deadline-ms", "50"}}).status, 504);
+  auto r = post(chat_body("hang"), {{"x-request-id", "cut"}});
+  const double answered = epoch_ms_now();
   ASSERT_EQ(r.status, 504) << r.body;
   EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
   EXPECT_GE(r.elapsed.count(), 290.0);
   EXPECT_LT(r.elapsed.count(), 300.0 + 250.0);
-  auto e = only_entry(mock_, "mock-hang");
-  EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
-  // The upstream saw its connection close with the 504, not at the attempt timeout a minute on.
-  EXPECT_LE(num(e.at("closed_ms")), answered + close_slack_ms);
+  auto stats = mock_.wait_for_stats([](const auto& s) {
+    const auto cut = entries_of(s, "cut");
+    return cut.size() == 1 && !cut[0].at("closed_ms").is_null();
+  });
+  const auto cut = entries_of(stats, "cut");
+  ASSERT_EQ(cut.size(), 1u);
+  EXPECT_EQ(str(cut[0].at("outcome")), "closed_by_client");
+  // The upstream saw its connection close with the 504, at the deadline, not at the attempt
+  // timeout a minute on.
+  EXPECT_LE(num(cut[0].at("closed_ms")) - answered, quiet_close_ms);
 }
 
 // The 504 never comes before the deadline has passed, by the caller's clock or by tether's own
@@ -242,7 +260,7 @@ TEST_F(LifecycleTest, DeadlineCutsTheRetryThatFollowedATimedOutAttempt) {
   start("deadline_ms = 300\nattempt_timeout_ms = 250\nmax_retries = 1\nretry_backoff_ms = 0",
         model_entry("hang", "mock-hang"));
   auto r = post(chat_body("hang"), {{"x-request-id", "cut-retry"}});
-  auto answered = epoch_ms_now();
+  const double answered = epoch_ms_now();
   ASSERT_EQ(r.status, 504);
   EXPECT_EQ(str(r.json().at("error").at("code")), "deadline_exceeded");
   auto stats =
@@ -250,8 +268,8 @@ TEST_F(LifecycleTest, DeadlineCutsTheRetryThatFollowedATimedOutAttempt) {
   auto log = mock_log(stats);
   ASSERT_EQ(log.size(), 2u);
   ASSERT_FALSE(log[1].at("closed_ms").is_null()) << "the retry's upstream connection stayed open";
-  // Closed with the answer: halfway to the moment the retry's own timeout would have closed it.
-  EXPECT_LT(num(log[1].at("closed_ms")), answered + 100.0);
+  // Closed at the deadline, 200 ms before the retry's own timeout would have closed it.
+  EXPECT_LE(num(log[1].at("closed_ms")) - answered, quiet_close_ms);
   auto line = access_line(*gw_, "cut-retry");
   ASSERT_TRUE(line);
   EXPECT_EQ(str(line->at("outcome")), "deadline_exceeded");
@@ -324,7 +342,7 @@ struct disconnect_case {
 class DisconnectTest : public LifecycleTest,
                        public ::testing::WithParamInterface<disconnect_case> {};
 
-TEST_P(DisconnectTest, ClientCloseCancelsTheUpstreamWithin100Ms) {
+TEST_P(DisconnectTest, ClientCloseClosesTheUpstreamConnectionAtOnce) {
   auto c = GetParam();
   start("deadline_ms = 30000\nattempt_timeout_ms = 30000",
         model_entry("hang", "mock-hang") + model_entry("long", "mock-stream-100x50"));
@@ -332,19 +350,22 @@ TEST_P(DisconnectTest, ClientCloseCancelsTheUpstreamWithin100Ms) {
   std::string body = std::string(R"({"model":")") + (c.stream ? "long" : "hang") +
                      R"(","stream":)" + (c.stream ? "true" : "false") +
                      R"(,"prompt":"x","messages":[]})";
-  stream_options opts;
-  opts.timeout = 10s;
+  leaving_client caller{gw_->port(), c.path, body, {{"x-request-id", "leaver-1"}}};
   if (c.stream) {
-    opts.close_after_bytes = 1;  // mid-stream: after the first relayed bytes
+    ASSERT_TRUE(caller.wait_events(1, 5s)) << "mid-stream: after the first relayed event";
   } else {
-    opts.close_after = 300ms;  // while waiting for the upstream's answer
+    // While waiting for the upstream's answer: the upstream has the request.
+    ASSERT_EQ(mock_.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 1; })
+                  .at("active")
+                  .as_int64(),
+              1);
   }
-  auto r = stream_request("POST", gw_->port(), c.path, body, {{"x-request-id", "leaver-1"}}, opts);
-  ASSERT_EQ(r.end, stream_end::stopped);
-  auto left = epoch_ms(r.ended_at);
+  ASSERT_FALSE(caller.complete());
+  ASSERT_FALSE(caller.server_closed());
+  const double left = epoch_ms(caller.leave());
   auto e = only_entry(mock_, model);
   ASSERT_EQ(str(e.at("outcome")), "closed_by_client");
-  EXPECT_LT(num(e.at("closed_ms")) - left, 100.0);
+  EXPECT_LE(num(e.at("closed_ms")) - left, quiet_close_ms);
   auto line = access_line(*gw_, "leaver-1");
   ASSERT_TRUE(line);
   EXPECT_EQ(str(line->at("outcome")), "client_disconnected");
@@ -430,7 +451,9 @@ TEST_F(LifecycleTest, AStormOfExpiriesIsAnsweredAndTheBudgetComesBackWhole) {
     EXPECT_LT(answers[i].elapsed.count(), budget_ms + 250) << i;
     last_answer = std::max(last_answer, answered_at[i]);
   }
-  // The cap held, and every connection the mock saw closed with the answers.
+  // The cap held, and every connection the mock saw closed with the answers. The test makes the
+  // load here (60 answers and 40 closes at one moment on two shared cores), so the bound is the
+  // harness's loose one; the tests above bound a close where nothing else runs.
   auto stats = mock_.wait_for_stats([](const boost::json::object& s) {
     for (const auto& e : mock_log(s)) {
       if (str(e.at("outcome")) == "in_progress") return false;
@@ -474,8 +497,9 @@ TEST_F(LifecycleTest, DeadlineMidStreamEndsWithAnSseErrorEventAndClosesTheUpstre
   EXPECT_LT(data.size(), 20u);
   auto e = only_entry(mock_, "mock-stream-20x100");
   EXPECT_EQ(str(e.at("outcome")), "closed_by_client");
-  // Closed with the stream's end, not when the upstream's 2 s stream would have ended it.
-  EXPECT_LE(num(e.at("closed_ms")), epoch_ms(r.ended_at) + close_slack_ms);
+  // Closed with the stream's end at the deadline, not when the upstream's 2 s stream would have
+  // ended it.
+  EXPECT_LE(num(e.at("closed_ms")) - epoch_ms(r.ended_at), quiet_close_ms);
 }
 
 TEST_F(LifecycleTest, StreamIdleTimeoutEndsTheStreamWithAnSseErrorEvent) {

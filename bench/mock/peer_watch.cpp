@@ -1,0 +1,43 @@
+#include "bench/mock/peer_watch.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <vector>
+
+namespace tether::mock {
+
+void peer_watch::add(const std::shared_ptr<watched_connection>& c) {
+  watched_[c.get()] = c;
+}
+
+void peer_watch::remove(const watched_connection* c) {
+  watched_.erase(c);
+}
+
+void peer_watch::settle() {
+  if (watched_.empty()) return;
+  std::vector<pollfd> fds;
+  std::vector<std::shared_ptr<watched_connection>> held;
+  fds.reserve(watched_.size());
+  held.reserve(watched_.size());
+  for (const auto& [key, weak] : watched_) {
+    auto c = weak.lock();
+    if (!c) continue;
+    fds.push_back({c->native_handle(), POLLIN | POLLRDHUP, 0});
+    held.push_back(std::move(c));
+  }
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    // Bytes waiting are not an end (a pipelined request); only end of stream or an error is.
+    char byte = 0;
+    const auto n = ::recv(fds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      held[i]->peer_gone();
+    }
+  }
+}
+
+}  // namespace tether::mock
