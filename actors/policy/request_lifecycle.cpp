@@ -108,6 +108,13 @@ const request_lifecycle::commands& request_lifecycle::on_response(int status,
   release_attempt();
   const bool success = status >= 200 && status < 300;
   const bool rejected = status >= 400 && status < 500 && status != 429;
+  if (!success && !rejected && status != 429 && deadline_.within_margin(now)) {
+    // A chained gateway's 504 for the deadline it inherited, or any failure this close to ours:
+    // the deadline's, and no evidence against the upstream.
+    end_by_deadline(status);
+    maybe_finish();
+    return out_;
+  }
   // A 4xx is the caller's problem, from an upstream that works; a 429 is neither evidence of
   // health nor of sickness, unless it says for how long to stay away.
   if (success || rejected) {
@@ -168,6 +175,14 @@ const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_
   begin();
   if (phase_ != phase::attempting && phase_ != phase::streaming) return out_;
   release_attempt();
+  const bool upstreams_failure = end == attempt_end::connect_failed || end == attempt_end::reset ||
+                                 end == attempt_end::malformed || end == attempt_end::timeout;
+  if (upstreams_failure && !committed && phase_ == phase::attempting &&
+      deadline_.within_margin(now)) {
+    end_by_deadline(0);
+    maybe_finish();
+    return out_;
+  }
   // The upstream's failures count against it; the gateway's own refusals (no slot, a body over
   // the limit) do not.
   if (end != attempt_end::overloaded && end != attempt_end::shutting_down &&
@@ -305,14 +320,15 @@ void request_lifecycle::start_attempt(steady_time now) {
   c.deployment = dep;
   c.upstream = upstream;
   c.delay = deadline_.attempt_timer(settings_.attempt_timeout, now);
-  c.deadline_left = deadline_.remaining(now);
+  c.deadline_left = deadline_.forwarded(now);
   c.close_at = deadline_.due();
   out_.push_back(std::move(c));
 }
 
 // A deployment in service for the current model; when the model has none, the first model of
 // the chain after it that has one (its fallbacks at once: no attempt is spent on an upstream
-// known to be out); with none anywhere, the deployment back soonest.
+// known to be out); with none anywhere, the model whose first deployment is back soonest, its
+// attempts spread over all its deployments.
 bool request_lifecycle::choose_deployment(steady_time now) {
   if (preferred_upstream_ && chain_pos_ == 0 && health_.available(*preferred_upstream_, now)) {
     if (auto dep = routes_.deployment_on(chain_->front(), where_, *preferred_upstream_)) {
@@ -342,6 +358,13 @@ bool request_lifecycle::choose_deployment(steady_time now) {
   if (*soonest_pos != chain_pos_) move_to_model(*soonest_pos);
   next_deployment_ = *soonest.deployment;
   return true;
+}
+
+// The attempt's failure came within the propagation margin: the caller gets what the deadline
+// would have given it a moment later.
+void request_lifecycle::end_by_deadline(int status) {
+  attempt_over(outcome::deadline_exceeded, status);
+  answer_error(outcome::deadline_exceeded, "the request deadline passed");
 }
 
 void request_lifecycle::move_to_model(std::size_t pos) {

@@ -14,6 +14,7 @@
 //     └─ key rate-limited ──▶ admitting ──(admitted)──▶ attempting
 //                               └──(refused: 429)─────▶ answered
 //   any state: deadline | client gone | drain ──▶ cancel the attempt ──▶ answered
+//   attempting: an upstream failure within the deadline's propagation margin ──▶ answered (504)
 //   answered ──(every attempt and connection ended)──▶ finish
 //
 // The caller is answered exactly once: every path to `answered` goes through one function
@@ -48,7 +49,8 @@ struct lifecycle_command {
     arm_deadline,      // at `at`: on_deadline
     check_admission,   // ask the budget whether the key's rate admits the request: on_admission
     start_attempt,     // `attempt` on `deployment` (of `upstream`), per-try timeout `delay`
-                       // (0 = none), `deadline_left` to pass on (nullopt = unbounded), its
+                       // (0 = none), `deadline_left` to pass on (what is left less the
+                       // propagation margin; nullopt = unbounded), its
                        // socket closed at `close_at` (the deadline; nullopt = unbounded)
     cancel_attempt,    // stop attempt `attempt` with `reason`; `behind_answers`: the deadline's
                        // answer was just written, so the stop may queue behind others' answers
@@ -149,6 +151,7 @@ class request_lifecycle {
   bool choose_deployment(steady_time now);
   void move_to_model(std::size_t pos);
   void cancel_attempt(stop_reason reason);
+  void end_by_deadline(int status);
   const commands& stop_from_above(outcome why, stop_reason reason, std::string_view what);
   void answer_error(outcome o, std::string message, std::optional<millis> retry_after = {});
   void interrupt_stream(std::string_view type, std::string message);

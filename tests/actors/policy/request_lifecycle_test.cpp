@@ -118,7 +118,69 @@ TEST_F(RequestLifecycleTest, RetryAttemptClosesAtTheSameDeadlineAsTheFirst) {
   const auto* retry = find(cs, kind::start_attempt);
   ASSERT_NE(retry, nullptr);
   EXPECT_EQ(retry->close_at, t0_ + 10s);
-  EXPECT_EQ(retry->deadline_left, 8s);
+  EXPECT_EQ(retry->deadline_left, 8s - propagation_margin);
+}
+
+// ---- the propagation margin -----------------------------------------------------------------
+
+// A chained gateway is told the margin less than is left (so it gives up first), and whatever
+// failure reaches the request within the margin is the deadline's: 504 deadline_exceeded at once,
+// not a retry, not a 502, and nothing counted against the upstream.
+TEST_F(RequestLifecycleTest, AnUpstreamsFailureWithinTheMarginIsTheDeadlines) {
+  for (const int status : {504, 502, 503, 500}) {
+    auto lc = make(400ms);
+    const auto* first = find(lc.start(t0_), kind::start_attempt);
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(first->deadline_left, 390ms);
+    const auto inner_due = t0_ + *first->deadline_left;
+    const auto& cs = lc.on_response(status, std::nullopt, inner_due + 200us);
+    ASSERT_EQ(kinds(cs),
+              (std::vector{kind::attempt_over, kind::send_error, kind::caller_side_over}))
+        << status;
+    EXPECT_EQ(cs[0].result, outcome::deadline_exceeded);
+    EXPECT_EQ(cs[0].status, status);  // the attempt's record keeps what the upstream said
+    EXPECT_EQ(cs[1].result, outcome::deadline_exceeded);
+    EXPECT_EQ(cs[1].status, 504);
+    EXPECT_TRUE(lc.on_attempt_exited(0, inner_due + 300us).empty());
+    EXPECT_EQ(kinds(lc.on_connection_ended()), (std::vector{kind::finish}));
+  }
+  for (const auto end : {attempt_end::reset, attempt_end::connect_failed, attempt_end::malformed,
+                         attempt_end::timeout}) {
+    auto lc = make(400ms);
+    lc.start(t0_);
+    const auto& cs = lc.on_attempt_failed(end, "x", false, t0_ + 395ms);
+    ASSERT_NE(find(cs, kind::send_error), nullptr);
+    EXPECT_EQ(find(cs, kind::send_error)->result, outcome::deadline_exceeded);
+    EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
+    EXPECT_EQ(find(cs, kind::arm_backoff), nullptr);
+  }
+  // Eight failures in a row: none of them was the upstream's.
+  for (std::size_t u = 0; u < cfg_.upstreams.size(); ++u) EXPECT_TRUE(health_.available(u, t0_));
+  expect_nothing_held();
+}
+
+TEST_F(RequestLifecycleTest, BeforeTheMarginAFailureIsRetriedAndWithinItASuccessStillAnswers) {
+  auto lc = make(400ms);
+  lc.start(t0_);
+  // 11 ms left: an ordinary failure, retried.
+  EXPECT_NE(find(lc.on_response(504, std::nullopt, t0_ + 389ms), kind::arm_backoff), nullptr);
+  auto ok = make(400ms);
+  ok.start(t0_);
+  const auto& cs = ok.on_response(200, std::nullopt, t0_ + 399ms);
+  ASSERT_NE(find(cs, kind::send_response), nullptr);
+  EXPECT_EQ(ok.result(), outcome::ok);
+  // A 4xx is the caller's, a 429 the upstream's rate: neither is the deadline's.
+  auto rejected = make(400ms);
+  rejected.start(t0_);
+  EXPECT_EQ(find(rejected.on_response(400, std::nullopt, t0_ + 399ms), kind::send_response)->result,
+            outcome::upstream_rejected);
+}
+
+// A request without a deadline has no margin: a 504 is an upstream's failure as always.
+TEST_F(RequestLifecycleTest, AnUnboundedRequestHasNoMargin) {
+  auto lc = make(std::nullopt);
+  lc.start(t0_);
+  EXPECT_NE(find(lc.on_response(504, std::nullopt, t0_ + 10h), kind::arm_backoff), nullptr);
 }
 
 TEST_F(RequestLifecycleTest, PerTryTimerIsNotArmedWhenTheDeadlineComesFirst) {
@@ -618,6 +680,52 @@ TEST_F(RequestLifecycleHealthTest, WithEveryDeploymentOutTheOneBackSoonestIsTrie
 
 // previous_response_id (issue 28): "llama" on upstreams a and b; a request continuing a
 // response b made goes to b whatever the draws, its retry too; with b ejected, as usual.
+// Every deployment of a model out and no fallback: the attempts spread over them all, and a
+// retry goes to one not tried, so one dead deployment cannot take every try.
+TEST(RequestLifecycleEveryDeploymentOutTest, AttemptsSpreadAndARetryGoesToTheOtherDeployment) {
+  auto cfg = two_models();
+  cfg.models[0].fallbacks.clear();
+  auto on_b = cfg.models[0];
+  on_b.upstream = "b";
+  cfg.models.push_back(on_b);
+  for (auto& u : cfg.upstreams) u.eject_after_failures = 1;
+  cfg.upstreams[0].eject_base = 1000ms;  // a comes back first
+  router routes{cfg};
+  retry_budget retries{cfg.upstreams.size(), 100, 100};
+  upstream_health health;
+  health.configure(cfg);
+  const auto t0 = steady_time{} + 1000s;
+  health.attempt_failed(0, t0);
+  health.attempt_failed(1, t0);
+  std::mt19937_64 gen{11};
+  std::array<int, 2> first_on{0, 0};
+  for (int i = 0; i < 40; ++i) {
+    request_lifecycle lc{cfg,
+                         routes,
+                         retries,
+                         health,
+                         routes.chain_of("llama"),
+                         surface::chat,
+                         request_deadline{t0, 10s},
+                         [](std::int64_t) { return 1; },
+                         [&gen] { return gen(); }};
+    const auto* first = find(lc.start(t0 + 1ms), kind::start_attempt);
+    ASSERT_NE(first, nullptr);
+    ++first_on.at(first->upstream);
+    const auto* backoff =
+        find(lc.on_attempt_failed(attempt_end::connect_failed, "refused", false, t0 + 2ms),
+             kind::arm_backoff);
+    ASSERT_NE(backoff, nullptr) << i;
+    const auto* retry = find(lc.on_backoff_due(backoff->generation, t0 + 3ms), kind::start_attempt);
+    ASSERT_NE(retry, nullptr);
+    EXPECT_NE(retry->upstream, first->upstream) << i;
+    lc.on_response(200, std::nullopt, t0 + 4ms);
+    ASSERT_FALSE(health.available(0, t0 + 5ms));  // the answers came while both were out
+  }
+  EXPECT_GT(first_on[0], 0);
+  EXPECT_GT(first_on[1], 0);
+}
+
 TEST(RequestLifecycleAffinityTest, APreferredUpstreamTakesEveryAttemptWhileInService) {
   auto cfg = two_models();
   auto on_b = cfg.models[0];
