@@ -186,7 +186,7 @@ const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_
   // The upstream's failures count against it; the gateway's own refusals (no slot, a body over
   // the limit) do not.
   if (end != attempt_end::overloaded && end != attempt_end::shutting_down &&
-      end != attempt_end::too_large) {
+      end != attempt_end::too_large && end != attempt_end::too_heavy) {
     health_.attempt_failed(current_upstream_, now);
   }
   if (committed || phase_ == phase::streaming) {
@@ -202,6 +202,7 @@ const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_
   }
   const outcome o = end == attempt_end::timeout         ? outcome::upstream_timeout
                     : end == attempt_end::overloaded    ? outcome::overloaded
+                    : end == attempt_end::too_heavy     ? outcome::overloaded
                     : end == attempt_end::shutting_down ? outcome::shutting_down
                                                         : outcome::upstream_failed;
   attempt_over(o);
@@ -328,10 +329,13 @@ void request_lifecycle::start_attempt(steady_time now) {
 // A deployment in service for the current model; when the model has none, the first model of
 // the chain after it that has one (its fallbacks at once: no attempt is spent on an upstream
 // known to be out); with none anywhere, the model whose first deployment is back soonest, its
-// attempts spread over all its deployments.
+// attempts spread over all its deployments. A deployment whose token cap refused the request is
+// never chosen again.
 bool request_lifecycle::choose_deployment(steady_time now) {
+  const std::span<const std::size_t> too_heavy{too_heavy_.data(), too_heavy_.size()};
   if (preferred_upstream_ && chain_pos_ == 0 && health_.available(*preferred_upstream_, now)) {
-    if (auto dep = routes_.deployment_on(chain_->front(), where_, *preferred_upstream_)) {
+    if (auto dep = routes_.deployment_on(chain_->front(), where_, *preferred_upstream_);
+        dep && std::find(too_heavy.begin(), too_heavy.end(), *dep) == too_heavy.end()) {
       next_deployment_ = *dep;
       return true;
     }
@@ -342,7 +346,7 @@ bool request_lifecycle::choose_deployment(steady_time now) {
     const auto tried = pos == chain_pos_
                            ? std::span<const std::size_t>{tried_.data(), tried_.size()}
                            : std::span<const std::size_t>{};
-    auto pick = routes_.choose((*chain_)[pos], where_, tried, health_, now, random_());
+    auto pick = routes_.choose((*chain_)[pos], where_, tried, health_, now, random_(), too_heavy);
     if (!pick.deployment) continue;
     if (pick.healthy) {
       if (pos != chain_pos_) move_to_model(pos);
@@ -378,7 +382,9 @@ void request_lifecycle::move_to_model(std::size_t pos) {
 // may overrule a retry.
 void request_lifecycle::after_failure(const attempt_report& report, std::string_view message,
                                       steady_time now) {
+  if (report.end == attempt_end::too_heavy) return after_too_heavy(report, message, now);
   history_.record(report);
+  last_failure_ = message;
   retry_policy policy{settings_.max_retries, settings_.retry_backoff, jitter_};
   const bool has_fallback = chain_pos_ + 1 < chain_->size();
   const auto remaining = deadline_.remaining(now);
@@ -440,6 +446,30 @@ void request_lifecycle::after_failure(const attempt_report& report, std::string_
       return;
     }
   }
+}
+
+// The budget refused the attempt because its upstream's token cap can never hold the request:
+// no upstream saw it, so it spends neither a retry nor the model's attempts. The chain goes on,
+// to another deployment of the model that may hold it, else to the fallbacks; at its end the
+// request gets what its upstream attempts earned, or overloaded when it reached none.
+void request_lifecycle::after_too_heavy(const attempt_report& report, std::string_view message,
+                                        steady_time now) {
+  too_heavy_.push_back(current_deployment_);
+  const bool elsewhere = choose_deployment(now);
+  retry_policy policy{settings_.max_retries, settings_.retry_backoff, jitter_};
+  const auto d = policy.decide(report, model_attempts_, deadline_.remaining(now), elsewhere);
+  if (d.what == retry_decision::action::fallback) {
+    start_attempt(now);
+    return;
+  }
+  if (history_.attempts > 0) {
+    const auto o = history_.exhausted_outcome();
+    answer_error(o, o == outcome::upstream_timeout        ? "every upstream attempt timed out"
+                    : o == outcome::upstream_rate_limited ? "the upstream is rate limiting (429)"
+                                                          : "upstream failed: " + last_failure_);
+    return;
+  }
+  answer_error(d.result, "gateway overloaded: " + std::string{message});
 }
 
 // The current attempt has said its last word: a next attempt may start while this one's actor

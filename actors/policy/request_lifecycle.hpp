@@ -147,6 +147,7 @@ class request_lifecycle {
   commands& begin();
   void start_attempt(steady_time now);
   void after_failure(const attempt_report& report, std::string_view message, steady_time now);
+  void after_too_heavy(const attempt_report& report, std::string_view message, steady_time now);
   void release_attempt();
   bool choose_deployment(steady_time now);
   void move_to_model(std::size_t pos);
@@ -178,8 +179,11 @@ class request_lifecycle {
   std::size_t chain_pos_ = 0;
   std::uint32_t model_attempts_ = 0;
   retry_policy::history history_;
+  std::string last_failure_;  // the message of the last attempt that reached an upstream
   // The deployments this model's attempts tried, so a retry prefers another.
   boost::container::small_vector<std::size_t, 4> tried_;
+  // The deployments whose token cap refused the request: never chosen again.
+  boost::container::small_vector<std::size_t, 2> too_heavy_;
   // The attempt that may still report, and where it went (its upstream hears of its end).
   std::optional<std::uint32_t> current_;
   std::size_t current_deployment_ = 0;

@@ -330,6 +330,122 @@ TEST_F(RequestLifecycleTest, OverloadedAttemptIsFinalWithoutRetry) {
   EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
 }
 
+// ---- a token cap that can never hold the request ------------------------------------------
+
+// "llama" on a falls back to "small" on b, then to "last" on c; `small_on_c` adds a second
+// deployment of "small", on c.
+config::gateway_config three_models(bool small_on_c = false) {
+  auto cfg = two_models();
+  config::upstream_config c;
+  c.name = "c";
+  cfg.upstreams.push_back(c);
+  cfg.models[0].fallbacks = {"small", "last"};
+  config::model_config last;
+  last.name = "last";
+  last.upstream = "c";
+  last.upstream_model = "last";
+  cfg.models.push_back(last);
+  if (small_on_c) {
+    auto small = cfg.models[1];
+    small.upstream = "c";
+    cfg.models.push_back(small);
+  }
+  cfg.request.max_retries = 0;
+  return cfg;
+}
+
+class RequestLifecycleTokenCapTest : public ::testing::Test {
+ protected:
+  void build(config::gateway_config cfg) {
+    cfg_ = std::move(cfg);
+    routes_.emplace(cfg_);
+    retries_.emplace(cfg_.upstreams.size(), 3, 20);
+    health_.configure(cfg_);
+  }
+  request_lifecycle make(const std::string& model) {
+    return request_lifecycle{cfg_,
+                             *routes_,
+                             *retries_,
+                             health_,
+                             routes_->chain_of(model),
+                             surface::chat,
+                             request_deadline{t0_, 10s},
+                             [](std::int64_t n) { return n; },
+                             [this] { return draw_++ * 0x9e3779b97f4a7c15ULL; }};
+  }
+  config::gateway_config cfg_;
+  std::optional<router> routes_;
+  std::optional<retry_budget> retries_;
+  upstream_health health_;
+  std::uint64_t draw_ = 0;
+  steady_time t0_ = steady_time{} + 1000s;
+};
+
+// docs/contract.md: a fallback whose upstream's cap is too small "is refused that attempt,
+// `overloaded`, and the chain goes on" — at once, spending no retry.
+TEST_F(RequestLifecycleTokenCapTest, AFallbackWhoseCapIsTooSmallIsPassedAndTheChainGoesOn) {
+  build(three_models());
+  auto lc = make("llama");
+  lc.start(t0_);
+  const auto* to_small = find(lc.on_response(503, std::nullopt, t0_), kind::start_attempt);
+  ASSERT_NE(to_small, nullptr);
+  EXPECT_EQ(routes_->at(to_small->deployment).model, "small");
+  const auto& cs = lc.on_attempt_failed(
+      attempt_end::too_heavy, "its token weight 2000 is more than its upstream's cap", false, t0_);
+  ASSERT_EQ(kinds(cs), (std::vector{kind::attempt_over, kind::start_attempt}));
+  EXPECT_EQ(cs[0].result, outcome::overloaded);
+  EXPECT_EQ(routes_->at(cs[1].deployment).model, "last");
+  EXPECT_EQ(cs[1].upstream, 2U);
+  EXPECT_EQ(lc.on_response(200, std::nullopt, t0_).size(), 3U);
+  EXPECT_EQ(lc.result(), outcome::ok);
+}
+
+// The model's other deployment may hold it: that one is tried before any fallback, and the one
+// whose cap refused is never tried again.
+TEST_F(RequestLifecycleTokenCapTest, AnotherDeploymentOfTheModelIsTriedFirst) {
+  build(three_models(/*small_on_c=*/true));
+  for (int i = 0; i < 8; ++i) {
+    auto lc = make("small");
+    const auto* first = find(lc.start(t0_), kind::start_attempt);
+    ASSERT_NE(first, nullptr);
+    const auto refused = first->deployment;  // the list is reused by the next event
+    const auto* next =
+        find(lc.on_attempt_failed(attempt_end::too_heavy, "x", false, t0_), kind::start_attempt);
+    ASSERT_NE(next, nullptr);
+    EXPECT_EQ(routes_->at(next->deployment).model, "small") << i;
+    EXPECT_NE(next->deployment, refused) << i;
+    // Its 503 spends the model (no retries): the chain ends, not back on the refused one.
+    const auto& end = lc.on_response(503, std::nullopt, t0_);
+    EXPECT_EQ(find(end, kind::start_attempt), nullptr) << i;
+    ASSERT_NE(find(end, kind::send_error), nullptr);
+    EXPECT_EQ(find(end, kind::send_error)->result, outcome::upstream_failed);
+  }
+}
+
+// At the chain's end the request gets what its upstream attempts earned; with none, it was the
+// gateway's no: overloaded. A refusal never counts against the upstream.
+TEST_F(RequestLifecycleTokenCapTest, AtTheChainsEndTheUpstreamsFailureOrOverloadedIsAnswered) {
+  build(three_models());
+  cfg_.models[0].fallbacks = {"small"};
+  routes_.emplace(cfg_);
+  auto lc = make("llama");
+  lc.start(t0_);
+  lc.on_response(503, std::nullopt, t0_);
+  const auto& cs = lc.on_attempt_failed(attempt_end::too_heavy, "too heavy", false, t0_);
+  ASSERT_NE(find(cs, kind::send_error), nullptr);
+  EXPECT_EQ(find(cs, kind::send_error)->result, outcome::upstream_failed);
+  EXPECT_EQ(find(cs, kind::send_error)->message, "upstream failed: status 503");
+  for (int i = 0; i < 10; ++i) {
+    auto only = make("small");
+    only.start(t0_);
+    const auto& refused = only.on_attempt_failed(attempt_end::too_heavy, "too heavy", false, t0_);
+    ASSERT_NE(find(refused, kind::send_error), nullptr);
+    EXPECT_EQ(find(refused, kind::send_error)->result, outcome::overloaded);
+    EXPECT_EQ(find(refused, kind::send_error)->message, "gateway overloaded: too heavy");
+  }
+  EXPECT_TRUE(health_.available(1, t0_ + 1ms));
+}
+
 // The budget's no at the drain's end says the gateway is shutting down, not that it is overloaded:
 // the caller learns to go elsewhere rather than to come back here.
 TEST_F(RequestLifecycleTest, ASlotRefusedByTheDrainsEndAnswersShuttingDown) {
