@@ -127,6 +127,9 @@ TEST_F(RequestLifecycleTest, RetryAttemptClosesAtTheSameDeadlineAsTheFirst) {
 // failure reaches the request within the margin is the deadline's: 504 deadline_exceeded at once,
 // not a retry, not a 502, and nothing counted against the upstream.
 TEST_F(RequestLifecycleTest, AnUpstreamsFailureWithinTheMarginIsTheDeadlines) {
+  // One failure counted against an upstream would eject it.
+  for (auto& u : cfg_.upstreams) u.eject_after_failures = 1;
+  health_.configure(cfg_);
   for (const int status : {504, 502, 503, 500}) {
     auto lc = make(400ms);
     const auto* first = find(lc.start(t0_), kind::start_attempt);
@@ -143,6 +146,7 @@ TEST_F(RequestLifecycleTest, AnUpstreamsFailureWithinTheMarginIsTheDeadlines) {
     EXPECT_EQ(cs[1].status, 504);
     EXPECT_TRUE(lc.on_attempt_exited(0, inner_due + 300us).empty());
     EXPECT_EQ(kinds(lc.on_connection_ended()), (std::vector{kind::finish}));
+    EXPECT_TRUE(health_.available(0, inner_due + 1ms)) << status;
   }
   for (const auto end : {attempt_end::reset, attempt_end::connect_failed, attempt_end::malformed,
                          attempt_end::timeout}) {
@@ -153,9 +157,8 @@ TEST_F(RequestLifecycleTest, AnUpstreamsFailureWithinTheMarginIsTheDeadlines) {
     EXPECT_EQ(find(cs, kind::send_error)->result, outcome::deadline_exceeded);
     EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
     EXPECT_EQ(find(cs, kind::arm_backoff), nullptr);
+    EXPECT_TRUE(health_.available(0, t0_ + 396ms)) << static_cast<int>(end);
   }
-  // Eight failures in a row: none of them was the upstream's.
-  for (std::size_t u = 0; u < cfg_.upstreams.size(); ++u) EXPECT_TRUE(health_.available(u, t0_));
   expect_nothing_held();
 }
 
@@ -401,10 +404,13 @@ TEST_F(RequestLifecycleTokenCapTest, AFallbackWhoseCapIsTooSmallIsPassedAndTheCh
 }
 
 // The model's other deployment may hold it: that one is tried before any fallback, and the one
-// whose cap refused is never tried again.
-TEST_F(RequestLifecycleTokenCapTest, AnotherDeploymentOfTheModelIsTriedFirst) {
-  build(three_models(/*small_on_c=*/true));
-  for (int i = 0; i < 8; ++i) {
+// whose cap refused is never tried again, not even by a retry once both were tried.
+TEST_F(RequestLifecycleTokenCapTest,
+       AnotherDeploymentOfTheModelIsTriedFirstAndTheRefusingOneNever) {
+  auto cfg = three_models(/*small_on_c=*/true);
+  cfg.request.max_retries = 1;
+  build(cfg);
+  for (int i = 0; i < 16; ++i) {
     auto lc = make("small");
     const auto* first = find(lc.start(t0_), kind::start_attempt);
     ASSERT_NE(first, nullptr);
@@ -412,9 +418,17 @@ TEST_F(RequestLifecycleTokenCapTest, AnotherDeploymentOfTheModelIsTriedFirst) {
     const auto* next =
         find(lc.on_attempt_failed(attempt_end::too_heavy, "x", false, t0_), kind::start_attempt);
     ASSERT_NE(next, nullptr);
-    EXPECT_EQ(routes_->at(next->deployment).model, "small") << i;
-    EXPECT_NE(next->deployment, refused) << i;
-    // Its 503 spends the model (no retries): the chain ends, not back on the refused one.
+    const auto holder = next->deployment;
+    EXPECT_EQ(routes_->at(holder).model, "small") << i;
+    EXPECT_NE(holder, refused) << i;
+    EXPECT_EQ(retries_->retries_in_flight(routes_->at(refused).upstream), 0U) << "not a retry";
+    // Its 503 is retried, on the same deployment: the refusing one is out of the choice.
+    const auto* backoff = find(lc.on_response(503, std::nullopt, t0_), kind::arm_backoff);
+    ASSERT_NE(backoff, nullptr) << i;
+    const auto* retry = find(lc.on_backoff_due(backoff->generation, t0_), kind::start_attempt);
+    ASSERT_NE(retry, nullptr) << i;
+    EXPECT_EQ(retry->deployment, holder) << i;
+    // Its second 503 spends the model, which has no fallback: the chain ends.
     const auto& end = lc.on_response(503, std::nullopt, t0_);
     EXPECT_EQ(find(end, kind::start_attempt), nullptr) << i;
     ASSERT_NE(find(end, kind::send_error), nullptr);
