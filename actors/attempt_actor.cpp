@@ -172,6 +172,8 @@ attempt_end failure_kind(std::int32_t net_kind) {
       return attempt_end::overloaded;
     case up_fail_shutting_down:
       return attempt_end::shutting_down;
+    case up_fail_too_heavy:
+      return attempt_end::too_heavy;
     case up_fail_too_large:
       return attempt_end::too_large;
     case static_cast<std::int32_t>(net::upstream_failure::connect_failed):
@@ -332,7 +334,10 @@ void connection_actor::budget_answered(slot_refusal refusal, const std::string& 
   queue_wait_ns_ = now_ns() - asked_ns_;
   if (refusal != slot_refusal::none) {
     send(attempt_, up_fail_atom::value,
-         refusal == slot_refusal::stopping ? up_fail_shutting_down : up_fail_overloaded, reason);
+         refusal == slot_refusal::stopping    ? up_fail_shutting_down
+         : refusal == slot_refusal::too_heavy ? up_fail_too_heavy
+                                              : up_fail_overloaded,
+         reason);
     finish(now_ns());
     return;
   }

@@ -194,7 +194,7 @@ class budget {
   void answer(const slot_book::holder& h, slot_refusal why, const std::string& reason) {
     auto& handle = handles_[h.who];
     if (h.id != 0) {
-      self_->send(handle, lease_grant_atom::value, h.id, why == slot_refusal::none, reason);
+      self_->send(handle, lease_grant_atom::value, h.id, static_cast<std::int32_t>(why), reason);
       return;
     }
     send_grant(self_, handle, why, reason);

@@ -64,25 +64,25 @@ using health_news_atom = caf::atom_constant<caf::atom("h_news")>;
 // that rejoins its budget host registers them there). Leases, from a lessee (a cluster member's
 // link actor, an io thread's budget shard), which may hold many slots: (lease_atom, upstream, key,
 // rank, tokens, lease: uint64) asks for one
-// slot under that id, answered with (lease_grant_atom, lease, granted: bool, reason) sent to the
-// link; (lease_return_atom, lease) gives a held slot back or withdraws a queued ask. The link is
-// monitored: its down_msg frees all it holds. Recalls (slot_book::update_recalls): (recall_atom,
-// on: bool, scope: int32 (recall_scope), index: int64) — all its slots while anyone but that
-// lessee waits in the queue or the global cap is reached, its slots of an upstream or a key while
-// that cap is reached; the same with on = false when that is no longer so. Rates
-// (actors/policy/rate_book.hpp): (rate_atom, key: int64, tokens: uint64) from a request actor whose
-// key has an rpm or tpm → (admitted: bool, never: bool, retry_after_ms: int64, charged_second:
-// int64, reason: string); the request is charged one request and `tokens`. (rate_fix_atom, key,
-// charged_second, estimate: uint64, actual: uint64) when it has ended: its tokens are corrected to
-// what the upstream reported it used. Upstream health across the cluster (the budget host relays
-// it): (health_subscribe_atom) from a node's health actor, or from a member's link on the host's
-// behalf, is answered with a (health_news_atom, upstream name, reason: int32, remaining_ms: int64)
-// for every ejection still running, then one for each reported later; (health_report_atom, upstream
-// name, reason, duration_ms) reports an ejection decided by the sender's own evidence, and goes to
-// every subscriber but the sender. Subscribers are monitored. The work and queue gauges count this
-// node's own connection actors only: a member counts the work it runs itself, so the sum over the
-// cluster's nodes is the cluster's work. `timers` runs the queue timeouts (unused when
-// limits.queue_timeout is 0).
+// slot under that id, answered with (lease_grant_atom, lease, refusal: int32 (slot_refusal, none =
+// granted), reason) sent to the link; (lease_return_atom, lease) gives a held slot back or
+// withdraws a queued ask. The link is monitored: its down_msg frees all it holds. Recalls
+// (slot_book::update_recalls): (recall_atom, on: bool, scope: int32 (recall_scope), index: int64) —
+// all its slots while anyone but that lessee waits in the queue or the global cap is reached, its
+// slots of an upstream or a key while that cap is reached; the same with on = false when that is no
+// longer so. Rates (actors/policy/rate_book.hpp): (rate_atom, key: int64, tokens: uint64) from a
+// request actor whose key has an rpm or tpm → (admitted: bool, never: bool, retry_after_ms: int64,
+// charged_second: int64, reason: string); the request is charged one request and `tokens`.
+// (rate_fix_atom, key, charged_second, estimate: uint64, actual: uint64) when it has ended: its
+// tokens are corrected to what the upstream reported it used. Upstream health across the cluster
+// (the budget host relays it): (health_subscribe_atom) from a node's health actor, or from a
+// member's link on the host's behalf, is answered with a (health_news_atom, upstream name, reason:
+// int32, remaining_ms: int64) for every ejection still running, then one for each reported later;
+// (health_report_atom, upstream name, reason, duration_ms) reports an ejection decided by the
+// sender's own evidence, and goes to every subscriber but the sender. Subscribers are monitored.
+// The work and queue gauges count this node's own connection actors only: a member counts the work
+// it runs itself, so the sum over the cluster's nodes is the cluster's work. `timers` runs the
+// queue timeouts (unused when limits.queue_timeout is 0).
 caf::behavior budget_actor(caf::event_based_actor* self, budget_limits limits, metrics* stats,
                            net::timer_service* timers);
 

@@ -120,11 +120,11 @@ class budget_link : public std::enable_shared_from_this<budget_link> {
     self_->send(remote_ ? remote_ : local_budget_, a, key, second, estimate, actual);
   }
 
-  void lease_answered(std::uint64_t lease, bool granted, const std::string& reason) {
+  void lease_answered(std::uint64_t lease, slot_refusal why, const std::string& reason) {
     if (!remote_ || self_->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(remote_)) {
       return;  // from a host this node has lost: those leases are gone with it
     }
-    apply(book_.answered(lease, granted, reason, now_ns()));
+    apply(book_.answered(lease, why, reason, now_ns()));
   }
 
   // The node drains (from its supervisor, at the drain's end): no waiter here or at the host is
@@ -386,8 +386,8 @@ caf::behavior budget_link_actor(caf::event_based_actor* self, caf::actor local_b
       [st](rate_atom a, std::int64_t key, std::uint64_t tokens) { st->rate(a, key, tokens); },
       [st](rate_fix_atom a, std::int64_t key, std::int64_t second, std::uint64_t estimate,
            std::uint64_t actual) { st->rate_fix(a, key, second, estimate, actual); },
-      [st](lease_grant_atom, std::uint64_t lease, bool granted, const std::string& reason) {
-        st->lease_answered(lease, granted, reason);
+      [st](lease_grant_atom, std::uint64_t lease, std::int32_t why, const std::string& reason) {
+        st->lease_answered(lease, static_cast<slot_refusal>(why), reason);
       },
       [st](recall_atom, bool on, std::int32_t scope, std::int64_t index) {
         st->recalled(on, scope, index);

@@ -28,8 +28,8 @@ class budget_shard {
     apply(book_.acquire(id, {upstream, key, tokens}, rank, now_ns()));
   }
 
-  void answered(std::uint64_t lease, bool granted, const std::string& reason) {
-    apply(book_.answered(lease, granted, reason, now_ns()));
+  void answered(std::uint64_t lease, slot_refusal why, const std::string& reason) {
+    apply(book_.answered(lease, why, reason, now_ns()));
   }
 
   void recalled(bool on, std::int32_t scope, std::int64_t index) {
@@ -105,9 +105,10 @@ caf::behavior budget_shard_actor(caf::event_based_actor* self, caf::actor budget
   return {
       one_way([st](acquire_atom, std::uint64_t upstream, std::int64_t key, std::int64_t rank,
                    std::uint64_t tokens) { st->acquire(upstream, key, rank, tokens); }),
-      one_way([st](lease_grant_atom, std::uint64_t lease, bool granted, const std::string& reason) {
-        st->answered(lease, granted, reason);
-      }),
+      one_way(
+          [st](lease_grant_atom, std::uint64_t lease, std::int32_t why, const std::string& reason) {
+            st->answered(lease, static_cast<slot_refusal>(why), reason);
+          }),
       one_way([st](recall_atom, bool on, std::int32_t scope, std::int64_t index) {
         st->recalled(on, scope, index);
       }),

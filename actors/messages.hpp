@@ -53,6 +53,7 @@ using up_closed_atom = caf::atom_constant<caf::atom("closed")>;
 constexpr std::int32_t up_fail_overloaded = -1;     // the budget refused a slot: no room
 constexpr std::int32_t up_fail_too_large = -2;      // the body outgrew request.max_response_bytes
 constexpr std::int32_t up_fail_shutting_down = -3;  // the budget refused a slot: the drain ended
+constexpr std::int32_t up_fail_too_heavy = -4;      // the budget refused a slot: over the token cap
 
 // upstream connection actor → request actor, as it exits: the socket is gone, the slot is about
 // to be freed (work_ended, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns, head_ns)

@@ -42,6 +42,19 @@ bool request_deadline::expired(steady_time now) const {
   return budget_ && now - arrival_ >= *budget_;
 }
 
+std::optional<millis> request_deadline::forwarded(steady_time now) const {
+  auto left = remaining(now);
+  if (!left) return std::nullopt;
+  return std::max(millis{0}, *left - propagation_margin);
+}
+
+// remaining() counts elapsed time rounded up: an upstream told `forwarded(start)` at `start` can
+// only answer when at most the margin is left here, whatever the sub-millisecond remainders.
+bool request_deadline::within_margin(steady_time now) const {
+  auto left = remaining(now);
+  return left && *left <= propagation_margin;
+}
+
 millis request_deadline::attempt_timer(millis attempt_timeout, steady_time now) const {
   if (attempt_timeout.count() <= 0) return millis{0};
   auto left = remaining(now);

@@ -11,6 +11,12 @@ namespace tether {
 using millis = std::chrono::milliseconds;
 using steady_time = std::chrono::steady_clock::time_point;
 
+// A bounded request tells its upstream to give up this much sooner than itself
+// (X-Request-Deadline-Ms), and an upstream's failure that reaches it with no more than this left
+// is the deadline's: a chained gateway's own 504 then always arrives inside the margin, so the
+// caller gets deadline_exceeded whichever of the two gateways' timers fires first.
+inline constexpr millis propagation_margin{10};
+
 // The caller's budget header, parsed. Saturates instead of wrapping: a value too large to
 // represent is simply longer than any ceiling (contract, request headers).
 struct caller_budget {
@@ -39,6 +45,12 @@ class request_deadline {
   // Time left at `now`, floored at 0; nullopt when unbounded.
   std::optional<millis> remaining(steady_time now) const;
   bool expired(steady_time now) const;
+  // What an attempt starting at `now` passes on as X-Request-Deadline-Ms: what is left less the
+  // propagation margin, floored at 0; nullopt when unbounded.
+  std::optional<millis> forwarded(steady_time now) const;
+  // Whether an upstream's failure seen at `now` is the deadline's: bounded, and no more than the
+  // propagation margin left (whole ms, as `remaining` counts them).
+  bool within_margin(steady_time now) const;
   // The attempt timer to arm for an attempt starting at `now`; 0 = none. An attempt timeout that
   // would not end before the request's deadline is not armed: the deadline ends the attempt, and
   // the outcome is then deadline_exceeded, not a race between two timers due at the same moment.

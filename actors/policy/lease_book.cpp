@@ -96,9 +96,10 @@ void lease_book::trim_asks(pool& p, actions& out) {
   }
 }
 
-lease_book::actions lease_book::answered(lease id, bool granted, const std::string& reason,
+lease_book::actions lease_book::answered(lease id, slot_refusal why, const std::string& reason,
                                          std::int64_t now_ns) {
   actions out;
+  const bool granted = why == slot_refusal::none;
   auto a = ask_pool_.find(id);
   if (a == ask_pool_.end()) return out;
   auto [k, rank] = a->second;
@@ -114,7 +115,7 @@ lease_book::actions lease_book::answered(lease id, bool granted, const std::stri
     if (!p.waiting.empty()) {
       auto w = std::next(p.waiting.begin(),
                          static_cast<std::ptrdiff_t>(std::min(place, p.waiting.size() - 1)));
-      out.refusals.push_back({w->second.who, reason});
+      out.refusals.push_back({w->second.who, reason, why});
       waiting_by_.erase(w->second.who);
       p.waiting.erase(w);
     }

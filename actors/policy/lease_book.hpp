@@ -81,9 +81,10 @@ class lease_book {
 
   // A holder asks for a slot; a second ask from a holder already known changes nothing.
   actions acquire(holder who, pool_key pool, std::int64_t rank, std::int64_t now_ns);
-  // The host answered one of this book's asks (an unknown id was withdrawn: the host has
-  // already dropped it, so it is ignored).
-  actions answered(lease id, bool granted, const std::string& reason, std::int64_t now_ns);
+  // The host answered one of this book's asks: granted (none) or why not, which the refused
+  // holder is told as it is (an unknown id was withdrawn: the host has already dropped it, so it
+  // is ignored).
+  actions answered(lease id, slot_refusal why, const std::string& reason, std::int64_t now_ns);
   // A holder ended: its busy slot is free (kept, handed on, or given back), or it stops waiting.
   actions holder_gone(holder who, std::int64_t now_ns);
   // The host wants slots back, or no longer does: every slot (another node waits, or the global

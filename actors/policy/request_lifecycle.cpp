@@ -108,6 +108,13 @@ const request_lifecycle::commands& request_lifecycle::on_response(int status,
   release_attempt();
   const bool success = status >= 200 && status < 300;
   const bool rejected = status >= 400 && status < 500 && status != 429;
+  if (!success && !rejected && status != 429 && deadline_.within_margin(now)) {
+    // A chained gateway's 504 for the deadline it inherited, or any failure this close to ours:
+    // the deadline's, and no evidence against the upstream.
+    end_by_deadline(status);
+    maybe_finish();
+    return out_;
+  }
   // A 4xx is the caller's problem, from an upstream that works; a 429 is neither evidence of
   // health nor of sickness, unless it says for how long to stay away.
   if (success || rejected) {
@@ -168,10 +175,18 @@ const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_
   begin();
   if (phase_ != phase::attempting && phase_ != phase::streaming) return out_;
   release_attempt();
+  const bool upstreams_failure = end == attempt_end::connect_failed || end == attempt_end::reset ||
+                                 end == attempt_end::malformed || end == attempt_end::timeout;
+  if (upstreams_failure && !committed && phase_ == phase::attempting &&
+      deadline_.within_margin(now)) {
+    end_by_deadline(0);
+    maybe_finish();
+    return out_;
+  }
   // The upstream's failures count against it; the gateway's own refusals (no slot, a body over
   // the limit) do not.
   if (end != attempt_end::overloaded && end != attempt_end::shutting_down &&
-      end != attempt_end::too_large) {
+      end != attempt_end::too_large && end != attempt_end::too_heavy) {
     health_.attempt_failed(current_upstream_, now);
   }
   if (committed || phase_ == phase::streaming) {
@@ -187,6 +202,7 @@ const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_
   }
   const outcome o = end == attempt_end::timeout         ? outcome::upstream_timeout
                     : end == attempt_end::overloaded    ? outcome::overloaded
+                    : end == attempt_end::too_heavy     ? outcome::overloaded
                     : end == attempt_end::shutting_down ? outcome::shutting_down
                                                         : outcome::upstream_failed;
   attempt_over(o);
@@ -305,17 +321,21 @@ void request_lifecycle::start_attempt(steady_time now) {
   c.deployment = dep;
   c.upstream = upstream;
   c.delay = deadline_.attempt_timer(settings_.attempt_timeout, now);
-  c.deadline_left = deadline_.remaining(now);
+  c.deadline_left = deadline_.forwarded(now);
   c.close_at = deadline_.due();
   out_.push_back(std::move(c));
 }
 
 // A deployment in service for the current model; when the model has none, the first model of
 // the chain after it that has one (its fallbacks at once: no attempt is spent on an upstream
-// known to be out); with none anywhere, the deployment back soonest.
+// known to be out); with none anywhere, the model whose first deployment is back soonest, its
+// attempts spread over all its deployments. A deployment whose token cap refused the request is
+// never chosen again.
 bool request_lifecycle::choose_deployment(steady_time now) {
+  const std::span<const std::size_t> too_heavy{too_heavy_.data(), too_heavy_.size()};
   if (preferred_upstream_ && chain_pos_ == 0 && health_.available(*preferred_upstream_, now)) {
-    if (auto dep = routes_.deployment_on(chain_->front(), where_, *preferred_upstream_)) {
+    if (auto dep = routes_.deployment_on(chain_->front(), where_, *preferred_upstream_);
+        dep && std::find(too_heavy.begin(), too_heavy.end(), *dep) == too_heavy.end()) {
       next_deployment_ = *dep;
       return true;
     }
@@ -326,7 +346,7 @@ bool request_lifecycle::choose_deployment(steady_time now) {
     const auto tried = pos == chain_pos_
                            ? std::span<const std::size_t>{tried_.data(), tried_.size()}
                            : std::span<const std::size_t>{};
-    auto pick = routes_.choose((*chain_)[pos], where_, tried, health_, now, random_());
+    auto pick = routes_.choose((*chain_)[pos], where_, tried, health_, now, random_(), too_heavy);
     if (!pick.deployment) continue;
     if (pick.healthy) {
       if (pos != chain_pos_) move_to_model(pos);
@@ -344,6 +364,13 @@ bool request_lifecycle::choose_deployment(steady_time now) {
   return true;
 }
 
+// The attempt's failure came within the propagation margin: the caller gets what the deadline
+// would have given it a moment later.
+void request_lifecycle::end_by_deadline(int status) {
+  attempt_over(outcome::deadline_exceeded, status);
+  answer_error(outcome::deadline_exceeded, "the request deadline passed");
+}
+
 void request_lifecycle::move_to_model(std::size_t pos) {
   chain_pos_ = pos;
   settings_ = cfg_.effective_request((*chain_)[chain_pos_]);
@@ -355,7 +382,9 @@ void request_lifecycle::move_to_model(std::size_t pos) {
 // may overrule a retry.
 void request_lifecycle::after_failure(const attempt_report& report, std::string_view message,
                                       steady_time now) {
+  if (report.end == attempt_end::too_heavy) return after_too_heavy(report, message, now);
   history_.record(report);
+  last_failure_ = message;
   retry_policy policy{settings_.max_retries, settings_.retry_backoff, jitter_};
   const bool has_fallback = chain_pos_ + 1 < chain_->size();
   const auto remaining = deadline_.remaining(now);
@@ -417,6 +446,30 @@ void request_lifecycle::after_failure(const attempt_report& report, std::string_
       return;
     }
   }
+}
+
+// The budget refused the attempt because its upstream's token cap can never hold the request:
+// no upstream saw it, so it spends neither a retry nor the model's attempts. The chain goes on,
+// to another deployment of the model that may hold it, else to the fallbacks; at its end the
+// request gets what its upstream attempts earned, or overloaded when it reached none.
+void request_lifecycle::after_too_heavy(const attempt_report& report, std::string_view message,
+                                        steady_time now) {
+  too_heavy_.push_back(current_deployment_);
+  const bool elsewhere = choose_deployment(now);
+  retry_policy policy{settings_.max_retries, settings_.retry_backoff, jitter_};
+  const auto d = policy.decide(report, model_attempts_, deadline_.remaining(now), elsewhere);
+  if (d.what == retry_decision::action::fallback) {
+    start_attempt(now);
+    return;
+  }
+  if (history_.attempts > 0) {
+    const auto o = history_.exhausted_outcome();
+    answer_error(o, o == outcome::upstream_timeout        ? "every upstream attempt timed out"
+                    : o == outcome::upstream_rate_limited ? "the upstream is rate limiting (429)"
+                                                          : "upstream failed: " + last_failure_);
+    return;
+  }
+  answer_error(d.result, "gateway overloaded: " + std::string{message});
 }
 
 // The current attempt has said its last word: a next attempt may start while this one's actor

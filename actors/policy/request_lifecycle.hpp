@@ -14,6 +14,7 @@
 //     └─ key rate-limited ──▶ admitting ──(admitted)──▶ attempting
 //                               └──(refused: 429)─────▶ answered
 //   any state: deadline | client gone | drain ──▶ cancel the attempt ──▶ answered
+//   attempting: an upstream failure within the deadline's propagation margin ──▶ answered (504)
 //   answered ──(every attempt and connection ended)──▶ finish
 //
 // The caller is answered exactly once: every path to `answered` goes through one function
@@ -48,7 +49,8 @@ struct lifecycle_command {
     arm_deadline,      // at `at`: on_deadline
     check_admission,   // ask the budget whether the key's rate admits the request: on_admission
     start_attempt,     // `attempt` on `deployment` (of `upstream`), per-try timeout `delay`
-                       // (0 = none), `deadline_left` to pass on (nullopt = unbounded), its
+                       // (0 = none), `deadline_left` to pass on (what is left less the
+                       // propagation margin; nullopt = unbounded), its
                        // socket closed at `close_at` (the deadline; nullopt = unbounded)
     cancel_attempt,    // stop attempt `attempt` with `reason`; `behind_answers`: the deadline's
                        // answer was just written, so the stop may queue behind others' answers
@@ -145,10 +147,12 @@ class request_lifecycle {
   commands& begin();
   void start_attempt(steady_time now);
   void after_failure(const attempt_report& report, std::string_view message, steady_time now);
+  void after_too_heavy(const attempt_report& report, std::string_view message, steady_time now);
   void release_attempt();
   bool choose_deployment(steady_time now);
   void move_to_model(std::size_t pos);
   void cancel_attempt(stop_reason reason);
+  void end_by_deadline(int status);
   const commands& stop_from_above(outcome why, stop_reason reason, std::string_view what);
   void answer_error(outcome o, std::string message, std::optional<millis> retry_after = {});
   void interrupt_stream(std::string_view type, std::string message);
@@ -175,8 +179,11 @@ class request_lifecycle {
   std::size_t chain_pos_ = 0;
   std::uint32_t model_attempts_ = 0;
   retry_policy::history history_;
+  std::string last_failure_;  // the message of the last attempt that reached an upstream
   // The deployments this model's attempts tried, so a retry prefers another.
   boost::container::small_vector<std::size_t, 4> tried_;
+  // The deployments whose token cap refused the request: never chosen again.
+  boost::container::small_vector<std::size_t, 2> too_heavy_;
   // The attempt that may still report, and where it went (its upstream hears of its end).
   std::optional<std::uint32_t> current_;
   std::size_t current_deployment_ = 0;

@@ -35,6 +35,7 @@ bool is_retryable(const attempt_report& r) {
     case attempt_end::too_large:
     case attempt_end::overloaded:
     case attempt_end::shutting_down:
+    case attempt_end::too_heavy:
       return false;
   }
   return false;
@@ -61,6 +62,13 @@ retry_decision retry_policy::decide(const attempt_report& r, std::uint32_t attem
     // The caller's request is wrong for this upstream; another try or model will not fix it.
     d.what = act::pass_through;
     d.result = outcome::upstream_rejected;
+    return d;
+  }
+  if (r.end == attempt_end::too_heavy) {
+    // This upstream's token cap can never hold the request, but another's may: the chain goes
+    // on. At its end the gateway could not place it: overloaded, as the refused attempt was.
+    d.what = has_fallback ? act::fallback : act::fail;
+    d.result = outcome::overloaded;
     return d;
   }
   if (r.end == attempt_end::overloaded || r.end == attempt_end::shutting_down) {

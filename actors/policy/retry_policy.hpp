@@ -24,6 +24,7 @@ enum class attempt_end {
   too_large,       // non-streaming body over request.max_response_bytes
   overloaded,      // the budget refused a slot (queue full or wait limit)
   shutting_down,   // the budget refused a slot: this node's drain has ended
+  too_heavy,       // the budget refused a slot: the upstream's token cap can never hold it
 };
 
 struct attempt_report {

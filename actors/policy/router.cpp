@@ -136,12 +136,15 @@ bool router::any_in_service(const std::string& model, surface where, const upstr
 
 route_choice router::choose(const std::string& model, surface where,
                             std::span<const std::size_t> tried, const upstream_health& health,
-                            std::chrono::steady_clock::time_point now, std::uint64_t random) const {
+                            std::chrono::steady_clock::time_point now, std::uint64_t random,
+                            std::span<const std::size_t> excluded) const {
   auto it = by_model_.find(model);
   if (it == by_model_.end() || it->second.empty()) return {};
   boost::container::small_vector<std::size_t, 8> candidates;
   for (auto idx : it->second) {
-    if (tether::serves(deployments_[idx].serves, where)) candidates.push_back(idx);
+    if (tether::serves(deployments_[idx].serves, where) &&
+        std::find(excluded.begin(), excluded.end(), idx) == excluded.end())
+      candidates.push_back(idx);
   }
   if (candidates.empty()) return {};
   auto untried = [&](std::size_t idx) {
@@ -157,18 +160,19 @@ route_choice router::choose(const std::string& model, surface where,
       if (health.available(deployments_[idx].upstream, now)) pool.push_back(idx);
     }
   }
+  // No request fails only because the gateway took its upstreams out: with none in service, the
+  // attempts spread over them all by the usual choice, so that one dead deployment cannot take
+  // every try (the one back soonest could be the dead one). `available_at` says when the first
+  // comes back, for the caller's choice between models.
+  bool healthy = true;
+  auto back_at = std::chrono::steady_clock::time_point::max();
   if (pool.empty()) {
-    // No request fails only because the gateway took its upstreams out: the one back soonest.
-    route_choice out;
-    out.healthy = false;
+    healthy = false;
     for (auto idx : candidates) {
-      const auto at = health.available_at(deployments_[idx].upstream);
-      if (!out.deployment || at < out.available_at) {
-        out.deployment = idx;
-        out.available_at = at;
-      }
+      back_at = std::min(back_at, health.available_at(deployments_[idx].upstream));
+      if (untried(idx)) pool.push_back(idx);
     }
-    return out;
+    if (pool.empty()) pool.assign(candidates.begin(), candidates.end());
   }
   std::uint64_t total = 0;
   for (auto idx : pool) total += health.weight(deployments_[idx].upstream);
@@ -191,6 +195,8 @@ route_choice router::choose(const std::string& model, surface where,
   const auto lb = static_cast<std::uint64_t>(std::max<std::int64_t>(health.live_work(ub), 0));
   route_choice out;
   out.deployment = lb * health.weight(ua) < la * health.weight(ub) ? b : a;
+  out.healthy = healthy;
+  if (!healthy) out.available_at = back_at;
   return out;
 }
 

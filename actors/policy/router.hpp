@@ -1,7 +1,8 @@
 // Which deployment serves an attempt: among the model's deployments (several [[models]] entries
 // with one name) on upstreams in service, two drawn at random in proportion to their upstream's
 // weight and the one with less live work per weight taken (P2C); a retry prefers one not tried
-// yet. Read-only once built: the live work and the health are upstream_health's.
+// yet; with none in service, the same choice among them all. Read-only once built: the live work
+// and the health are upstream_health's.
 #pragma once
 
 #include <chrono>
@@ -39,8 +40,8 @@ struct token_overweight {
 
 struct route_choice {
   std::optional<std::size_t> deployment;  // nullopt: the model has no deployment
-  // false: every deployment's upstream is out of service; `deployment` is then the one back
-  // soonest, at `available_at`.
+  // false: every deployment's upstream is out of service; `deployment` is then chosen among them
+  // all as usual (an untried one first), and `available_at` is when the first comes back.
   bool healthy = true;
   std::chrono::steady_clock::time_point available_at{};
 };
@@ -66,10 +67,10 @@ class router {
   std::string describe(const config::gateway_config& cfg) const;
 
   // `random`: 64 random bits, for the two draws.
-  // Only deployments serving `where` are candidates.
+  // Only deployments serving `where` and not `excluded` are candidates.
   route_choice choose(const std::string& model, surface where, std::span<const std::size_t> tried,
                       const upstream_health& health, std::chrono::steady_clock::time_point now,
-                      std::uint64_t random) const;
+                      std::uint64_t random, std::span<const std::size_t> excluded = {}) const;
   // The model's deployment serving `where` on that upstream, if it has one (the first, should
   // there be several).
   std::optional<std::size_t> deployment_on(const std::string& model, surface where,

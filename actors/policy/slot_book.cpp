@@ -61,7 +61,7 @@ slot_book::actions slot_book::set_caps(caps limits, std::int64_t now_ns) {
       continue;
     }
     auto w = dequeue(it++);
-    out.refusals.push_back({w.who, std::move(*why)});
+    out.refusals.push_back({w.who, std::move(*why), slot_refusal::too_heavy});
   }
   drain(now_ns, out);
   update_recalls(out);
@@ -215,7 +215,7 @@ slot_book::actions slot_book::admit(holder h, claim c, std::int64_t rank, bool l
     return out;
   }
   if (auto why = never_fits(c)) {
-    out.refusals.push_back({h, std::move(*why)});
+    out.refusals.push_back({h, std::move(*why), slot_refusal::too_heavy});
     return out;
   }
   // Fitting now means no waiter could take the same slots: every release hands capacity to the

@@ -53,7 +53,8 @@ class BudgetActorTest : public ::testing::Test {
     bool more = true;
     while (more) {
       link->receive(
-          [&](lease_grant_atom, std::uint64_t lease, bool ok, const std::string&) {
+          [&](lease_grant_atom, std::uint64_t lease, std::int32_t refusal, const std::string&) {
+            const bool ok = refusal == static_cast<std::int32_t>(slot_refusal::none);
             out.push_back((ok ? "grant " : "refused ") + std::to_string(lease));
           },
           [&](recall_atom, bool on, std::int32_t scope, std::int64_t index) {

@@ -26,6 +26,7 @@ class BudgetLinkActorTest : public ::testing::Test {
     budget_limits l;
     l.global = 4;
     l.per_upstream = {4};
+    l.tokens_per_upstream = {1000};
     host_ = system_.spawn(budget_actor, l, &host_stats_, nullptr);
     auto port = system_.middleman().publish(host_, 0, "127.0.0.1", true);
     EXPECT_TRUE(port) << system_.render(port.error());
@@ -112,6 +113,33 @@ TEST_F(BudgetLinkActorTest, NewsAfterTheSubscriptionIsPassedOnOnce) {
   }
   EXPECT_EQ(news(health), "u0 " + std::to_string(reason));
   EXPECT_EQ(news(health, 200ms), std::nullopt);
+}
+
+// Through the middleman, the host's refusal of a claim over the whole token cap reaches the
+// member's connection actor as that, not as a full queue, as on a standalone node: the request
+// goes on to a fallback whichever node it came to.
+TEST_F(BudgetLinkActorTest, ARefusalForATokenCapTooSmallKeepsItsKindAcrossTheCluster) {
+  spawn_link();
+  ASSERT_TRUE(await_joined());
+  caf::scoped_actor connection{system_};
+  auto ask = [&](std::uint64_t tokens) {
+    std::optional<std::pair<slot_refusal, std::string>> answer;
+    connection->send(link_, acquire_atom::value, std::uint64_t{0}, std::int64_t{-1},
+                     std::int64_t{0}, tokens);
+    connection->receive(
+        [&](grant_atom, std::int32_t refusal, const std::string& reason) {
+          answer.emplace(static_cast<slot_refusal>(refusal), reason);
+        },
+        caf::after(std::chrono::seconds(5)) >> [] {});
+    return answer;
+  };
+  auto heavy = ask(1500);
+  ASSERT_TRUE(heavy.has_value());
+  EXPECT_EQ(heavy->first, slot_refusal::too_heavy);
+  EXPECT_NE(heavy->second.find("max_tokens_in_flight (1000)"), std::string::npos);
+  auto fits = ask(1000);
+  ASSERT_TRUE(fits.has_value());
+  EXPECT_EQ(fits->first, slot_refusal::none);
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ caf::behavior counting_budget(caf::event_based_actor* self, std::shared_ptr<budg
                       std::uint64_t lease) {
             ++log->asks;
             self->send(caf::actor_cast<caf::actor>(self->current_sender()), lease_grant_atom::value,
-                       lease, true, std::string{});
+                       lease, static_cast<std::int32_t>(slot_refusal::none), std::string{});
           },
           [log](lease_return_atom, std::uint64_t) { ++log->returns; },
           [self](stop_atom) { self->quit(); }};
@@ -225,6 +225,26 @@ TEST_F(BudgetShardTest, NoSlotSitsIdleInOneShardWhileAnotherShardsHolderIsRefuse
   auto b3 = ask(1);  // the cap is reached by work: refused at once, no queue to wait in
   EXPECT_EQ(granted(b3), false);
   EXPECT_EQ(holders_[b3].log->refusal, slot_refusal::no_room);
+}
+
+// A claim over its upstream's whole token cap comes back through the lease as what it is, not as
+// a full queue: the request may go on to an upstream whose cap can hold it.
+TEST_F(BudgetShardTest, ARefusalForATokenCapTooSmallKeepsItsKindThroughTheShard) {
+  budget_limits l;
+  l.global = 4;
+  l.per_upstream = {4, 4};
+  l.tokens_per_upstream = {1000, 0};
+  budget_ = system_.spawn(budget_actor, l, &stats_, nullptr);
+  shards_.push_back(system_.spawn(budget_shard_actor, budget_, &stats_));
+  sched_.run();
+  auto heavy = ask(0, 1500);
+  EXPECT_EQ(granted(heavy), false);
+  EXPECT_EQ(holders_[heavy].log->refusal, slot_refusal::too_heavy);
+  EXPECT_NE(holders_[heavy].log->reason.find("max_tokens_in_flight (1000)"), std::string::npos);
+  auto fits = ask(0, 1000);
+  EXPECT_EQ(granted(fits), true);
+  auto elsewhere = ask(0, 1500, 1);
+  EXPECT_EQ(granted(elsewhere), true);
 }
 
 // Holders come and go on three shards in a random order: the work never exceeds the cap, every

@@ -215,6 +215,45 @@ TEST(HealthTest, WithTheModelsOnlyDeploymentEjectedTheFallbackAnswersAtOnce) {
   EXPECT_EQ(requests_at(f), 11);
 }
 
+// Every deployment out and no fallback: the attempts spread over all of them, a retry going to
+// one not tried yet, so a dead replica listed first (and as far from its return as the live one)
+// cannot take every try: every request is served by the live replica.
+TEST(HealthTest, WithEveryDeploymentOutADeadOneCannotTakeEveryTry) {
+  mock_server live;
+  const auto dead = "http://127.0.0.1:" + std::to_string(refusing_port());
+  const std::string check = "health_path = \"/health\"\nhealth_interval_ms = 100\n";
+  gateway_process gw{config_of("max_retries = 1\nretry_backoff_ms = 10",
+                               upstream("dead", dead, check) + upstream("live", live.url(), check) +
+                                   deployment("m", "dead") + deployment("m", "live"))};
+  live.set_health(503);  // its checks fail, its requests are served
+  ASSERT_TRUE(await_metric(gw.port(), healthy("dead"), 0, 2s));
+  ASSERT_TRUE(await_metric(gw.port(), healthy("live"), 0, 2s));
+  constexpr int requests = 30;
+  for (int i = 0; i < requests; ++i) {
+    auto r = request("POST", gw.port(), "/v1/chat/completions", chat_body("m"));
+    ASSERT_EQ(r.status, 200) << i << " " << r.body;
+  }
+  EXPECT_EQ(metric(gw.port(), healthy("dead")), 0);
+  EXPECT_EQ(metric(gw.port(), healthy("live")), 0) << "both stayed out throughout";
+  EXPECT_EQ(requests_at(live), requests);
+  // Counted as each request's tree ends, just after its answer.
+  ASSERT_EQ(await_access_lines(gw, requests, 5s), static_cast<std::size_t>(requests));
+  const double on_dead = metric(gw.port(), attempts_failed("dead"));
+  // The dead one had its share of first tries (spread, not avoided), and never a request's
+  // second: at most one try per request.
+  EXPECT_GE(on_dead, 1);
+  EXPECT_LE(on_dead, requests);
+  double tries_on_dead = 0;
+  for (const auto& line : access_lines(gw)) {
+    const auto& attempts = line.at("attempts").as_array();
+    ASSERT_FALSE(attempts.empty());
+    EXPECT_EQ(str(attempts.back().at("upstream")), "live");
+    for (const auto& a : attempts) tries_on_dead += str(a.at("upstream")) == "dead" ? 1 : 0;
+    EXPECT_LE(attempts.size(), 2u);
+  }
+  EXPECT_EQ(tries_on_dead, on_dead);
+}
+
 TEST(HealthTest, UnderManyCallersTheReplicaWithLessLiveWorkTakesMore) {
   mock_server slow, fast;
   gateway_process gw{config_of(

@@ -92,6 +92,57 @@ TEST(TokenBudgetTest, ARequestHeavierThanTheWholeCapIsRefusedWithoutAnAttempt) {
   EXPECT_EQ(mock.stats().at("requests").as_int64(), 1);
 }
 
+// docs/contract.md: a fallback whose upstream's cap is too small for the request "is refused that
+// attempt, `overloaded`, and the chain goes on". "m" fails (503, no retries) on upstream a; its
+// first fallback "small" is on b, whose cap of 100 tokens can never hold the request; its second,
+// "last", on c, answers. One mock stands behind the three upstreams: its log says which
+// deployments the request reached.
+TEST(TokenBudgetTest, AFallbackWhoseCapIsTooSmallIsPassedAndTheNextFallbackAnswers) {
+  mock_server mock;
+  auto upstream = [&](const std::string& name, const std::string& more) {
+    return "[[upstreams]]\nname = \"" + name + "\"\nbase_url = \"" + mock.url() + "\"\n" +
+           every_surface + "\nmax_in_flight = 8\n" + more + "\n";
+  };
+  auto deployment = [](const std::string& name, const std::string& on, const std::string& model,
+                       const std::string& more = "") {
+    return "[[models]]\nname = \"" + name + "\"\nupstream = \"" + on + "\"\nupstream_model = \"" +
+           model + "\"\n" + more + "\n";
+  };
+  gateway_process gw{
+      "[server]\nlisten = \"127.0.0.1:0\"\n\n[request]\nmax_retries = 0\n\n" + upstream("a", "") +
+      upstream("b", "max_tokens_in_flight = 100") + upstream("c", "") +
+      deployment("m", "a", "mock-fail-503", "fallbacks = [\"small\", \"last\"]") +
+      deployment("small", "b", "mock-delay-2") + deployment("last", "c", "mock-delay-1") +
+      "\n[telemetry]\nlog_format = \"json\"\n"};
+  auto r = request("POST", gw.port(), "/v1/chat/completions", body_with_max_tokens("m", 500),
+                   {{"x-request-id", "heavy-for-small"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_NE(r.header("x-tether-outcome"), nullptr);
+  EXPECT_EQ(*r.header("x-tether-outcome"), "ok");
+  // The upstreams saw m's attempt and last's, never small's.
+  const auto seen = entries_of(mock.stats(), "heavy-for-small");
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(str(seen[0].at("model")), "mock-fail-503");
+  EXPECT_EQ(str(seen[1].at("model")), "mock-delay-1");
+  // The access log lists the attempts that held a slot: small's, refused, is not among them.
+  auto line = access_line(gw, "heavy-for-small");
+  ASSERT_TRUE(line);
+  EXPECT_EQ(str(line->at("outcome")), "ok");
+  const auto& attempts = line->at("attempts").as_array();
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(str(attempts[0].at("upstream")), "a");
+  EXPECT_EQ(str(attempts[0].at("outcome")), "upstream_failed");
+  EXPECT_EQ(str(attempts[1].at("upstream")), "c");
+  EXPECT_EQ(str(attempts[1].at("outcome")), "ok");
+  // A request light enough for b's cap is served by small, as before.
+  auto light = request("POST", gw.port(), "/v1/chat/completions", body_with_max_tokens("m", 10),
+                       {{"x-request-id", "light"}});
+  ASSERT_EQ(light.status, 200) << light.body;
+  const auto light_seen = entries_of(mock.stats(), "light");
+  ASSERT_EQ(light_seen.size(), 2u);
+  EXPECT_EQ(str(light_seen[1].at("model")), "mock-delay-2");
+}
+
 // The weight of a caller who left is freed when the upstream connection closed, not when the
 // caller stopped waiting: the next request reaches the upstream only after that close.
 TEST(TokenBudgetTest, ALeftCallersWeightReturnsOnlyWhenTheUpstreamSawTheClose) {

@@ -89,5 +89,38 @@ TEST(DeadlineTest, AttemptTimeoutNeverOutlivesTheRequest) {
   EXPECT_EQ(unbounded.attempt_timer(0ms, t0), 0ms);
 }
 
+// A chained gateway is told the margin less than is left, so it gives up first; its answer can
+// only come when at most the margin is left here, even when the attempt started a fraction of a
+// millisecond after a whole one (remaining rounds the elapsed time up).
+TEST(DeadlineTest, TheForwardedBudgetIsShortByTheMarginAndItsAnswerFallsWithinIt) {
+  auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+  request_deadline d{t0, 400ms};
+  ASSERT_EQ(propagation_margin, 10ms);
+  EXPECT_EQ(d.forwarded(t0), std::optional<millis>(390ms));
+  EXPECT_EQ(d.forwarded(t0 + 100ms + 300us), std::optional<millis>(289ms));
+  EXPECT_EQ(d.forwarded(t0 + 395ms), std::optional<millis>(0ms));
+  EXPECT_EQ(d.forwarded(t0 + 2s), std::optional<millis>(0ms));
+  // Counted in whole ms as `remaining` counts them: 10 ms left once past 389 ms.
+  EXPECT_FALSE(d.within_margin(t0 + 388ms + 999us));
+  EXPECT_FALSE(d.within_margin(t0 + 389ms));
+  EXPECT_TRUE(d.within_margin(t0 + 389ms + 1ns));
+  EXPECT_TRUE(d.within_margin(t0 + 390ms));
+  EXPECT_TRUE(d.within_margin(t0 + 400ms));
+  EXPECT_TRUE(d.within_margin(t0 + 1h));
+  // Wherever an attempt starts, the chained gateway's deadline (its arrival, no sooner than the
+  // start, plus what it was told) falls within the margin here.
+  for (auto start = t0; start < t0 + 400ms; start += 997us) {
+    const auto inner_due = start + *d.forwarded(start);
+    EXPECT_TRUE(d.within_margin(inner_due)) << (start - t0).count();
+  }
+}
+
+TEST(DeadlineTest, AnUnboundedRequestForwardsNothingAndNothingIsWithinItsMargin) {
+  auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+  request_deadline unbounded{t0, std::nullopt};
+  EXPECT_EQ(unbounded.forwarded(t0 + 10h), std::nullopt);
+  EXPECT_FALSE(unbounded.within_margin(t0 + 10h));
+}
+
 }  // namespace
 }  // namespace tether

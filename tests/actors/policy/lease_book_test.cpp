@@ -45,7 +45,7 @@ lease_book::lease lease_one(lease_book& b, lease_book::holder who, pool_key k,
   auto a = b.acquire(who, k, now, now);
   EXPECT_EQ(a.asks.size(), 1u);
   auto id = a.asks.at(0).id;
-  auto g = b.answered(id, true, "", now);
+  auto g = b.answered(id, slot_refusal::none, "", now);
   EXPECT_EQ(granted_to(g), std::vector<lease_book::holder>{who});
   return id;
 }
@@ -74,7 +74,7 @@ TEST(LeaseBookTest, AnAcquireWithNothingIdleQueuesTheHolderAndAsksTheHostOnce) {
 TEST(LeaseBookTest, AGrantedAnswerGoesToTheWaiterWithTheTimeItWaited) {
   lease_book b;
   auto a = b.acquire(1, pool_a, 10, 1000);
-  auto g = b.answered(a.asks.at(0).id, true, "", 1750);
+  auto g = b.answered(a.asks.at(0).id, slot_refusal::none, "", 1750);
   ASSERT_EQ(g.grants.size(), 1u);
   EXPECT_EQ(g.grants[0].who, 1u);
   EXPECT_EQ(g.grants[0].waited_ns, 750);
@@ -144,7 +144,7 @@ TEST(LeaseBookTest, AFreedSlotGoesToTheOldestLocalWaiterAndItsSurplusAskIsWithdr
   EXPECT_EQ(b.idle(), 0u);
 
   // The remaining ask serves holder 3.
-  auto g = b.answered(w2.asks[0].id, true, "", 900);
+  auto g = b.answered(w2.asks[0].id, slot_refusal::none, "", 900);
   EXPECT_EQ(granted_to(g), std::vector<lease_book::holder>{3});
   EXPECT_EQ(g.grants[0].waited_ns, 700);
 }
@@ -161,7 +161,7 @@ TEST(LeaseBookTest, WaitersAreServedByPriorityThenArrival) {
   }
   std::vector<lease_book::holder> order;
   for (auto id : asks) {
-    auto g = b.answered(id, true, "", 10);
+    auto g = b.answered(id, slot_refusal::none, "", 10);
     ASSERT_EQ(g.grants.size(), 1u);
     order.push_back(g.grants[0].who);
     expect_asks_within_waiters(b);
@@ -176,10 +176,11 @@ TEST(LeaseBookTest, ARefusalGoesToTheWaiterInTheRefusedAsksPlaceWithTheHostsReas
   auto a1 = b.acquire(1, pool_a, 20, 0);
   auto a2 = b.acquire(2, pool_a, 10, 0);
   auto other = b.acquire(3, pool_b, 0, 0);
-  auto r = b.answered(a1.asks.at(0).id, false, "queue full", 5);
+  auto r = b.answered(a1.asks.at(0).id, slot_refusal::no_room, "queue full", 5);
   ASSERT_EQ(r.refusals.size(), 1u);
   EXPECT_EQ(r.refusals[0].who, 1u);
   EXPECT_EQ(r.refusals[0].reason, "queue full");
+  EXPECT_EQ(r.refusals[0].why, slot_refusal::no_room);
   EXPECT_TRUE(r.grants.empty());
   EXPECT_TRUE(r.returns.empty());
   EXPECT_FALSE(b.knows(1));
@@ -189,9 +190,9 @@ TEST(LeaseBookTest, ARefusalGoesToTheWaiterInTheRefusedAsksPlaceWithTheHostsReas
   EXPECT_EQ(b.asks_out(), 2u);
 
   // The ask left serves holder 2.
-  auto g = b.answered(a2.asks.at(0).id, true, "", 6);
+  auto g = b.answered(a2.asks.at(0).id, slot_refusal::none, "", 6);
   EXPECT_EQ(granted_to(g), std::vector<lease_book::holder>{2});
-  auto g3 = b.answered(other.asks.at(0).id, true, "", 7);
+  auto g3 = b.answered(other.asks.at(0).id, slot_refusal::none, "", 7);
   EXPECT_EQ(granted_to(g3), std::vector<lease_book::holder>{3});
 }
 
@@ -202,14 +203,28 @@ TEST(LeaseBookTest, AFullQueueRefusesTheNewestWaiterAndAWaitLimitTheOldest) {
   auto a1 = b.acquire(1, pool_a, 0, 0);
   auto a2 = b.acquire(2, pool_a, 0, 1);
   auto a3 = b.acquire(3, pool_a, 0, 2);
-  auto full = b.answered(a3.asks.at(0).id, false, "queue full", 3);
+  auto full = b.answered(a3.asks.at(0).id, slot_refusal::no_room, "queue full", 3);
   ASSERT_EQ(full.refusals.size(), 1u);
   EXPECT_EQ(full.refusals[0].who, 3u);
-  auto limit = b.answered(a1.asks.at(0).id, false, "waited too long", 4);
+  auto limit = b.answered(a1.asks.at(0).id, slot_refusal::no_room, "waited too long", 4);
   ASSERT_EQ(limit.refusals.size(), 1u);
   EXPECT_EQ(limit.refusals[0].who, 1u);
-  EXPECT_EQ(granted_to(b.answered(a2.asks.at(0).id, true, "", 5)),
+  EXPECT_EQ(granted_to(b.answered(a2.asks.at(0).id, slot_refusal::none, "", 5)),
             std::vector<lease_book::holder>{2});
+}
+
+// A claim its upstream's token cap can never hold is refused as such, not as a full queue: the
+// request may go on to another deployment (request_lifecycle).
+TEST(LeaseBookTest, TheHostsRefusalKindReachesTheWaiter) {
+  lease_book b;
+  const lease_book::pool_key heavy{0, -1, 5000};
+  auto a = b.acquire(1, heavy, 0, 0);
+  auto r = b.answered(a.asks.at(0).id, slot_refusal::too_heavy, "over the token cap", 1);
+  ASSERT_EQ(r.refusals.size(), 1u);
+  EXPECT_EQ(r.refusals[0].who, 1u);
+  EXPECT_EQ(r.refusals[0].why, slot_refusal::too_heavy);
+  EXPECT_EQ(r.refusals[0].reason, "over the token cap");
+  EXPECT_FALSE(b.knows(1));
 }
 
 TEST(LeaseBookTest, AWaiterThatGoesAwayWithdrawsTheNewestAsk) {
@@ -224,7 +239,7 @@ TEST(LeaseBookTest, AWaiterThatGoesAwayWithdrawsTheNewestAsk) {
   EXPECT_EQ(b.waiting(), 1u);
   EXPECT_EQ(b.asks_out(), 1u);
 
-  auto g = b.answered(a1.asks.at(0).id, true, "", 20);
+  auto g = b.answered(a1.asks.at(0).id, slot_refusal::none, "", 20);
   EXPECT_EQ(granted_to(g), std::vector<lease_book::holder>{2});
 }
 
@@ -236,7 +251,7 @@ TEST(LeaseBookTest, TheAskWithdrawnIsTheOneWithTheLatestPriority) {
   auto early = b.acquire(2, pool_a, 5, 0);  // a retry of an older request
   auto gone = b.holder_gone(1, 10);
   EXPECT_EQ(gone.returns, std::vector<lease_book::lease>{late.asks.at(0).id});
-  auto g = b.answered(early.asks.at(0).id, true, "", 20);
+  auto g = b.answered(early.asks.at(0).id, slot_refusal::none, "", 20);
   EXPECT_EQ(granted_to(g), std::vector<lease_book::holder>{2});
 }
 
@@ -245,7 +260,7 @@ TEST(LeaseBookTest, WithoutKeepingIdleSlotsEveryFreedSlotGoesBack) {
   lease_book b{false};
   auto a1 = b.acquire(1, pool_a, 0, 0);
   auto a2 = b.acquire(2, pool_a, 0, 0);
-  EXPECT_EQ(granted_to(b.answered(a1.asks.at(0).id, true, "", 1)),
+  EXPECT_EQ(granted_to(b.answered(a1.asks.at(0).id, slot_refusal::none, "", 1)),
             std::vector<lease_book::holder>{1});
   auto handed = b.holder_gone(1, 2);  // 2 still waits: it takes the slot
   EXPECT_EQ(granted_to(handed), std::vector<lease_book::holder>{2});
@@ -265,9 +280,9 @@ TEST(LeaseBookTest, AnAnswerForAWithdrawnAskIsIgnored) {
   EXPECT_EQ(b.asks_out(), 0u);
 
   // The host had granted it before the withdrawal reached it: the return gives it back.
-  EXPECT_TRUE(nothing(b.answered(a.asks[0].id, true, "", 20)));
-  EXPECT_TRUE(nothing(b.answered(a.asks[0].id, false, "late", 20)));
-  EXPECT_TRUE(nothing(b.answered(12345, true, "", 20)));
+  EXPECT_TRUE(nothing(b.answered(a.asks[0].id, slot_refusal::none, "", 20)));
+  EXPECT_TRUE(nothing(b.answered(a.asks[0].id, slot_refusal::no_room, "late", 20)));
+  EXPECT_TRUE(nothing(b.answered(12345, slot_refusal::none, "", 20)));
   EXPECT_EQ(b.idle(), 0u);
   EXPECT_EQ(b.busy(), 0u);
 }
@@ -277,8 +292,9 @@ TEST(LeaseBookTest, AnAnswerIsUsedOnlyOnce) {
   auto a1 = b.acquire(1, pool_a, 0, 0);
   b.acquire(2, pool_a, 0, 0);
   auto id = a1.asks.at(0).id;
-  EXPECT_EQ(granted_to(b.answered(id, true, "", 1)), std::vector<lease_book::holder>{1});
-  EXPECT_TRUE(nothing(b.answered(id, true, "", 2)));
+  EXPECT_EQ(granted_to(b.answered(id, slot_refusal::none, "", 1)),
+            std::vector<lease_book::holder>{1});
+  EXPECT_TRUE(nothing(b.answered(id, slot_refusal::none, "", 2)));
   EXPECT_EQ(b.busy(), 1u);
   EXPECT_EQ(b.waiting(), 1u);
 }
@@ -327,7 +343,7 @@ TEST(LeaseBookTest, AFreedSlotIsNotHandedToAWaiterOfAnotherPool) {
   EXPECT_EQ(b.asks_out(), 1u);
 
   // Once nobody waits, a freed slot is kept again.
-  EXPECT_EQ(granted_to(b.answered(waiting_b.asks.at(0).id, true, "", 11)),
+  EXPECT_EQ(granted_to(b.answered(waiting_b.asks.at(0).id, slot_refusal::none, "", 11)),
             std::vector<lease_book::holder>{2});
   EXPECT_TRUE(b.holder_gone(2, 12).returns.empty());
   EXPECT_EQ(b.idle(), 1u);
@@ -395,7 +411,7 @@ TEST(LeaseBookTest, ATokenWeightedSlotIsNeverKeptIdle) {
   // A grant that finds nobody waiting goes straight back too.
   auto late = b.acquire(4, weighted, 0, 30);
   b.holder_gone(4, 31);  // withdrawn before the answer
-  EXPECT_TRUE(nothing(b.answered(late.asks.at(0).id, true, "", 32)));
+  EXPECT_TRUE(nothing(b.answered(late.asks.at(0).id, slot_refusal::none, "", 32)));
 }
 
 TEST(LeaseBookTest, ASecondAcquireBySameHolderChangesNothing) {
@@ -454,7 +470,7 @@ TEST(LeaseBookTest, AGrantDuringARecallServesALocalWaiterOrGoesStraightBack) {
   auto a2 = b.acquire(2, pool_a, 0, 0);
   b.recall(true);
   // The host granted it by its own order: the local waiter is served even when recalled.
-  auto g = b.answered(a1.asks.at(0).id, true, "", 10);
+  auto g = b.answered(a1.asks.at(0).id, slot_refusal::none, "", 10);
   EXPECT_EQ(granted_to(g), std::vector<lease_book::holder>{1});
   EXPECT_TRUE(g.returns.empty());
 
@@ -533,15 +549,15 @@ TEST(LeaseBookTest, DropAllHandsOverBusyAndWaitingClaimsAndForgetsEverything) {
   EXPECT_FALSE(b.knows(1));
   EXPECT_FALSE(b.knows(3));
   // Late answers of the old host are ignored; a gone holder is unknown.
-  EXPECT_TRUE(nothing(b.answered(w.asks.at(0).id, true, "", 10)));
-  EXPECT_TRUE(nothing(b.answered(w2.asks.at(0).id, false, "x", 10)));
+  EXPECT_TRUE(nothing(b.answered(w.asks.at(0).id, slot_refusal::none, "", 10)));
+  EXPECT_TRUE(nothing(b.answered(w2.asks.at(0).id, slot_refusal::no_room, "x", 10)));
   EXPECT_TRUE(nothing(b.holder_gone(1, 10)));
 
   // A new host: asks get fresh ids and freed slots are kept (the recall died with the host).
   auto again = b.acquire(5, pool_a, 0, 20);
   ASSERT_EQ(again.asks.size(), 1u);
   EXPECT_GT(again.asks[0].id, w2.asks[0].id);
-  b.answered(again.asks[0].id, true, "", 21);
+  b.answered(again.asks[0].id, slot_refusal::none, "", 21);
   EXPECT_TRUE(b.holder_gone(5, 22).returns.empty());
   EXPECT_EQ(b.idle(), 1u);
 }
@@ -678,7 +694,8 @@ TEST(LeaseBookTest, EveryLeaseIsBusyIdleOrReturnedExactlyOnceUnderRandomTraffic)
           auto ans = in_flight.front();
           in_flight.pop_front();
           bool late = withdrawn_model.count(ans.id) > 0;
-          auto a = b.answered(ans.id, ans.granted, "no", now);
+          auto a = b.answered(ans.id, ans.granted ? slot_refusal::none : slot_refusal::no_room,
+                              "no", now);
           if (late) {
             ++late_answers;
             EXPECT_TRUE(nothing(a)) << "answer for withdrawn ask " << ans.id << " used";
@@ -741,7 +758,8 @@ TEST(LeaseBookTest, EveryLeaseIsBusyIdleOrReturnedExactlyOnceUnderRandomTraffic)
       if (!in_flight.empty()) {
         auto ans = in_flight.front();
         in_flight.pop_front();
-        auto a = b.answered(ans.id, ans.granted, "no", now);
+        auto a =
+            b.answered(ans.id, ans.granted ? slot_refusal::none : slot_refusal::no_room, "no", now);
         asks_model.erase(ans.id);
         apply(a, "drain answered");
       } else if (!pending.empty()) {
@@ -806,7 +824,7 @@ TEST(LeaseBookTest, StoppingRefusesTheWaitersReturnsWhatIsNotAtWorkAndRefusesLat
   EXPECT_EQ(b.idle(), 0u);
   EXPECT_EQ(b.busy(), 1u);
   // The host's late grant of the withdrawn ask is ignored.
-  EXPECT_TRUE(nothing(b.answered(queued.asks[0].id, true, "", 30)));
+  EXPECT_TRUE(nothing(b.answered(queued.asks[0].id, slot_refusal::none, "", 30)));
 
   auto later = b.acquire(4, pool_a, 40, 40);
   ASSERT_EQ(later.refusals.size(), 1u);

@@ -118,7 +118,72 @@ TEST_F(RequestLifecycleTest, RetryAttemptClosesAtTheSameDeadlineAsTheFirst) {
   const auto* retry = find(cs, kind::start_attempt);
   ASSERT_NE(retry, nullptr);
   EXPECT_EQ(retry->close_at, t0_ + 10s);
-  EXPECT_EQ(retry->deadline_left, 8s);
+  EXPECT_EQ(retry->deadline_left, 8s - propagation_margin);
+}
+
+// ---- the propagation margin -----------------------------------------------------------------
+
+// A chained gateway is told the margin less than is left (so it gives up first), and whatever
+// failure reaches the request within the margin is the deadline's: 504 deadline_exceeded at once,
+// not a retry, not a 502, and nothing counted against the upstream.
+TEST_F(RequestLifecycleTest, AnUpstreamsFailureWithinTheMarginIsTheDeadlines) {
+  // One failure counted against an upstream would eject it.
+  for (auto& u : cfg_.upstreams) u.eject_after_failures = 1;
+  health_.configure(cfg_);
+  for (const int status : {504, 502, 503, 500}) {
+    auto lc = make(400ms);
+    const auto* first = find(lc.start(t0_), kind::start_attempt);
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(first->deadline_left, 390ms);
+    const auto inner_due = t0_ + *first->deadline_left;
+    const auto& cs = lc.on_response(status, std::nullopt, inner_due + 200us);
+    ASSERT_EQ(kinds(cs),
+              (std::vector{kind::attempt_over, kind::send_error, kind::caller_side_over}))
+        << status;
+    EXPECT_EQ(cs[0].result, outcome::deadline_exceeded);
+    EXPECT_EQ(cs[0].status, status);  // the attempt's record keeps what the upstream said
+    EXPECT_EQ(cs[1].result, outcome::deadline_exceeded);
+    EXPECT_EQ(cs[1].status, 504);
+    EXPECT_TRUE(lc.on_attempt_exited(0, inner_due + 300us).empty());
+    EXPECT_EQ(kinds(lc.on_connection_ended()), (std::vector{kind::finish}));
+    EXPECT_TRUE(health_.available(0, inner_due + 1ms)) << status;
+  }
+  for (const auto end : {attempt_end::reset, attempt_end::connect_failed, attempt_end::malformed,
+                         attempt_end::timeout}) {
+    auto lc = make(400ms);
+    lc.start(t0_);
+    const auto& cs = lc.on_attempt_failed(end, "x", false, t0_ + 395ms);
+    ASSERT_NE(find(cs, kind::send_error), nullptr);
+    EXPECT_EQ(find(cs, kind::send_error)->result, outcome::deadline_exceeded);
+    EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
+    EXPECT_EQ(find(cs, kind::arm_backoff), nullptr);
+    EXPECT_TRUE(health_.available(0, t0_ + 396ms)) << static_cast<int>(end);
+  }
+  expect_nothing_held();
+}
+
+TEST_F(RequestLifecycleTest, BeforeTheMarginAFailureIsRetriedAndWithinItASuccessStillAnswers) {
+  auto lc = make(400ms);
+  lc.start(t0_);
+  // 11 ms left: an ordinary failure, retried.
+  EXPECT_NE(find(lc.on_response(504, std::nullopt, t0_ + 389ms), kind::arm_backoff), nullptr);
+  auto ok = make(400ms);
+  ok.start(t0_);
+  const auto& cs = ok.on_response(200, std::nullopt, t0_ + 399ms);
+  ASSERT_NE(find(cs, kind::send_response), nullptr);
+  EXPECT_EQ(ok.result(), outcome::ok);
+  // A 4xx is the caller's, a 429 the upstream's rate: neither is the deadline's.
+  auto rejected = make(400ms);
+  rejected.start(t0_);
+  EXPECT_EQ(find(rejected.on_response(400, std::nullopt, t0_ + 399ms), kind::send_response)->result,
+            outcome::upstream_rejected);
+}
+
+// A request without a deadline has no margin: a 504 is an upstream's failure as always.
+TEST_F(RequestLifecycleTest, AnUnboundedRequestHasNoMargin) {
+  auto lc = make(std::nullopt);
+  lc.start(t0_);
+  EXPECT_NE(find(lc.on_response(504, std::nullopt, t0_ + 10h), kind::arm_backoff), nullptr);
 }
 
 TEST_F(RequestLifecycleTest, PerTryTimerIsNotArmedWhenTheDeadlineComesFirst) {
@@ -266,6 +331,133 @@ TEST_F(RequestLifecycleTest, OverloadedAttemptIsFinalWithoutRetry) {
   EXPECT_EQ(find(cs, kind::send_error)->result, outcome::overloaded);
   EXPECT_EQ(find(cs, kind::send_error)->message, "gateway overloaded: queue full");
   EXPECT_EQ(find(cs, kind::start_attempt), nullptr);
+}
+
+// ---- a token cap that can never hold the request ------------------------------------------
+
+// "llama" on a falls back to "small" on b, then to "last" on c; `small_on_c` adds a second
+// deployment of "small", on c.
+config::gateway_config three_models(bool small_on_c = false) {
+  auto cfg = two_models();
+  config::upstream_config c;
+  c.name = "c";
+  cfg.upstreams.push_back(c);
+  cfg.models[0].fallbacks = {"small", "last"};
+  config::model_config last;
+  last.name = "last";
+  last.upstream = "c";
+  last.upstream_model = "last";
+  cfg.models.push_back(last);
+  if (small_on_c) {
+    auto small = cfg.models[1];
+    small.upstream = "c";
+    cfg.models.push_back(small);
+  }
+  cfg.request.max_retries = 0;
+  return cfg;
+}
+
+class RequestLifecycleTokenCapTest : public ::testing::Test {
+ protected:
+  void build(config::gateway_config cfg) {
+    cfg_ = std::move(cfg);
+    routes_.emplace(cfg_);
+    retries_.emplace(cfg_.upstreams.size(), 3, 20);
+    health_.configure(cfg_);
+  }
+  request_lifecycle make(const std::string& model) {
+    return request_lifecycle{cfg_,
+                             *routes_,
+                             *retries_,
+                             health_,
+                             routes_->chain_of(model),
+                             surface::chat,
+                             request_deadline{t0_, 10s},
+                             [](std::int64_t n) { return n; },
+                             [this] { return draw_++ * 0x9e3779b97f4a7c15ULL; }};
+  }
+  config::gateway_config cfg_;
+  std::optional<router> routes_;
+  std::optional<retry_budget> retries_;
+  upstream_health health_;
+  std::uint64_t draw_ = 0;
+  steady_time t0_ = steady_time{} + 1000s;
+};
+
+// docs/contract.md: a fallback whose upstream's cap is too small "is refused that attempt,
+// `overloaded`, and the chain goes on" — at once, spending no retry.
+TEST_F(RequestLifecycleTokenCapTest, AFallbackWhoseCapIsTooSmallIsPassedAndTheChainGoesOn) {
+  build(three_models());
+  auto lc = make("llama");
+  lc.start(t0_);
+  const auto* to_small = find(lc.on_response(503, std::nullopt, t0_), kind::start_attempt);
+  ASSERT_NE(to_small, nullptr);
+  EXPECT_EQ(routes_->at(to_small->deployment).model, "small");
+  const auto& cs = lc.on_attempt_failed(
+      attempt_end::too_heavy, "its token weight 2000 is more than its upstream's cap", false, t0_);
+  ASSERT_EQ(kinds(cs), (std::vector{kind::attempt_over, kind::start_attempt}));
+  EXPECT_EQ(cs[0].result, outcome::overloaded);
+  EXPECT_EQ(routes_->at(cs[1].deployment).model, "last");
+  EXPECT_EQ(cs[1].upstream, 2U);
+  EXPECT_EQ(lc.on_response(200, std::nullopt, t0_).size(), 3U);
+  EXPECT_EQ(lc.result(), outcome::ok);
+}
+
+// The model's other deployment may hold it: that one is tried before any fallback, and the one
+// whose cap refused is never tried again, not even by a retry once both were tried.
+TEST_F(RequestLifecycleTokenCapTest,
+       AnotherDeploymentOfTheModelIsTriedFirstAndTheRefusingOneNever) {
+  auto cfg = three_models(/*small_on_c=*/true);
+  cfg.request.max_retries = 1;
+  build(cfg);
+  for (int i = 0; i < 16; ++i) {
+    auto lc = make("small");
+    const auto* first = find(lc.start(t0_), kind::start_attempt);
+    ASSERT_NE(first, nullptr);
+    const auto refused = first->deployment;  // the list is reused by the next event
+    const auto* next =
+        find(lc.on_attempt_failed(attempt_end::too_heavy, "x", false, t0_), kind::start_attempt);
+    ASSERT_NE(next, nullptr);
+    const auto holder = next->deployment;
+    EXPECT_EQ(routes_->at(holder).model, "small") << i;
+    EXPECT_NE(holder, refused) << i;
+    EXPECT_EQ(retries_->retries_in_flight(routes_->at(refused).upstream), 0U) << "not a retry";
+    // Its 503 is retried, on the same deployment: the refusing one is out of the choice.
+    const auto* backoff = find(lc.on_response(503, std::nullopt, t0_), kind::arm_backoff);
+    ASSERT_NE(backoff, nullptr) << i;
+    const auto* retry = find(lc.on_backoff_due(backoff->generation, t0_), kind::start_attempt);
+    ASSERT_NE(retry, nullptr) << i;
+    EXPECT_EQ(retry->deployment, holder) << i;
+    // Its second 503 spends the model, which has no fallback: the chain ends.
+    const auto& end = lc.on_response(503, std::nullopt, t0_);
+    EXPECT_EQ(find(end, kind::start_attempt), nullptr) << i;
+    ASSERT_NE(find(end, kind::send_error), nullptr);
+    EXPECT_EQ(find(end, kind::send_error)->result, outcome::upstream_failed);
+  }
+}
+
+// At the chain's end the request gets what its upstream attempts earned; with none, it was the
+// gateway's no: overloaded. A refusal never counts against the upstream.
+TEST_F(RequestLifecycleTokenCapTest, AtTheChainsEndTheUpstreamsFailureOrOverloadedIsAnswered) {
+  build(three_models());
+  cfg_.models[0].fallbacks = {"small"};
+  routes_.emplace(cfg_);
+  auto lc = make("llama");
+  lc.start(t0_);
+  lc.on_response(503, std::nullopt, t0_);
+  const auto& cs = lc.on_attempt_failed(attempt_end::too_heavy, "too heavy", false, t0_);
+  ASSERT_NE(find(cs, kind::send_error), nullptr);
+  EXPECT_EQ(find(cs, kind::send_error)->result, outcome::upstream_failed);
+  EXPECT_EQ(find(cs, kind::send_error)->message, "upstream failed: status 503");
+  for (int i = 0; i < 10; ++i) {
+    auto only = make("small");
+    only.start(t0_);
+    const auto& refused = only.on_attempt_failed(attempt_end::too_heavy, "too heavy", false, t0_);
+    ASSERT_NE(find(refused, kind::send_error), nullptr);
+    EXPECT_EQ(find(refused, kind::send_error)->result, outcome::overloaded);
+    EXPECT_EQ(find(refused, kind::send_error)->message, "gateway overloaded: too heavy");
+  }
+  EXPECT_TRUE(health_.available(1, t0_ + 1ms));
 }
 
 // The budget's no at the drain's end says the gateway is shutting down, not that it is overloaded:
@@ -618,6 +810,52 @@ TEST_F(RequestLifecycleHealthTest, WithEveryDeploymentOutTheOneBackSoonestIsTrie
 
 // previous_response_id (issue 28): "llama" on upstreams a and b; a request continuing a
 // response b made goes to b whatever the draws, its retry too; with b ejected, as usual.
+// Every deployment of a model out and no fallback: the attempts spread over them all, and a
+// retry goes to one not tried, so one dead deployment cannot take every try.
+TEST(RequestLifecycleEveryDeploymentOutTest, AttemptsSpreadAndARetryGoesToTheOtherDeployment) {
+  auto cfg = two_models();
+  cfg.models[0].fallbacks.clear();
+  auto on_b = cfg.models[0];
+  on_b.upstream = "b";
+  cfg.models.push_back(on_b);
+  for (auto& u : cfg.upstreams) u.eject_after_failures = 1;
+  cfg.upstreams[0].eject_base = 1000ms;  // a comes back first
+  router routes{cfg};
+  retry_budget retries{cfg.upstreams.size(), 100, 100};
+  upstream_health health;
+  health.configure(cfg);
+  const auto t0 = steady_time{} + 1000s;
+  health.attempt_failed(0, t0);
+  health.attempt_failed(1, t0);
+  std::mt19937_64 gen{11};
+  std::array<int, 2> first_on{0, 0};
+  for (int i = 0; i < 40; ++i) {
+    request_lifecycle lc{cfg,
+                         routes,
+                         retries,
+                         health,
+                         routes.chain_of("llama"),
+                         surface::chat,
+                         request_deadline{t0, 10s},
+                         [](std::int64_t) { return 1; },
+                         [&gen] { return gen(); }};
+    const auto* first = find(lc.start(t0 + 1ms), kind::start_attempt);
+    ASSERT_NE(first, nullptr);
+    ++first_on.at(first->upstream);
+    const auto* backoff =
+        find(lc.on_attempt_failed(attempt_end::connect_failed, "refused", false, t0 + 2ms),
+             kind::arm_backoff);
+    ASSERT_NE(backoff, nullptr) << i;
+    const auto* retry = find(lc.on_backoff_due(backoff->generation, t0 + 3ms), kind::start_attempt);
+    ASSERT_NE(retry, nullptr);
+    EXPECT_NE(retry->upstream, first->upstream) << i;
+    lc.on_response(200, std::nullopt, t0 + 4ms);
+    ASSERT_FALSE(health.available(0, t0 + 5ms));  // the answers came while both were out
+  }
+  EXPECT_GT(first_on[0], 0);
+  EXPECT_GT(first_on[1], 0);
+}
+
 TEST(RequestLifecycleAffinityTest, APreferredUpstreamTakesEveryAttemptWhileInService) {
   auto cfg = two_models();
   auto on_b = cfg.models[0];

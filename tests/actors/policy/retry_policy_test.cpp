@@ -122,6 +122,18 @@ TEST(RetryPolicyTest, OverloadedIsNeitherRetriedNorFallenBack) {
   EXPECT_EQ(d.result, outcome::overloaded);
 }
 
+// Only this upstream's token cap is too small: the next model may hold the request. With no
+// model left the request is overloaded, as its refused attempt was.
+TEST(RetryPolicyTest, ATokenCapTooSmallFallsBackWithoutRetryAndEndsOverloadedAtTheChainsEnd) {
+  auto p = fixed_jitter(2);
+  auto d = p.decide(failure(attempt_end::too_heavy), 0, 10s, true);
+  EXPECT_EQ(d.what, act::fallback);
+  d = p.decide(failure(attempt_end::too_heavy), 0, 10s, false);
+  EXPECT_EQ(d.what, act::fail);
+  EXPECT_EQ(d.result, outcome::overloaded);
+  EXPECT_FALSE(is_retryable(failure(attempt_end::too_heavy)));
+}
+
 TEST(RetryPolicyTest, ARefusalAtTheDrainsEndIsNeitherRetriedNorFallenBack) {
   auto p = fixed_jitter(2);
   auto d = p.decide(failure(attempt_end::shutting_down), 0, 10s, true);

@@ -200,21 +200,59 @@ TEST(RouterTest, AnEjectedUpstreamGetsNoAttemptWhileAnotherIsInService) {
   EXPECT_EQ(chosen, (std::set<std::size_t>{0, 2}));
 }
 
-TEST(RouterTest, WithEveryUpstreamOutTheOneBackSoonestIsNamed) {
+// No deployment in service: the attempts spread over them all as usual (the one back soonest
+// could be a dead one that would take every try), a retry prefers one not tried yet, and
+// `available_at` says when the first comes back.
+TEST(RouterTest, WithEveryUpstreamOutTheAttemptsSpreadOverAllARetryToOneNotTried) {
   auto cfg = two_deployments();
   cfg.upstreams[0].eject_after_failures = 1;
   cfg.upstreams[1].eject_after_failures = 1;
   cfg.upstreams[1].eject_base = std::chrono::milliseconds(1000);
   router r{cfg};
-  upstream_health health;
+  load_board load;
+  upstream_health health{load.source()};
   health.configure(cfg);
   health.attempt_failed(0, t0);
   health.attempt_failed(1, t0);
-  auto c = r.choose("llama", surface::chat, {}, health, t0 + std::chrono::milliseconds(10), 0);
-  EXPECT_FALSE(c.healthy);
-  EXPECT_EQ(*c.deployment, 2u);  // b's ejection (1 s) ends before a's (5 s)
-  EXPECT_EQ(c.available_at, t0 + std::chrono::seconds(1));
+  const auto now = t0 + std::chrono::milliseconds(10);
+  std::mt19937_64 gen{3};
+  std::set<std::size_t> chosen;
+  for (int i = 0; i < 50; ++i) {
+    auto c = r.choose("llama", surface::chat, {}, health, now, gen());
+    EXPECT_FALSE(c.healthy);
+    EXPECT_EQ(c.available_at, t0 + std::chrono::seconds(1));  // b's ejection (1 s) ends first
+    chosen.insert(*c.deployment);
+  }
+  EXPECT_EQ(chosen, (std::set<std::size_t>{0, 2}));
+  // The usual choice: the less live work per weight of the two drawn.
+  load.live[1] = 1;
+  EXPECT_EQ(*r.choose("llama", surface::chat, {}, health, now, draws(1, 0)).deployment, 0u);
+  // A retry goes to the one not tried, busier or not, whatever the draws.
+  const std::vector<std::size_t> tried_a{0};
+  for (std::uint32_t x = 0; x < 4; ++x)
+    EXPECT_EQ(*r.choose("llama", surface::chat, tried_a, health, now, draws(x, x)).deployment, 2u);
+  // A health check failing on both (back at no known time): still spread.
+  load.live[1] = 0;
+  health.check_failed(0, now);
+  health.check_failed(1, now);
+  chosen.clear();
+  for (int i = 0; i < 50; ++i)
+    chosen.insert(*r.choose("llama", surface::chat, {}, health, now, gen()).deployment);
+  EXPECT_EQ(chosen, (std::set<std::size_t>{0, 2}));
   EXPECT_FALSE(r.choose("unknown", surface::chat, {}, health, t0, 0).deployment.has_value());
+}
+
+TEST(RouterTest, AnExcludedDeploymentIsNeverChosen) {
+  auto cfg = two_deployments();
+  router r{cfg};
+  upstream_health health;
+  health.configure(cfg);
+  const std::vector<std::size_t> b{2};
+  std::mt19937_64 gen{5};
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(*r.choose("llama", surface::chat, {}, health, t0, gen(), b).deployment, 0u);
+  const std::vector<std::size_t> both{0, 2};
+  EXPECT_FALSE(r.choose("llama", surface::chat, {}, health, t0, gen(), both).deployment);
 }
 
 }  // namespace

@@ -156,6 +156,7 @@ TEST(SlotBookTest, AFullQueueRefusesTheNextAskAtOnceWithoutQueueingIt) {
   ASSERT_EQ(a.refusals.size(), 1u);
   EXPECT_EQ(a.refusals[0].who, (holder{3, 0}));
   EXPECT_EQ(a.refusals[0].reason, "admission queue is full");
+  EXPECT_EQ(a.refusals[0].why, slot_refusal::no_room);  // final: no other upstream would fit it
   EXPECT_FALSE(a.queued);
   EXPECT_FALSE(b.knows({3, 0}));
   EXPECT_EQ(b.waiting(), 1u);
@@ -237,6 +238,7 @@ TEST(SlotBookTest, AWaiterThatTimesOutIsRefusedAndLeavesTheQueue) {
   ASSERT_EQ(a.refusals.size(), 1u);
   EXPECT_EQ(a.refusals[0].who, (holder{2, 0}));
   EXPECT_EQ(a.refusals[0].reason, "waited longer than budget.queue_timeout_ms for a slot");
+  EXPECT_EQ(a.refusals[0].why, slot_refusal::no_room);
   EXPECT_TRUE(a.queue_changed);
   EXPECT_FALSE(b.knows({2, 0}));
   EXPECT_EQ(b.waiting_local(), 0u);
@@ -608,11 +610,15 @@ TEST(SlotBookTokensTest, AClaimHeavierThanTheWholeCapIsRefusedAtOnceAndNeverQueu
   auto a = ask_tokens(b, 1, 0, 1001);
   ASSERT_EQ(refused(a), (holders{{1, 0}}));
   EXPECT_NE(a.refusals[0].reason.find("max_tokens_in_flight (1000)"), std::string::npos);
+  // Told apart from a full queue: another upstream's cap may hold it.
+  EXPECT_EQ(a.refusals[0].why, slot_refusal::too_heavy);
   EXPECT_FALSE(a.queued);
   EXPECT_FALSE(b.knows({1, 0}));
   EXPECT_EQ(granted(ask_tokens(b, 2, 0, 1000)), (holders{{2, 0}}));  // exactly the cap fits
   // A lease is weighed the same way.
-  EXPECT_EQ(refused(b.lease(9, 1, 0, -1, 0, 1500, 0)), (holders{{9, 1}}));
+  auto leased = b.lease(9, 1, 0, -1, 0, 1500, 0);
+  EXPECT_EQ(refused(leased), (holders{{9, 1}}));
+  EXPECT_EQ(leased.refusals.at(0).why, slot_refusal::too_heavy);
 }
 
 // A heavy waiter is not starved by light claims that keep fitting beside it: on a token-capped
@@ -652,6 +658,7 @@ TEST(SlotBookTokensTest, AReloadLoweringTheCapRefusesTheWaitersThatCanNeverFit) 
   ask_tokens(b, 3, 0, 300, 2);
   auto act = b.set_caps({16, {8}, {}, 16, {500}, {}}, 5);
   EXPECT_EQ(refused(act), (holders{{2, 0}}));
+  EXPECT_EQ(act.refusals.at(0).why, slot_refusal::too_heavy);
   EXPECT_TRUE(granted(act).empty());  // 800 held is past the new cap: it runs on
   EXPECT_EQ(b.waiting(), 1u);
   EXPECT_EQ(granted(b.owner_gone(1, 10)), (holders{{3, 0}}));
