@@ -34,9 +34,16 @@ class BudgetLinkActorTest : public ::testing::Test {
     own_budget_ = system_.spawn(budget_actor, l, &member_stats_, nullptr);
   }
 
+  // Each actor is seen gone before the system goes. Killed without waiting, the system's end now
+  // and then waited forever for a detached thread of the middleman's whose actor was never
+  // released (the link was still being torn down with its proxy of the host).
   ~BudgetLinkActorTest() override {
-    for (const auto* a : {&host_, &own_budget_, &link_})
-      caf::anon_send_exit(*a, caf::exit_reason::kill);
+    caf::scoped_actor self{system_};
+    for (const auto* a : {&link_, &own_budget_, &host_}) {
+      if (!*a) continue;
+      self->send_exit(*a, caf::exit_reason::kill);
+      self->wait_for(*a);
+    }
   }
 
   void spawn_link() {
