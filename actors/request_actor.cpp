@@ -453,7 +453,7 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
   trace.emplace(rt->tracer.get(), spec.traceparent.empty() ? nullptr : &spec.traceparent,
                 arrival_ns);
   life.emplace(rt->cfg, *rt->routes, *rt->retries, *rt->health, rt->routes->chain_of(spec.model),
-               spec.where, request_deadline{spec.arrival, spec.deadline});
+               spec.where, request_deadline{spec.arrival, spec.deadline}, rt->backoff_jitter);
   if (spec.prefer_upstream) life->prefer_upstream(*spec.prefer_upstream);
   if (spec.check_rate) life->await_admission();
   rt->stats->requests_in_flight_add(1);

@@ -13,6 +13,7 @@
 #include "actors/metrics.hpp"
 #include "actors/policy/response_affinity.hpp"
 #include "actors/policy/retry_budget.hpp"
+#include "actors/policy/retry_policy.hpp"
 #include "actors/policy/router.hpp"
 #include "actors/policy/upstream_health.hpp"
 #include "config/config.hpp"
@@ -34,6 +35,8 @@ struct gateway_runtime {
   // By upstream index (a retired upstream's entry stays, so that indices stay).
   std::vector<std::shared_ptr<net::upstream_transport>> upstreams;
   std::shared_ptr<net::timer_service> timers;  // cancellable timers for the request actors
+  // The backoffs' jitter draw; empty = the random one (the actor tests pin it).
+  retry_policy::jitter_source backoff_jitter;
   std::shared_ptr<net::otlp_exporter> tracer;  // null when telemetry.otlp_endpoint is empty
   caf::actor budget;
   // One per io thread (by io_group member), each leasing its slots from `budget`; a request's

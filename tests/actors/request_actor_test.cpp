@@ -207,16 +207,18 @@ TEST_F(RequestActorCapOneTest, TheQueuedRequestStartsOnlyWhenTheCancelledOnesSoc
 // The races whose outcome depends on when things happen: the deadline, a backoff and a budget's
 // grant all on the test's clock, which the request actor reads for its decisions.
 
-// Model m alone, retried after exactly 1 ms (full jitter over [1, 1] ms).
-config::gateway_config one_deployment_backoff_1ms() {
+// Model m alone; its retries wait the whole backoff, 50 ms (the jitter's draw pinned to its top).
+config::gateway_config one_deployment_backoff_50ms() {
   auto cfg = without_fallback();
-  cfg.request.retry_backoff = 1ms;
+  cfg.request.retry_backoff = 50ms;
   return cfg;
 }
 
 class RequestActorClockTest : public tree_test {
  protected:
-  RequestActorClockTest() : tree_test(one_deployment_backoff_1ms()) {}
+  RequestActorClockTest() : tree_test(one_deployment_backoff_50ms()) {
+    rt_->backoff_jitter = [](std::int64_t n) { return n; };
+  }
 
   static std::string forwarded_budget(const tree_kit::fake_upstream::started& ex) {
     const auto* v = net::find_header(ex.request.headers, "x-request-deadline-ms");
@@ -227,14 +229,17 @@ class RequestActorClockTest : public tree_test {
 TEST_F(RequestActorClockTest, ABackoffThatWouldEndAfterTheDeadlineStartsNoAttempt) {
   auto req = spawn_request("m", 100ms);
   auto ended = watch(req);
-  advance(99ms + 500us);
+  advance(60ms);
   ASSERT_TRUE(channel_->calls.empty()) << "answered before the deadline";
   upstream(0).exchanges.at(0).respond(503, R"({"error":"busy"})");
   upstream(0).exchanges[0].close();
   run();
-  // The retry's backoff is due at 100.5 ms, the deadline at 100 ms.
+  // 40 ms left, more than the propagation margin: a retry, its backoff due at 110 ms, after the
+  // deadline at 100 ms.
   ASSERT_EQ(timers_->armed(), 2u) << "expected the deadline and the backoff";
-  advance(1ms);
+  advance(39ms);
+  EXPECT_TRUE(channel_->calls.empty()) << "answered before the deadline";
+  advance(20ms);
   ASSERT_EQ(channel_->calls, std::vector<std::string>{"full 504"});
   EXPECT_NE(channel_->last_body.find("deadline_exceeded"), std::string::npos)
       << channel_->last_body;
