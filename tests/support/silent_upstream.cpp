@@ -1,4 +1,5 @@
 #include "tests/support/silent_upstream.hpp"
+#include "tests/support/loopback.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,14 +17,6 @@ double wall_ms_now() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-sockaddr_in loopback(std::uint16_t port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  return addr;
 }
 
 }  // namespace

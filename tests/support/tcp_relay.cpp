@@ -1,4 +1,5 @@
 #include "tests/support/tcp_relay.hpp"
+#include "tests/support/loopback.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -10,14 +11,6 @@
 
 namespace tether::test {
 namespace {
-
-sockaddr_in loopback(std::uint16_t port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  return addr;
-}
 
 // Writes all of `n` bytes; false when the other end is gone.
 bool send_all(int fd, const char* data, ssize_t n) {
