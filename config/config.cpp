@@ -6,6 +6,24 @@ std::string_view name_of(upstream_api api) {
   return api == upstream_api::anthropic ? "anthropic" : "openai";
 }
 
+std::string_view name_of(engine_kind engine) {
+  switch (engine) {
+    case engine_kind::llamacpp:
+      return "llamacpp";
+    case engine_kind::vllm:
+      return "vllm";
+    case engine_kind::sglang:
+      return "sglang";
+    case engine_kind::openai:
+      break;
+  }
+  return "openai";
+}
+
+std::string_view name_of(upstream_stream_mode mode) {
+  return mode == upstream_stream_mode::always ? "always" : "as_requested";
+}
+
 const upstream_config* gateway_config::find_upstream(const std::string& name) const {
   for (const auto& u : upstreams) {
     if (u.name == name && !u.retired) return &u;

@@ -92,6 +92,23 @@ constexpr surface_set default_surfaces(upstream_api api) {
                                         bit_of(surface::embeddings) | bit_of(surface::responses));
 }
 
+// The model server behind an upstream, where tether must know it: how its running and queued
+// work are named in its metrics, and what besides closing the connection stops its work.
+// openai = nothing engine-specific (a hosted API, or an engine tether need not know).
+enum class engine_kind { openai, llamacpp, vllm, sglang };
+std::string_view name_of(engine_kind engine);
+
+// Whether a caller's non-streaming request is sent to the upstream as a stream (and its answer
+// assembled by tether): some engines notice a closed connection only when they write to it.
+enum class upstream_stream_mode { as_requested, always };
+std::string_view name_of(upstream_stream_mode mode);
+// The default for an engine: llama.cpp checks a non-streaming request's connection only when no
+// result was produced for a second, so with other traffic an abandoned one runs to max_tokens.
+constexpr upstream_stream_mode default_upstream_stream(engine_kind engine) {
+  return engine == engine_kind::llamacpp ? upstream_stream_mode::always
+                                         : upstream_stream_mode::as_requested;
+}
+
 struct upstream_config {
   std::string name;
   std::string base_url;  // as written, for display
@@ -119,6 +136,17 @@ struct upstream_config {
   millis eject_max{300000};
   std::string health_path;  // "" = no active check; else GET it every health_interval_ms
   millis health_interval{5000};
+  // The engine (docs/contract.md, "The work ends in the engine").
+  engine_kind engine = engine_kind::openai;
+  upstream_stream_mode upstream_stream = upstream_stream_mode::as_requested;
+  std::string metrics_path;  // "" = the engine's metrics are not polled
+  millis metrics_interval{1000};
+  // The Prometheus series of the engine's running and queued requests; "" = the engine's own.
+  std::string metrics_running_series;
+  std::string metrics_queued_series;
+  // A cancelled attempt's slot is held until the engine let go: at most this long after the
+  // socket closed. 0 = released when the socket closed.
+  millis release_grace_max{500};
   // Removed by a reload, kept in its place so that every upstream keeps its index (the budget,
   // the metrics and the requests still in flight count by index). No model routes to it.
   bool retired = false;

@@ -472,11 +472,29 @@ class loader {
     std::map<std::string, std::size_t> seen;
     for (const auto& [i, t] : tables) {
       const auto p = fmt::format("upstreams[{}]", i);
-      check_keys(
-          *t, p,
-          {"name", "base_url", "api_key_env", "max_in_flight", "connect_timeout_ms",
-           "idle_timeout_ms", "weight", "eject_after_failures", "eject_base_ms", "eject_max_ms",
-           "health_path", "health_interval_ms", "api", "surfaces", "max_tokens_in_flight"});
+      check_keys(*t, p,
+                 {"name",
+                  "base_url",
+                  "api_key_env",
+                  "max_in_flight",
+                  "connect_timeout_ms",
+                  "idle_timeout_ms",
+                  "weight",
+                  "eject_after_failures",
+                  "eject_base_ms",
+                  "eject_max_ms",
+                  "health_path",
+                  "health_interval_ms",
+                  "api",
+                  "surfaces",
+                  "max_tokens_in_flight",
+                  "engine",
+                  "upstream_stream",
+                  "metrics_path",
+                  "metrics_interval_ms",
+                  "metrics_running_series",
+                  "metrics_queued_series",
+                  "release_grace_max_ms"});
       upstream_config u;
       if (auto name = read_string(*t, "name", p)) {
         u.name = *name;
@@ -525,6 +543,7 @@ class loader {
       read_ms(*t, "connect_timeout_ms", p, u.connect_timeout, 1);
       read_ms(*t, "idle_timeout_ms", p, u.idle_timeout, 1);
       read_health(*t, p, u);
+      read_engine(*t, p, u);
       cfg_.upstreams.push_back(std::move(u));
     }
   }
@@ -574,6 +593,90 @@ class loader {
     u.surfaces = set;
   }
 
+  // The engine keys (docs/contract.md, "The work ends in the engine").
+  void read_engine(const toml::table& t, const std::string& p, upstream_config& u) {
+    if (auto engine = read_string(t, "engine", p)) {
+      constexpr engine_kind all[] = {engine_kind::openai, engine_kind::llamacpp, engine_kind::vllm,
+                                     engine_kind::sglang};
+      const auto* found = std::find_if(std::begin(all), std::end(all),
+                                       [&](engine_kind e) { return name_of(e) == *engine; });
+      if (found == std::end(all)) {
+        error(p + ".engine",
+              fmt::format("expected \"openai\", \"llamacpp\", \"vllm\" or \"sglang\", got \"{}\"",
+                          *engine),
+              *t.get("engine"));
+      } else {
+        u.engine = *found;
+      }
+    }
+    u.upstream_stream = default_upstream_stream(u.engine);
+    if (auto mode = read_string(t, "upstream_stream", p)) {
+      if (*mode == "always") {
+        u.upstream_stream = upstream_stream_mode::always;
+      } else if (*mode == "as_requested") {
+        u.upstream_stream = upstream_stream_mode::as_requested;
+      } else {
+        error(p + ".upstream_stream",
+              fmt::format("expected \"always\" or \"as_requested\", got \"{}\"", *mode),
+              *t.get("upstream_stream"));
+      }
+    }
+    if (auto path = read_request_path(t, "metrics_path", p, "not polled")) u.metrics_path = *path;
+    // Polled more often than every 100 ms, the poll would be the engine's load, not its account.
+    read_ms(t, "metrics_interval_ms", p, u.metrics_interval, 100);
+    for (auto [key, out] : {std::pair{"metrics_running_series", &u.metrics_running_series},
+                            std::pair{"metrics_queued_series", &u.metrics_queued_series}}) {
+      auto name = read_string(t, key, p);
+      if (!name) continue;
+      // A Prometheus metric name (llama.cpp's have a colon): checked so a typo is an error here,
+      // not a series that never matches.
+      const bool valid =
+          !name->empty() && std::isdigit(static_cast<unsigned char>(name->front())) == 0 &&
+          std::all_of(name->begin(), name->end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == ':';
+          });
+      if (!valid) {
+        error(p + "." + key, "must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)",
+              *t.get(key));
+      } else {
+        *out = *name;
+      }
+    }
+    if (auto ms = read_int(t, "release_grace_max_ms", p, 0, 60000))
+      u.release_grace_max = millis(*ms);
+  }
+
+  // A path that goes into a request line as written: "" or "/..." of visible ASCII (percent-
+  // encode the rest). The value is echoed only once it is known to print cleanly.
+  std::optional<std::string> read_request_path(const toml::table& t, std::string_view key,
+                                               const std::string& p, std::string_view empty_means) {
+    auto path = read_string(t, key, p);
+    if (!path) return std::nullopt;
+    const toml::node& at = *t.get(key);
+    const auto where = p + "." + std::string(key);
+    constexpr std::size_t max_path = 1024;
+    const bool clean = std::all_of(path->begin(), path->end(), [](char c) {
+      const auto b = static_cast<unsigned char>(c);
+      return b > 0x20 && b < 0x7f;
+    });
+    if (path->size() > max_path) {
+      error(where, fmt::format("must be at most {} bytes, got {}", max_path, path->size()), at);
+    } else if (!clean) {
+      error(where,
+            "must not contain spaces, control characters or non-ASCII bytes (percent-encode "
+            "them)",
+            at);
+    } else if (!path->empty() && path->front() != '/') {
+      error(where,
+            fmt::format("expected \"\" ({}) or a path starting with \"/\", got \"{}\"", empty_means,
+                        *path),
+            at);
+    } else {
+      return path;
+    }
+    return std::nullopt;
+  }
+
   // The health keys (docs/contract.md, "Upstream health and load-aware routing").
   void read_health(const toml::table& t, const std::string& p, upstream_config& u) {
     // A weight of 0 would be a deployment that never gets traffic (remove it instead); past
@@ -597,34 +700,8 @@ class loader {
                         u.eject_base.count()),
             at != nullptr ? &at->source() : &t.source());
     }
-    if (auto path = read_string(t, "health_path", p)) {
-      const toml::node& at = *t.get("health_path");
-      const auto where = p + ".health_path";
-      constexpr std::size_t max_health_path = 1024;
-      // The path goes into a request line as written: visible ASCII only (percent-encode the
-      // rest). The value is echoed only once it is known to print cleanly.
-      const bool clean = std::all_of(path->begin(), path->end(), [](char c) {
-        const auto b = static_cast<unsigned char>(c);
-        return b > 0x20 && b < 0x7f;
-      });
-      if (path->size() > max_health_path) {
-        error(where, fmt::format("must be at most {} bytes, got {}", max_health_path, path->size()),
-              at);
-      } else if (!clean) {
-        error(where,
-              "must not contain spaces, control characters or non-ASCII bytes (percent-encode "
-              "them)",
-              at);
-      } else if (!path->empty() && path->front() != '/') {
-        error(where,
-              fmt::format("expected \"\" (no active check) or a path starting with \"/\", got "
-                          "\"{}\"",
-                          *path),
-              at);
-      } else {
-        u.health_path = *path;
-      }
-    }
+    if (auto path = read_request_path(t, "health_path", p, "no active check"))
+      u.health_path = *path;
     // Checks more often than every 100 ms would be load on the upstream, not a health signal.
     read_ms(t, "health_interval_ms", p, u.health_interval, 100);
   }

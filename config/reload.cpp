@@ -25,10 +25,19 @@ bool same_health(const upstream_config& a, const upstream_config& b) {
          a.max_tokens_in_flight == b.max_tokens_in_flight;
 }
 
+// What tether knows of the engine behind it: read by each new attempt and by the metrics poll.
+bool same_engine(const upstream_config& a, const upstream_config& b) {
+  return a.engine == b.engine && a.upstream_stream == b.upstream_stream &&
+         a.metrics_path == b.metrics_path && a.metrics_interval == b.metrics_interval &&
+         a.metrics_running_series == b.metrics_running_series &&
+         a.metrics_queued_series == b.metrics_queued_series &&
+         a.release_grace_max == b.release_grace_max;
+}
+
 bool same_upstream(const upstream_config& a, const upstream_config& b) {
-  return same_endpoint(a, b) && same_health(a, b) && a.base_url == b.base_url &&
-         a.api_key == b.api_key && a.api_key_env == b.api_key_env && a.api == b.api &&
-         a.surfaces == b.surfaces;
+  return same_endpoint(a, b) && same_health(a, b) && same_engine(a, b) &&
+         a.base_url == b.base_url && a.api_key == b.api_key && a.api_key_env == b.api_key_env &&
+         a.api == b.api && a.surfaces == b.surfaces;
 }
 
 void compare_server(const server_config& a, const server_config& b, std::vector<std::string>& out) {

@@ -148,6 +148,23 @@ std::string render_effective(const gateway_config& cfg) {
       line("health_path", quote(u.health_path));
     }
     line("health_interval_ms", u.health_interval.count());
+    line("engine", quote(std::string(name_of(u.engine))));
+    line("upstream_stream", quote(std::string(name_of(u.upstream_stream))));
+    if (u.metrics_path.empty()) {
+      o += "metrics_path = \"\"  # the engine's metrics are not polled\n";
+    } else {
+      line("metrics_path", quote(u.metrics_path));
+    }
+    line("metrics_interval_ms", u.metrics_interval.count());
+    if (!u.metrics_running_series.empty())
+      line("metrics_running_series", quote(u.metrics_running_series));
+    if (!u.metrics_queued_series.empty())
+      line("metrics_queued_series", quote(u.metrics_queued_series));
+    if (u.release_grace_max.count() == 0) {
+      o += "release_grace_max_ms = 0  # a cancelled attempt's slot goes back at the close\n";
+    } else {
+      line("release_grace_max_ms", u.release_grace_max.count());
+    }
   }
 
   for (const auto& m : cfg.models) {

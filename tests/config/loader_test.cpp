@@ -944,5 +944,86 @@ TEST(LoaderTest, DemoConfigLoadsCleanly) {
   }
 }
 
+TEST(LoaderTest, EngineKeysDefaultToNothingEngineSpecific) {
+  const auto cfg = expect_ok(minimal);
+  const auto& u = cfg.upstreams.at(0);
+  EXPECT_EQ(u.engine, engine_kind::openai);
+  EXPECT_EQ(u.upstream_stream, upstream_stream_mode::as_requested);
+  EXPECT_EQ(u.metrics_path, "");
+  EXPECT_EQ(u.metrics_interval, millis(1000));
+  EXPECT_EQ(u.release_grace_max, millis(500));
+  EXPECT_THAT(render_effective(cfg),
+              HasSubstr("engine = \"openai\"\nupstream_stream = \"as_requested\"\n"
+                        "metrics_path = \"\"  # the engine's metrics are not polled\n"
+                        "metrics_interval_ms = 1000\nrelease_grace_max_ms = 500\n"));
+}
+
+TEST(LoaderTest, EngineKeysAreReadAndLlamaCppStreamsByDefault) {
+  const auto cfg = expect_ok(minimal + R"(
+[[upstreams]]
+name = "b"
+base_url = "http://127.0.0.1:8001"
+engine = "llamacpp"
+metrics_path = "/metrics"
+metrics_interval_ms = 100
+release_grace_max_ms = 0
+[[upstreams]]
+name = "c"
+base_url = "http://127.0.0.1:8002"
+engine = "llamacpp"
+upstream_stream = "as_requested"
+[[upstreams]]
+name = "d"
+base_url = "http://127.0.0.1:8003"
+engine = "vllm"
+upstream_stream = "always"
+metrics_running_series = "my:running"
+metrics_queued_series = "my_queued"
+)");
+  ASSERT_EQ(cfg.upstreams.size(), 4u);
+  const auto& b = cfg.upstreams[1];
+  EXPECT_EQ(b.engine, engine_kind::llamacpp);
+  EXPECT_EQ(b.upstream_stream, upstream_stream_mode::always);  // llama.cpp's default
+  EXPECT_EQ(b.metrics_path, "/metrics");
+  EXPECT_EQ(b.metrics_interval, millis(100));
+  EXPECT_EQ(b.release_grace_max, millis(0));
+  EXPECT_EQ(cfg.upstreams[2].upstream_stream, upstream_stream_mode::as_requested);
+  const auto& d = cfg.upstreams[3];
+  EXPECT_EQ(d.engine, engine_kind::vllm);
+  EXPECT_EQ(d.upstream_stream, upstream_stream_mode::always);
+  EXPECT_EQ(d.metrics_running_series, "my:running");
+  EXPECT_EQ(d.metrics_queued_series, "my_queued");
+  const auto out = render_effective(cfg);
+  EXPECT_THAT(out, HasSubstr("engine = \"llamacpp\"\nupstream_stream = \"always\"\n"
+                             "metrics_path = \"/metrics\"\nmetrics_interval_ms = 100\n"
+                             "release_grace_max_ms = 0  # a cancelled attempt's slot goes back "
+                             "at the close\n"));
+  EXPECT_THAT(out, HasSubstr("metrics_running_series = \"my:running\"\n"
+                             "metrics_queued_series = \"my_queued\"\n"));
+  // The effective config reloads to the same values.
+  EXPECT_EQ(render_effective(expect_ok(out)), out);
+}
+
+TEST(LoaderTest, BadEngineKeysAreNamed) {
+  const std::string u = minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
+  expect_error(u + "engine = \"tgi\"\n",
+               "upstreams[1].engine: expected \"openai\", \"llamacpp\", \"vllm\" or \"sglang\", "
+               "got \"tgi\"");
+  expect_error(
+      u + "upstream_stream = \"yes\"\n",
+      "upstreams[1].upstream_stream: expected \"always\" or \"as_requested\", got \"yes\"");
+  expect_error(u + "metrics_path = \"metrics\"\n",
+               "upstreams[1].metrics_path: expected \"\" (not polled) or a path starting with");
+  expect_error(u + "metrics_path = \"/m etrics\"\n", "upstreams[1].metrics_path: must not contain");
+  expect_error(u + "metrics_interval_ms = 99\n",
+               "upstreams[1].metrics_interval_ms: must be between 100 and");
+  expect_error(u + "metrics_running_series = \"1abc\"\n",
+               "upstreams[1].metrics_running_series: must be a Prometheus metric name");
+  expect_error(u + "metrics_queued_series = \"a-b\"\n",
+               "upstreams[1].metrics_queued_series: must be a Prometheus metric name");
+  expect_error(u + "release_grace_max_ms = 60001\n",
+               "upstreams[1].release_grace_max_ms: must be between 0 and 60000, got 60001");
+  expect_error(minimal + "engine = \"llamacpp\"\n", "models[0].engine: unknown key");
+}
 }  // namespace
 }  // namespace tether::config
