@@ -15,7 +15,12 @@ seconds="${1:-60}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TETHER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 jobs="${TETHER_FUZZ_JOBS:-2}"
-targets=(model_request http_request config sse_framer upstream_response)
+# Every tests/fuzz/<name>_fuzz.cpp is a target: a new one runs without an edit here.
+targets=()
+for f in "$root"/tests/fuzz/*_fuzz.cpp; do
+  n="$(basename "$f" .cpp)"
+  targets+=("${n%_fuzz}")
+done
 
 cxx="$(command -v clang++-14 || command -v clang++ || true)"
 if [[ -z "$cxx" ]]; then
