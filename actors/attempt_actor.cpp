@@ -12,6 +12,7 @@
 #include "actors/policy/idle_watch.hpp"
 #include "actors/policy/retry_policy.hpp"
 #include "actors/policy/slot_refusal.hpp"
+#include "actors/policy/stream_assembly.hpp"
 #include "actors/relay_events.hpp"
 #include "net/sse_framer.hpp"
 
@@ -31,7 +32,11 @@ struct attempt_state {
   net::timer_service* timer_service = nullptr;
   std::chrono::milliseconds idle_timeout{0};
   std::chrono::milliseconds attempt_timeout{0};
-  bool stream_requested = false;
+  bool stream_requested = false;  // the upstream was asked for a stream
+  // upstream_stream = "always" for a caller who did not ask for a stream: the surface whose
+  // events are assembled into the whole answer, and the answer's limit.
+  std::optional<surface> assemble_on;
+  std::uint64_t max_response_bytes = 0;
 
   int status = 0;
   net::header_list headers;
@@ -40,7 +45,8 @@ struct attempt_state {
   bool done = false;
   std::string body;
   net::sse_framer framer{max_sse_event_bytes};
-  std::optional<idle_watch> idle;  // with a stream idle timeout
+  std::optional<idle_watch> idle;           // with a stream idle timeout
+  std::optional<stream_assembly> assembly;  // a 2xx stream being assembled
   // The per-try and stream idle timers; pending ones are cancelled when the state goes, in the
   // actor's on_exit (an attach_functor would cost allocations and the actor's mutex per attempt).
   std::optional<actor_timers> timers;
@@ -53,6 +59,8 @@ struct attempt_state {
   void arm_idle();
   void on_idle_timer();
   void relay_events(net::sse_events events);
+  void assemble(const net::sse_events& events);
+  void end_assembly();
   void on_head(int status, net::header_list& headers);
   void on_body(std::string& bytes);
   void on_end();
@@ -92,8 +100,10 @@ void attempt_state::arm_idle() {
   timers->after(idle->limit(), idle_timeout_atom::value);
 }
 
+// An assembled answer is not committed until it is whole, but its stream's gaps are bounded as
+// a relayed stream's are.
 void attempt_state::on_idle_timer() {
-  if (!idle || !committed || done) return;
+  if (!idle || (!committed && !assembly) || done) return;
   if (auto again = idle->on_fire(timer_service->now())) {
     timers->after(*again, idle_timeout_atom::value);
     return;
@@ -113,10 +123,49 @@ void attempt_state::relay_events(net::sse_events events) {
   arm_idle();
 }
 
+// The events of one upstream read go into the assembled answer; the gaps between them are
+// bounded by the stream idle timeout.
+void attempt_state::assemble(const net::sse_events& events) {
+  for (std::size_t i = 0; i < events.size(); ++i) assembly->add(events[i]);
+  if (assembly->failed() != stream_assembly::failure::none) {
+    fail(assembly->failed() == stream_assembly::failure::too_large ? attempt_end::too_large
+                                                                   : attempt_end::malformed,
+         assembly->error());
+    return;
+  }
+  if (!events.empty()) arm_idle();
+}
+
+// The caller gets the whole answer the engine would have sent: a JSON body, whose head no longer
+// describes an event stream.
+void attempt_state::end_assembly() {
+  assemble(framer.finish());
+  if (done) return;
+  const auto unix_s = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  auto answer = assembly->finish(unix_s);
+  if (assembly->failed() != stream_assembly::failure::none) {
+    fail(assembly->failed() == stream_assembly::failure::too_large ? attempt_end::too_large
+                                                                   : attempt_end::malformed,
+         assembly->error());
+    return;
+  }
+  std::erase_if(headers, [](const net::http_header& h) {
+    return h.name == "content-type" || h.name == "content-length" ||
+           h.name == "transfer-encoding" || h.name == "cache-control" || h.name == "connection";
+  });
+  headers.push_back({"content-type", "application/json"});
+  done = true;
+  self->send(request, attempt_result_atom::value, status, std::move(headers), std::move(answer));
+  finish();
+}
+
 void attempt_state::on_head(int head_status, net::header_list& head) {
   status = head_status;
   headers = std::move(head);
   streaming = relayed_as_stream(stream_requested, status, headers);
+  if (streaming && assemble_on) assembly.emplace(*assemble_on, max_response_bytes);
 }
 
 // A body that is not relayed as a stream is held to max_response_bytes before it gets here
@@ -129,6 +178,7 @@ void attempt_state::on_body(std::string& bytes) {
       fail(attempt_end::malformed, "upstream sent an SSE event larger than 1 MiB");
       return;
     }
+    if (assembly) return assemble(events);
     relay_events(std::move(events));
     return;
   }
@@ -141,6 +191,7 @@ void attempt_state::on_body(std::string& bytes) {
 
 void attempt_state::on_end() {
   if (done) return;
+  if (assembly) return end_assembly();
   if (streaming) {
     // An unterminated tail is not a whole event; it is dropped rather than cut into.
     relay_events(framer.finish());
@@ -199,7 +250,9 @@ class attempt_actor final : public caf::stateful_actor<attempt_state> {
     state.timer_service = rt_->timers.get();
     state.idle_timeout = spec.idle_timeout;
     state.attempt_timeout = spec.timeout;
-    state.stream_requested = spec.stream;
+    state.stream_requested = spec.stream || spec.assemble.has_value();
+    state.assemble_on = spec.assemble;
+    state.max_response_bytes = spec.connection.max_response_bytes;
     state.request = std::move(request);
     // The per-try clock starts at the grant, so the connection tells of it when there is one.
     connection_.tell_grant = spec.timeout.count() > 0;

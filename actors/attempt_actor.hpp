@@ -14,8 +14,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "actors/runtime.hpp"
+#include "config/surface.hpp"
 #include "net/upstream.hpp"
 
 namespace tether {
@@ -29,9 +31,10 @@ struct connection_spec {
   net::upstream_request request;
   // 0 = none. Enforced as the body arrives, on the io thread (relay_events), so the socket is
   // closed at the limit however far behind the actors run; an event stream relayed to a caller
-  // who asked for one is not limited.
+  // who asked for one is not limited, and one assembled into a whole answer is limited by its
+  // attempt (actors/policy/stream_assembly.hpp).
   std::uint64_t max_response_bytes = 0;
-  bool stream = false;  // the caller asked for an event stream
+  bool stream = false;  // the upstream was asked for an event stream
   // The caller connection's executor (opaque): the exchange runs on the caller's io thread, where
   // the request's actors run, so this actor's cancel reaches the upstream socket without a hop.
   // The deadline needs no actor: it reaches the socket as request.close_at. Null: the pooled
@@ -48,7 +51,10 @@ struct connection_spec {
 
 struct attempt_spec {
   connection_spec connection;
-  bool stream = false;
+  bool stream = false;  // the caller asked for an event stream
+  // upstream_stream = "always" for a caller who did not: the upstream was asked for a stream on
+  // this surface, and its events are assembled into the caller's whole answer.
+  std::optional<surface> assemble;
   std::chrono::milliseconds timeout{0};  // 0 = none (the request deadline still bounds it)
   std::chrono::milliseconds idle_timeout{0};
 };

@@ -194,8 +194,15 @@ void request_state::start_attempt(const command& c) {
   const auto& up = rt->cfg.upstreams[dep.upstream];
   const auto& settings = life->settings();
 
+  // A caller who did not ask for a stream, on an upstream that streams always: the engine stops
+  // a request's work only when it writes to a connection that has gone (docs/contract.md,
+  // `upstream_stream`), so it is asked for a stream and the whole answer is assembled here.
+  const bool assemble = !spec.stream && can_stream(spec.where) &&
+                        up.upstream_stream == config::upstream_stream_mode::always;
+
   attempt_spec a;
   a.stream = spec.stream;
+  if (assemble) a.assemble = spec.where;
   a.timeout = c.delay;
   a.idle_timeout = settings.stream_idle_timeout;
   a.connection.upstream = dep.upstream;
@@ -205,7 +212,7 @@ void request_state::start_attempt(const command& c) {
     a.connection.tokens =
         token_weight(spec.prompt_tokens, spec.max_output_tokens, dep.default_max_tokens);
   a.connection.max_response_bytes = settings.max_response_bytes;
-  a.connection.stream = spec.stream;
+  a.connection.stream = spec.stream || assemble;
   a.connection.affinity = channel->affinity();
   a.connection.budget = spec.budget;
   a.connection.attempt_index = c.attempt;
@@ -213,7 +220,14 @@ void request_state::start_attempt(const command& c) {
   req.method = "POST";
   req.target = up.url.path_prefix + spec.path;
   // The caller's bytes as they are when the deployment serves the model under the same name.
-  if (dep.upstream_model == spec.model) {
+  if (assemble) {
+    // Chat and completions report usage in a stream only when asked; the whole answer has it.
+    const bool with_usage = spec.where == surface::chat || spec.where == surface::completions;
+    req.body = ask_for_stream(dep.upstream_model == spec.model
+                                  ? std::string_view(spec.body)
+                                  : std::string_view(rewrite_model(spec.body, dep.upstream_model)),
+                              with_usage);
+  } else if (dep.upstream_model == spec.model) {
     req.body = spec.body;  // shared, not copied
   } else {
     req.body = rewrite_model(spec.body, dep.upstream_model);
@@ -221,7 +235,7 @@ void request_state::start_attempt(const command& c) {
   req.close_at = c.close_at;
   req.headers.reserve(8);  // the most pushed below: one allocation instead of four
   req.headers.push_back({"content-type", "application/json"});
-  if (spec.stream) req.headers.push_back({"accept", "text/event-stream"});
+  if (spec.stream || assemble) req.headers.push_back({"accept", "text/event-stream"});
   add_upstream_auth(req.headers, up, spec.anthropic_version, spec.anthropic_beta);
   req.headers.push_back({"x-request-id", spec.request_id});
   if (c.deadline_left) {

@@ -224,6 +224,15 @@ class body_facts : public json_members<body_facts, 21> {  // sizeof "max_complet
   bool in_string_ = false;
 };
 
+// A top-level member's key decoded (escapes and all), compared with `name`.
+bool key_is(std::string_view key_text, std::string_view name) {
+  if (key_text.size() == name.size() + 2 && key_text.substr(1, name.size()) == name) return true;
+  if (key_text.find('\\') == std::string_view::npos) return false;
+  boost::system::error_code ec;
+  auto decoded = boost::json::parse(key_text, ec);
+  return !ec && decoded.is_string() && decoded.as_string() == name;
+}
+
 }  // namespace
 
 std::variant<model_request_info, body_error> inspect_model_request(std::string_view body,
@@ -283,6 +292,28 @@ std::string rewrite_model(std::string_view body, std::string_view new_model) {
     out.append(replacement);
   }
   out.append(body.substr(spans.first.end));
+  return out;
+}
+
+std::string ask_for_stream(std::string_view body, bool with_usage) {
+  std::string out{with_usage ? R"({"stream":true,"stream_options":{"include_usage":true})"
+                             : R"({"stream":true)"};
+  out.reserve(body.size() + out.size() + 1);
+  scanner sc{body};
+  if (!sc.eat('{')) return std::string(body);
+  if (!sc.eat('}')) {
+    do {
+      auto key = sc.string_token();
+      if (!key || !sc.eat(':')) return std::string(body);
+      auto val = sc.value();
+      if (!val) return std::string(body);
+      const auto key_text = sc.text(*key);
+      if (key_is(key_text, "stream") || key_is(key_text, "stream_options")) continue;
+      out += ',';
+      out.append(body.substr(key->begin, val->end - key->begin));
+    } while (sc.eat(','));
+  }
+  out += '}';
   return out;
 }
 

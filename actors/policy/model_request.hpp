@@ -32,4 +32,10 @@ std::variant<model_request_info, body_error> inspect_model_request(std::string_v
 // the body.
 std::string rewrite_model(std::string_view body, std::string_view new_model);
 
+// The body that asks for a stream: every top-level `stream` and `stream_options` member dropped
+// and `"stream":true` put first, with `"stream_options":{"include_usage":true}` when
+// `with_usage` (OpenAI's chat and completions tell the usage in a stream only when asked).
+// The other members keep their bytes. Precondition: inspect_model_request accepted the body.
+std::string ask_for_stream(std::string_view body, bool with_usage);
+
 }  // namespace tether

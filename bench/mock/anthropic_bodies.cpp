@@ -105,7 +105,7 @@ std::string messages_stream_piece_events(const completion_context& ctx, std::uin
       named_event("message_delta",
                   {{"type", "message_delta"},
                    {"delta", json::object{{"stop_reason", "end_turn"}, {"stop_sequence", nullptr}}},
-                   {"usage", json::object{{"output_tokens", static_cast<std::int64_t>(count)}}}});
+                   {"usage", json::object{{"output_tokens", stream_output_tokens(count)}}}});
   out += named_event("message_stop", {{"type", "message_stop"}});
   return out;
 }

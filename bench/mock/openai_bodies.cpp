@@ -12,6 +12,8 @@ namespace {
 namespace json = boost::json;
 
 constexpr std::size_t embedding_dimensions = 8;
+// A whole answer counts this many output tokens.
+constexpr std::int64_t whole_output_tokens = 5;
 
 std::int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -52,8 +54,13 @@ std::string full_text(const completion_context& ctx) {
 }
 
 std::string piece_text(const completion_context& ctx, std::uint32_t index, std::uint32_t count) {
+  if (count == 1) return full_text(ctx);
   return "#" + std::to_string(ctx.request_id) + " piece " + std::to_string(index + 1) + "/" +
          std::to_string(count) + " ";
+}
+
+std::int64_t stream_output_tokens(std::uint32_t count) {
+  return count == 1 ? whole_output_tokens : static_cast<std::int64_t>(count);
 }
 
 std::int64_t prompt_tokens(const completion_context& ctx) {
@@ -92,7 +99,7 @@ json::object completion_object(const completion_context& ctx, std::string_view t
   choice["finish_reason"] = "stop";
   auto body = envelope(ctx, ctx.api == api_kind::chat ? "chat.completion" : "text_completion");
   body["choices"] = json::array{std::move(choice)};
-  body["usage"] = usage(prompt_tokens(ctx), 5);
+  body["usage"] = usage(prompt_tokens(ctx), whole_output_tokens);
   return body;
 }
 
@@ -133,18 +140,21 @@ json::object response_object(const completion_context& ctx, std::string_view sta
   const bool done = status == "completed";
   json::array output;
   if (done) output.push_back(output_message(ctx, "completed", json::array{output_text(text)}));
-  return {{"id", id_for(ctx)},
-          {"object", "response"},
-          {"created_at", unix_seconds()},
-          {"status", status},
-          {"error", nullptr},
-          {"incomplete_details", nullptr},
-          {"model", ctx.model},
-          {"output", std::move(output)},
-          {"parallel_tool_calls", true},
-          {"tool_choice", "auto"},
-          {"tools", json::array{}},
-          {"usage", done ? json::value(responses_usage(ctx, 5)) : json::value(nullptr)}};
+  json::object response{{"id", id_for(ctx)},
+                        {"object", "response"},
+                        {"created_at", unix_seconds()},
+                        {"status", status},
+                        {"error", nullptr},
+                        {"incomplete_details", nullptr},
+                        {"model", ctx.model},
+                        {"output", std::move(output)},
+                        {"parallel_tool_calls", true},
+                        {"tool_choice", "auto"},
+                        {"tools", json::array{}},
+                        {"usage", done ? json::value(responses_usage(ctx, whole_output_tokens))
+                                       : json::value(nullptr)}};
+  if (done) response["completed_at"] = unix_seconds();
+  return response;
 }
 
 }  // namespace
@@ -176,6 +186,13 @@ std::string stream_piece_events(const completion_context& ctx, std::uint32_t ind
   if (ctx.api != api_kind::responses) {
     std::string out("data: ");
     out.append(stream_chunk_body(ctx, index, count)).append("\n\n");
+    if (index + 1 == count && ctx.include_usage) {
+      auto last =
+          envelope(ctx, ctx.api == api_kind::chat ? "chat.completion.chunk" : "text_completion");
+      last["choices"] = json::array{};
+      last["usage"] = usage(prompt_tokens(ctx), stream_output_tokens(count));
+      out.append("data: ").append(json::serialize(last)).append("\n\n");
+    }
     return out;
   }
   // Four opening events, then one delta per piece, then four closing ones.
@@ -233,7 +250,7 @@ std::string stream_piece_events(const completion_context& ctx, std::uint32_t ind
                       {"output_index", 0},
                       {"item", output_message(ctx, "completed", json::array{output_text(text)})}});
   auto completed = response_object(ctx, "completed", text);
-  completed["usage"] = responses_usage(ctx, count);
+  completed["usage"] = responses_usage(ctx, stream_output_tokens(count));
   out += named_event("response.completed", {{"type", "response.completed"},
                                             {"sequence_number", seq(n + 3)},
                                             {"response", std::move(completed)}});
@@ -262,6 +279,7 @@ json::object stream_chunk_object(const completion_context& ctx, std::uint32_t in
     json::object delta;
     if (index == 0) delta["role"] = "assistant";
     delta["content"] = text;
+    if (index == 0) delta["refusal"] = nullptr;  // as OpenAI's first delta
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = text;

@@ -20,6 +20,9 @@ struct completion_context {
   std::uint64_t request_id = 0;
   std::string_view model;        // echoed as requested
   std::size_t prompt_bytes = 0;  // stands in for a token count (bytes / 4)
+  // Chat and completions streams: stream_options.include_usage asked for a last chunk with the
+  // usage and no choices, as OpenAI sends it.
+  bool include_usage = false;
 };
 
 std::string error_body(std::string_view message, std::string_view type, std::string_view code);
@@ -30,9 +33,12 @@ std::string error_body_for(const completion_context& ctx, unsigned status, std::
                            std::string_view type, std::string_view code);
 
 // What every API's bodies say, shared with anthropic_bodies.cpp: the whole text, the text of
-// streamed piece `index` of `count`, the prompt's token count, and one named SSE event.
+// streamed piece `index` of `count` (a one-piece stream, model `mock`'s, is the whole text, so
+// that its stream and its whole answer say the same), the output tokens of a stream of `count`
+// pieces (of the whole answer for one), the prompt's token count, and one named SSE event.
 std::string full_text(const completion_context& ctx);
 std::string piece_text(const completion_context& ctx, std::uint32_t index, std::uint32_t count);
+std::int64_t stream_output_tokens(std::uint32_t count);
 std::int64_t prompt_tokens(const completion_context& ctx);
 std::string named_event(std::string_view name, const boost::json::object& data);
 
@@ -52,12 +58,12 @@ std::string stream_chunk_body(const completion_context& ctx, std::uint32_t index
 
 // Streamed piece `index` of `count` as the SSE bytes to send ("event:"/"data:" lines and the
 // blank line ending each event). Chat and completions: one data-only event of
-// stream_chunk_body. Responses: the events the Responses API sends around the piece's
-// `response.output_text.delta` (the first piece opens with `response.created`,
-// `response.in_progress`, `response.output_item.added`, `response.content_part.added`; the last
-// closes with the matching `.done` events and `response.completed`), each with its
-// sequence_number. Messages (and count_tokens, streamed only by the hostile behaviours): the
-// Messages API's events (anthropic_bodies.hpp).
+// stream_chunk_body (the last piece followed by the usage chunk when include_usage). Responses: the
+// events the Responses API sends around the piece's `response.output_text.delta` (the first piece
+// opens with `response.created`, `response.in_progress`, `response.output_item.added`,
+// `response.content_part.added`; the last closes with the matching `.done` events and
+// `response.completed`), each with its sequence_number. Messages (and count_tokens, streamed only
+// by the hostile behaviours): the Messages API's events (anthropic_bodies.hpp).
 std::string stream_piece_events(const completion_context& ctx, std::uint32_t index,
                                 std::uint32_t count);
 

@@ -366,6 +366,11 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
     streaming_ = ctx_.api != api_kind::embedding && ctx_.api != api_kind::count_tokens &&
                  stream != nullptr && stream->is_bool() && stream->as_bool();
     stats_.set_model(*record_, model_, streaming_);
+    if (const auto* options = object->if_contains("stream_options");
+        options && options->is_object()) {
+      const auto* usage = options->as_object().if_contains("include_usage");
+      ctx_.include_usage = usage != nullptr && usage->is_bool() && usage->as_bool();
+    }
     ctx_.model = model_;
     ctx_.prompt_bytes = body.size();
     embedding_inputs_ = 1;

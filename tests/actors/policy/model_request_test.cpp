@@ -104,5 +104,21 @@ TEST(ModelRequestTest, RewriteFindsAnEscapedKey) {
   EXPECT_EQ(out, R"({"mod\u0065l":"up","n":1})");
 }
 
+// upstream_stream = "always": the caller's stream and stream_options members (however spelt,
+// wherever, repeated) give way to a stream request; every other member keeps its bytes, nested
+// ones of the same name included.
+TEST(ModelRequestTest, AskForStreamReplacesOnlyTheTopLevelStreamMembers) {
+  const std::string body =
+      R"({"model":"m", "stream" : false,"messages":[{"stream":false}],"stream_options":{"include_usage":false},"str\u0065am":null,"n":1})";
+  auto out = ask_for_stream(body, true);
+  EXPECT_EQ(
+      out,
+      R"({"stream":true,"stream_options":{"include_usage":true},"model":"m","messages":[{"stream":false}],"n":1})");
+  auto info = std::get<model_request_info>(inspect_model_request(out, 64));
+  EXPECT_TRUE(info.stream);
+  EXPECT_EQ(ask_for_stream(R"({"model":"m"})", false), R"({"stream":true,"model":"m"})");
+  EXPECT_EQ(ask_for_stream(R"({})", false), R"({"stream":true})");
+}
+
 }  // namespace
 }  // namespace tether
