@@ -21,8 +21,8 @@ TEST(OrphanWatchTest, AnExcessCountsOnlyAfterThreePollsInARowSawIt) {
 TEST(OrphanWatchTest, TheExcessShownIsTheLeastOfTheGracesPolls) {
   orphan_watch w;
   w.observe(2, 0);
-  w.observe(4, 0);  // a transient extra: a request of tether's that just ended, say
   w.observe(2, 0);
+  w.observe(4, 0);  // a transient extra: a request of tether's that just ended, say
   EXPECT_EQ(w.orphaned(), 2);
   w.observe(1, 0);
   EXPECT_EQ(w.orphaned(), 1);
