@@ -19,6 +19,7 @@
 #include "actors/budget_link_actor.hpp"
 #include "actors/budget_shard_actor.hpp"
 #include "actors/drain_actor.hpp"
+#include "actors/engine_metrics_actor.hpp"
 #include "actors/gateway.hpp"
 #include "actors/health_actor.hpp"
 #include "actors/messages.hpp"
@@ -276,8 +277,10 @@ struct core_actors {
                             rt.supervisors, rt.timers.get());
     // Last: it subscribes to the cluster's health news through rt.budget, the link on a member.
     rt.health_monitor = system.spawn(health_actor, shared);
+    rt.engine_monitor = system.spawn(engine_metrics_actor, shared);
     // They serve every io thread: each runs where it is woken (actors/scheduler.hpp says why).
-    for (const auto* a : {&local_budget, &rt.budget, &rt.drain, &rt.health_monitor}) {
+    for (const auto* a :
+         {&local_budget, &rt.budget, &rt.drain, &rt.health_monitor, &rt.engine_monitor}) {
       roam(system, *a);
     }
     return true;
@@ -313,7 +316,7 @@ struct core_actors {
   // the end of the shutdown, tells them. (Returning without this once hung the process, deaf to
   // SIGTERM, which the main thread blocks.) A shard ends with its budget.
   void stop(tether::gateway_runtime& rt) {
-    for (auto* a : {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor}) {
+    for (auto* a : {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor, &rt.engine_monitor}) {
       if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
       *a = nullptr;
     }

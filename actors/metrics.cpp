@@ -1,5 +1,6 @@
 #include "actors/metrics.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -115,6 +116,7 @@ void metrics::name_upstreams(std::vector<std::string> names) {
     retries_.push_back({0, 0});
     late_work_.push_back(0.0);
     ejections_.push_back({0, 0, 0});
+    engines_.emplace_back();
   }
 }
 
@@ -131,6 +133,35 @@ void metrics::watch_health(std::shared_ptr<const upstream_health> health) {
 void metrics::upstream_ejected(std::size_t upstream, ejection_reason why) {
   std::lock_guard lock{mutex_};
   if (upstream < ejections_.size()) ++ejections_[upstream][static_cast<std::size_t>(why)];
+}
+
+void metrics::engine_polled(std::size_t upstream, bool polled) {
+  std::lock_guard lock{mutex_};
+  if (upstream >= engines_.size()) return;
+  auto& e = engines_[upstream];
+  e.polled = polled;
+  if (!polled) e.known = false;
+}
+
+void metrics::engine_poll_done(std::size_t upstream, engine_poll_result result) {
+  std::lock_guard lock{mutex_};
+  if (upstream < engines_.size()) ++engines_[upstream].polls[static_cast<std::size_t>(result)];
+}
+
+void metrics::engine_counts_set(std::size_t upstream, std::int64_t running, std::int64_t queued,
+                                std::int64_t orphaned) {
+  std::lock_guard lock{mutex_};
+  if (upstream >= engines_.size()) return;
+  auto& e = engines_[upstream];
+  e.known = true;
+  e.running = running;
+  e.queued = queued;
+  e.orphaned = orphaned;
+}
+
+void metrics::engine_counts_unknown(std::size_t upstream) {
+  std::lock_guard lock{mutex_};
+  if (upstream < engines_.size()) engines_[upstream].known = false;
 }
 
 void metrics::config_reloaded(bool ok) {
@@ -236,6 +267,7 @@ std::string metrics::render() const {
   render_in_flight(out, sum);
   render_cluster(out);
   render_health_and_reloads(out);
+  render_engines(out);
   return out;
 }
 
@@ -365,6 +397,48 @@ void metrics::render_health_and_reloads(std::string& out) const {
       "tether_config_reloads_total{{result=\"ok\"}} {}\n"
       "tether_config_reloads_total{{result=\"error\"}} {}\n",
       reloads_[0], reloads_[1]);
+}
+
+// The engines' own account of their work, for the upstreams whose metrics are polled: nothing at
+// all when none is.
+void metrics::render_engines(std::string& out) const {
+  if (std::none_of(engines_.begin(), engines_.end(), [](const auto& e) { return e.polled; }))
+    return;
+  header(out, "tether_engine_metrics_polls_total", "counter",
+         "Polls of the engine's metrics_path: ok, failed (no 2xx answer within the connect "
+         "timeout) or unreadable (no sample of the running series, or a body over 4 MiB).");
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    const auto& e = engines_[i];
+    if (!e.polled) continue;
+    const auto up = escape_label(upstreams_[i]);
+    out += fmt::format(
+        "tether_engine_metrics_polls_total{{upstream=\"{0}\",result=\"ok\"}} {1}\n"
+        "tether_engine_metrics_polls_total{{upstream=\"{0}\",result=\"failed\"}} {2}\n"
+        "tether_engine_metrics_polls_total{{upstream=\"{0}\",result=\"unreadable\"}} {3}\n",
+        up, e.polls[0], e.polls[1], e.polls[2]);
+  }
+  header(out, "tether_engine_requests", "gauge",
+         "Requests the engine reports running or queued, as its last poll read them (absent while "
+         "unknown).");
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    const auto& e = engines_[i];
+    if (!e.polled || !e.known) continue;
+    const auto up = escape_label(upstreams_[i]);
+    out += fmt::format(
+        "tether_engine_requests{{upstream=\"{0}\",state=\"running\"}} {1}\n"
+        "tether_engine_requests{{upstream=\"{0}\",state=\"queued\"}} {2}\n",
+        up, e.running, e.queued);
+  }
+  if (!export_orphaned_.load()) return;
+  header(out, "tether_engine_orphaned_requests", "gauge",
+         "Requests the engine runs or queues beyond tether's live work on the upstream, held "
+         "through three polls in a row (absent while unknown).");
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    const auto& e = engines_[i];
+    if (!e.polled || !e.known) continue;
+    out += fmt::format("tether_engine_orphaned_requests{{upstream=\"{}\"}} {}\n",
+                       escape_label(upstreams_[i]), e.orphaned);
+  }
 }
 
 }  // namespace tether

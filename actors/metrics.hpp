@@ -90,6 +90,21 @@ class metrics {
   // The token weight the budget holds on the upstream (the host's: the whole cluster's).
   void upstream_tokens_set(std::size_t upstream, std::uint64_t n);
 
+  // The engines behind the upstreams, as their metrics polls read them
+  // (actors/engine_metrics_actor.cpp). An upstream's engine series are exported only while it is
+  // polled: one removed by a reload, or whose metrics_path went, has none.
+  enum class engine_poll_result : std::uint8_t { ok, failed, unreadable };
+  void engine_polled(std::size_t upstream, bool polled);
+  void engine_poll_done(std::size_t upstream, engine_poll_result result);
+  // What the last poll read; nullopt counts (a poll that read nothing) leave the engine's
+  // requests unknown, not exported, until a poll reads them again.
+  void engine_counts_set(std::size_t upstream, std::int64_t running, std::int64_t queued,
+                         std::int64_t orphaned);
+  void engine_counts_unknown(std::size_t upstream);
+  // Whether orphaned work is exported: not on a cluster member, whose own work is only part of
+  // what its engines run for the cluster.
+  void export_orphaned(bool on) { export_orphaned_.store(on); }
+
   std::int64_t requests_in_flight() const;
   std::int64_t upstream_work(std::size_t upstream) const;
   std::int64_t queue_depth() const {
@@ -121,6 +136,7 @@ class metrics {
   void render_in_flight(std::string& out, const tally& sum) const;
   void render_cluster(std::string& out) const;
   void render_health_and_reloads(std::string& out) const;
+  void render_engines(std::string& out) const;
 
   const std::uint64_t id_;                // which metrics a thread's binding is to (never reused)
   const std::unique_ptr<tally> unbound_;  // the threads that did not bind themselves
@@ -142,6 +158,16 @@ class metrics {
   std::vector<std::array<std::uint64_t, 3>> ejections_;  // per upstream, by ejection_reason
   std::shared_ptr<const upstream_health> health_;
   std::vector<bool> retired_;  // by index, as upstreams_: removed by a reload
+  struct engine_view {
+    bool polled = false;
+    bool known = false;  // the last poll read the engine's counts
+    std::int64_t running = 0;
+    std::int64_t queued = 0;
+    std::int64_t orphaned = 0;
+    std::array<std::uint64_t, 3> polls{};  // by engine_poll_result
+  };
+  std::vector<engine_view> engines_;  // by index, as upstreams_
+  std::atomic<bool> export_orphaned_{true};
 };
 
 }  // namespace tether

@@ -4,6 +4,7 @@
 
 #include "actors/access_log.hpp"
 #include "actors/budget_actor.hpp"
+#include "actors/engine_metrics_actor.hpp"
 #include "actors/health_actor.hpp"
 #include "actors/messages.hpp"
 #include "config/loader.hpp"
@@ -80,6 +81,7 @@ bool reloader::reload() {
   // A busy io thread takes it later, but takes it: the reload stands either way.
   if (!adopted) log_warn("config reload: an io thread had not taken the new config after 5 s");
   caf::anon_send(next->health_monitor, adopt_runtime_atom::value, next);
+  caf::anon_send(next->engine_monitor, adopt_runtime_atom::value, next);
   current_ = std::move(next);
   current_->stats->config_reloaded(true);
   log_info("config reloaded from " + file + ": " +

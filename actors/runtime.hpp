@@ -48,6 +48,7 @@ struct gateway_runtime {
   std::vector<caf::actor> supervisors;
   caf::actor drain;
   caf::actor health_monitor;  // health_actor: announcements, ejection ends, active checks
+  caf::actor engine_monitor;  // engine_metrics_actor: the engines' metrics polls
 };
 
 using runtime_ptr = std::shared_ptr<gateway_runtime>;

@@ -644,6 +644,14 @@ class loader {
     }
     if (auto ms = read_int(t, "release_grace_max_ms", p, 0, 60000))
       u.release_grace_max = millis(*ms);
+    // Polled, an "openai" engine's text would never be read: no series is known for it.
+    if (!u.metrics_path.empty() && u.engine == engine_kind::openai &&
+        u.metrics_running_series.empty()) {
+      error(p + ".metrics_path",
+            "engine \"openai\" names no series of running requests: set engine (\"llamacpp\", "
+            "\"vllm\", \"sglang\") or metrics_running_series",
+            *t.get("metrics_path"));
+    }
   }
 
   // A path that goes into a request line as written: "" or "/..." of visible ASCII (percent-

@@ -282,6 +282,13 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
       const auto status = stats_.health_check();
       return send_whole(status, status < 300 ? R"({"status":"ok"})" : R"({"status":"sick"})");
     }
+    // A model server's own metrics, under llama.cpp's names: the requests it is working on now,
+    // every client's (a gateway's and any other). Outside the observed traffic, as /health.
+    if (path == "/metrics" && method == http::verb::get) {
+      if (requests_on_connection_ == 1) stats_.connection_is_control(ticket_);
+      watch_.settle();  // a client that already left is no longer worked for
+      return send_whole(200, stats_.engine_metrics());
+    }
     if (path == "/_health" && method == http::verb::post) {
       if (requests_on_connection_ == 1) stats_.connection_is_control(ticket_);
       const auto status = query_number(query, "status");

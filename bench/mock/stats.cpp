@@ -135,6 +135,19 @@ void stats_registry::request_closed_by_client(request_record& record,
   if (record.generation == generation_) ++closed_by_client_;
 }
 
+std::string stats_registry::engine_metrics() const {
+  std::string out =
+      "# HELP llamacpp:requests_processing Number of requests processing.\n"
+      "# TYPE llamacpp:requests_processing gauge\n"
+      "llamacpp:requests_processing ";
+  out += std::to_string(active_);
+  out +=
+      "\n# HELP llamacpp:requests_deferred Number of requests deferred.\n"
+      "# TYPE llamacpp:requests_deferred gauge\n"
+      "llamacpp:requests_deferred 0\n";
+  return out;
+}
+
 std::uint64_t stats_registry::next_flaky_index(const std::string& model) {
   return flaky_counters_[model]++;
 }

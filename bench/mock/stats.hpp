@@ -77,6 +77,10 @@ class stats_registry {
   }
   void set_health_status(unsigned status) { health_status_ = status; }
 
+  // GET /metrics: the requests in progress as llama.cpp reports them (requests_processing; none
+  // deferred, since the mock queues nothing).
+  std::string engine_metrics() const;
+
   void reset();
   std::string to_json(std::optional<std::uint64_t> since) const;
 

@@ -72,5 +72,35 @@ TEST(MetricsTest, EachThreadsTallyIsSummedAtTheScrape) {
   EXPECT_EQ(line_of(text, "tether_requests_in_flight"), "tether_requests_in_flight 3");
 }
 
+// An upstream's engine series exist only while it is polled, its requests only while known, and
+// orphaned work not at all on a cluster member.
+TEST(MetricsTest, EngineSeriesFollowThePollAndWhatItRead) {
+  metrics m({"a", "b"});
+  const std::string running = R"(tether_engine_requests{upstream="a",state="running"})";
+  const std::string orphaned = R"(tether_engine_orphaned_requests{upstream="a"})";
+  const std::string failed = R"(tether_engine_metrics_polls_total{upstream="a",result="failed"})";
+  EXPECT_EQ(m.render().find("tether_engine_"), std::string::npos) << "nothing polled";
+  m.engine_polled(0, true);
+  m.engine_poll_done(0, metrics::engine_poll_result::failed);
+  auto text = m.render();
+  EXPECT_EQ(line_of(text, failed), failed + " 1");
+  EXPECT_EQ(line_of(text, running), "") << "unknown until a poll read it";
+  EXPECT_EQ(text.find(R"(tether_engine_metrics_polls_total{upstream="b")"), std::string::npos);
+  m.engine_counts_set(0, 3, 1, 2);
+  text = m.render();
+  EXPECT_EQ(line_of(text, running), running + " 3");
+  EXPECT_EQ(line_of(text, R"(tether_engine_requests{upstream="a",state="queued"})"),
+            R"(tether_engine_requests{upstream="a",state="queued"} 1)");
+  EXPECT_EQ(line_of(text, orphaned), orphaned + " 2");
+  m.export_orphaned(false);
+  EXPECT_EQ(line_of(m.render(), orphaned), "") << "not on a cluster member";
+  EXPECT_EQ(line_of(m.render(), running), running + " 3");
+  m.engine_counts_unknown(0);
+  EXPECT_EQ(line_of(m.render(), running), "");
+  m.engine_counts_set(0, 3, 1, 2);
+  m.engine_polled(0, false);
+  EXPECT_EQ(m.render().find("tether_engine_"), std::string::npos) << "no longer polled: gone";
+}
+
 }  // namespace
 }  // namespace tether

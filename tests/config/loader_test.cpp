@@ -1024,6 +1024,8 @@ TEST(LoaderTest, BadEngineKeysAreNamed) {
   expect_error(u + "release_grace_max_ms = 60001\n",
                "upstreams[1].release_grace_max_ms: must be between 0 and 60000, got 60001");
   expect_error(minimal + "engine = \"llamacpp\"\n", "models[0].engine: unknown key");
+  expect_error(u + "metrics_path = \"/metrics\"\n",
+               "upstreams[1].metrics_path: engine \"openai\" names no series of running requests");
 }
 }  // namespace
 }  // namespace tether::config
