@@ -8,6 +8,8 @@
 // socket closed.
 #include "actors/attempt_actor.hpp"
 
+#include <boost/json.hpp>
+
 #include "tests/actors/tree_kit.hpp"
 
 namespace tether {
@@ -98,6 +100,81 @@ TEST_F(AttemptActorTest, TheEventsOfOneReadReachTheCallerAsOneChunkAndEachIsRead
             std::string::npos)
       << text;
   EXPECT_EQ(slots_held(), 0u);
+}
+
+// upstream_stream = "always" on upstream "a": a caller who did not ask for a stream.
+config::gateway_config always_streamed() {
+  auto cfg = timed(4);
+  cfg.upstreams[0].upstream_stream = config::upstream_stream_mode::always;
+  return cfg;
+}
+
+class AttemptActorAssemblyTest : public tree_test {
+ protected:
+  AttemptActorAssemblyTest() : tree_test(always_streamed()) {}
+};
+
+// The upstream is asked for a stream; its events are assembled, nothing reaches the caller
+// before the stream's end, and then one whole JSON answer does (with the usage counted), while
+// the stream idle timeout keeps bounding the gaps between events.
+TEST_F(AttemptActorAssemblyTest, ANonStreamingCallerGetsOneWholeAnswerAssembledFromTheStream) {
+  auto req = spawn_request("m", 10s);
+  auto& ex = upstream(0).exchanges.at(0);
+  EXPECT_TRUE(ex.request.body.view().starts_with(
+      R"({"stream":true,"stream_options":{"include_usage":true},)"))
+      << ex.request.body.view();
+  ex.start_stream(R"(data: {"id":"c","choices":[{"index":0,"delta":{"content":"he"}}]})"
+                  "\n\n");
+  run();
+  advance(90ms);
+  ex.events->on_body(
+      R"(data: {"id":"c","choices":[{"index":0,"delta":{"content":"llo"},"finish_reason":"stop"}]})"
+      "\n\n"
+      R"(data: {"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7}})"
+      "\n\n");
+  run();
+  advance(90ms);
+  EXPECT_TRUE(channel_->calls.empty()) << "the caller saw part of a stream";
+  ex.events->on_body("data: [DONE]\n\n");
+  ex.events->on_end();
+  ex.close();
+  run();
+  EXPECT_FALSE(ex.ex->cancelled);
+  ASSERT_EQ(channel_->calls, std::vector<std::string>{"full 200"});
+  EXPECT_EQ(boost::json::parse(channel_->last_body),
+            boost::json::parse(R"({"id":"c","object":"chat.completion","choices":[{"index":0,
+              "message":{"content":"hello"},"finish_reason":"stop"}],
+              "usage":{"prompt_tokens":5,"completion_tokens":7}})"));
+  const auto* type = net::find_header(channel_->last_headers, "content-type");
+  ASSERT_NE(type, nullptr);
+  EXPECT_EQ(*type, "application/json");
+  const auto text = rt_->stats->render();
+  EXPECT_NE(text.find("tether_tokens_total{key=\"\",upstream=\"a\",kind=\"completion\"} 7"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(slots_held(), 0u);
+}
+
+// An engine that goes quiet mid-answer: the stream idle timeout closes its socket, and since
+// nothing was committed to the caller the attempt fails over (here to the fallback).
+TEST_F(AttemptActorAssemblyTest, AnAssembledAnswerThatGoesQuietIsCutByTheIdleTimeout) {
+  auto req = spawn_request("m", 10s);
+  auto& ex = upstream(0).exchanges.at(0);
+  ex.start_stream(R"(data: {"id":"c","choices":[{"index":0,"delta":{"content":"he"}}]})"
+                  "\n\n");
+  run();
+  advance(99ms);
+  EXPECT_FALSE(ex.ex->cancelled);
+  advance(1ms);
+  EXPECT_TRUE(ex.ex->cancelled) << "the idle timeout did not bound the assembled stream";
+  ex.close();
+  run();
+  ASSERT_EQ(upstream(1).exchanges.size(), 1u);
+  upstream(1).exchanges[0].respond(200, R"({"from":"b"})");
+  upstream(1).exchanges[0].close();
+  run();
+  EXPECT_EQ(channel_->calls, std::vector<std::string>{"full 200"});
+  EXPECT_EQ(channel_->last_body, R"({"from":"b"})");
 }
 
 class AttemptActorQueuedTest : public tree_test {

@@ -270,6 +270,10 @@ constexpr int aborted_max_tokens = 80;
 // stopped, on the engine's clock, against the moment B left (carried to the engine's clock by
 // A's events: each arrives here just after the engine logged its decode).
 abort_measure measure_abort(llama_engine& engine, gateway_process& gw, const std::string& model) {
+  // The tasks of earlier measurements are not this one's.
+  int earlier_tasks = -1;
+  for (const auto& [task, steps] : decodes_by_task(engine_log(engine.process())))
+    earlier_tasks = std::max(earlier_tasks, task);
   std::mutex mutex;
   std::vector<test_clock::time_point> a_events;  // A's data events as they arrived
   std::atomic<bool> stop_a{false};
@@ -305,7 +309,14 @@ abort_measure measure_abort(llama_engine& engine, gateway_process& gw, const std
     }
     std::this_thread::sleep_for(10ms);  // A's events come from its own thread: polled, bounded
   }
-  const auto a_task = decodes_by_task(engine_log(engine.process())).begin()->first;
+  int a_task = -1;
+  for (const auto& [task, steps] : decodes_by_task(engine_log(engine.process()))) {
+    if (task > earlier_tasks) {
+      a_task = task;
+      break;
+    }
+  }
+  EXPECT_GE(a_task, 0) << "A's task is not in the engine's log";
 
   stream_options o;
   o.timeout = 120s;
