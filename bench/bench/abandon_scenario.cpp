@@ -90,10 +90,11 @@ plan draw_plan(std::mt19937_64& rng) {
   } else if (x < c) {
     p.kind = leave_kind::deadline_stream;
     p.stream = true;
-    p.leave_after_ms = std::uniform_real_distribution<double>(200, 600)(rng);
+    // Whole ms: x-request-deadline-ms is an integer, and the caller's view must be tether's.
+    p.leave_after_ms = std::round(std::uniform_real_distribution<double>(200, 600)(rng));
   } else if (x < d) {
     p.kind = leave_kind::deadline_nonstream;
-    p.leave_after_ms = std::uniform_real_distribution<double>(200, 600)(rng);
+    p.leave_after_ms = std::round(std::uniform_real_distribution<double>(200, 600)(rng));
   } else {
     p.stream = u(rng) < 0.5;
   }
