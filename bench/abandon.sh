@@ -18,7 +18,9 @@
 # Placement (2 cores): the engine on CPU 1; nginx, tether and tether-bench on CPU 0.
 # Environment: BUILD_DIR (default build/), ABANDON_ENGINE_PORT / ABANDON_NGINX_PORT /
 # ABANDON_TETHER_PORT (18115..18117), ABANDON_MODEL (the model file; made if missing),
-# SKIP_BUILD=1, BENCH_LOG_DIR=dir (keep the logs, the engine's included), BENCH_STAMP.
+# SKIP_BUILD=1, BENCH_LOG_DIR=dir (keep the logs, the engine's included), BENCH_STAMP,
+# ABANDON_UPSTREAM_KEYS="key = value" lines added to tether's upstream (e.g.
+# 'metrics_path = "/metrics"' to compare the engine features' settings).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
@@ -151,6 +153,7 @@ name = "engine"
 base_url = "http://127.0.0.1:$engine_port"
 engine = "llamacpp"
 max_in_flight = 2
+${ABANDON_UPSTREAM_KEYS:-}
 
 [[models]]
 name = "abandon"
