@@ -16,6 +16,9 @@
 # Scenario 10 (issue #27) streams through the three main targets; the mock's pid is passed so the
 # bench can tell its own load generation falling behind from a proxy's. Scenario 11 (issue #27)
 # starts a second nginx (a worker per CPU) and a second tether, both unpinned.
+# Scenario 12, abandon (issue #60), runs against a real engine instead of the mock and only when
+# asked for: `bash bench/run.sh --scenarios 12` (or `bash bench/run.sh abandon`) hands over to
+# bench/abandon.sh (≈ 4 min; results bench/results/<date>-abandon.{md,json}).
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
 # the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share
@@ -30,6 +33,20 @@
 # default: today's date).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Scenario 12 needs an engine, not the mock: its own script starts what it needs.
+args=("$@")
+for i in "${!args[@]}"; do
+  if [ "${args[$i]}" = abandon ] || { [ "${args[$i]}" = --scenarios ] && [ "${args[$((i + 1))]:-}" = 12 ]; }; then
+    rest=()
+    for j in "${!args[@]}"; do
+      if [ "$j" != "$i" ] && { [ "${args[$i]}" = abandon ] || [ "$j" != "$((i + 1))" ]; }; then
+        rest+=("${args[$j]}")
+      fi
+    done
+    exec bash "$here/bench/abandon.sh" "${rest[@]}"
+  fi
+done
 build="${BUILD_DIR:-$here/build}"
 jobs="${JOBS:-2}"
 mock_port="${MOCK_PORT:-18100}"

@@ -32,6 +32,7 @@ struct target {
 
 struct bench_options {
   bool quick = false;
+  // Scenario 12 (abandon) runs only when asked for: it needs a real engine (bench/abandon.sh).
   std::vector<int> scenarios{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   unsigned budget_cap = 8;
   // A tether node that takes its slots from another node's budget (scenario 7); not a target of
@@ -55,6 +56,8 @@ struct bench_options {
   // The mock's process (--mock HOST:PORT@PID), for its CPU: scenario 10 tells a load generator
   // that could not keep up from a proxy that could not.
   std::optional<int> mock_pid;
+  // Scenario 12: the engine's `-v --log-timestamps` log (the direct target is the engine).
+  std::string engine_log;
   steady::time_point hard_deadline;  // no phase starts after this
 };
 

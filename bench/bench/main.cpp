@@ -16,6 +16,9 @@
 //                [--budget-listen HOST:PORT | --budget-host HOST:PORT [--lease-idle-ms N]]
 //                [--replicas healthy|dead|ejecting [--dead-upstream HOST:PORT]]
 //                [--token-node tokens|slots]
+//   tether-bench --scenarios 12 --engine-log FILE --target direct=ENGINE --target nginx=…
+//                --target tether=… --out-dir DIR --stamp NAME   (scenario 12, abandon: a real
+//                 engine; bench/abandon.sh starts it; --mock is not needed)
 //   tether-bench --render DIR/NAME.json      (rewrites NAME.md and NAME.svg from the JSON)
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -51,6 +54,7 @@ constexpr const char* usage =
     "                     --replicas-ejecting HOST:PORT[@PID]]\n"
     "                    [--tokens-node HOST:PORT[@PID] --slots-node HOST:PORT[@PID]]\n"
     "                    [--every-cpu-nginx HOST:PORT@PID --every-cpu-tether HOST:PORT@PID]\n"
+    "                    [--engine-log FILE]   (scenario 12; then --mock is optional)\n"
     "       tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]\n"
     "                    [--budget-listen HOST:PORT | --budget-host HOST:PORT "
     "[--lease-idle-ms N]]\n"
@@ -284,6 +288,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       dead_upstream = value;
+    } else if (arg == "--engine-log") {
+      options.engine_log = value;
     } else if (arg == "--placement") {
       placement = value;
     } else {
@@ -313,7 +319,9 @@ int main(int argc, char** argv) {
                                cluster.empty() ? cluster : cluster + lease_idle);
     return 0;
   }
-  if (!mock || targets.empty() || out_dir.empty() || stamp.empty()) {
+  // Scenario 12 alone talks to an engine, not to the mock.
+  const bool engine_only = options.scenarios == std::vector<int>{12};
+  if ((!mock && !engine_only) || targets.empty() || out_dir.empty() || stamp.empty()) {
     std::cerr << usage;
     return 2;
   }
@@ -321,7 +329,7 @@ int main(int argc, char** argv) {
   const auto started = steady::now();
   options.hard_deadline =
       started + std::chrono::milliseconds(static_cast<long>(time_limit_s * 1000));
-  bench_context ctx(targets, *mock, options);
+  bench_context ctx(targets, mock.value_or(tcp::endpoint{}), options);
 
   json::object machine;
   utsname uts{};
@@ -371,6 +379,7 @@ int main(int argc, char** argv) {
   run(9, "token_budget", [&] { return run_token_budget(ctx); });
   run(10, "streaming_throughput", [&] { return run_streaming_throughput(ctx); });
   run(11, "every_cpu", [&] { return run_every_cpu(ctx); });
+  run(12, "abandon", [&] { return run_abandon(ctx); });
   // Last: it grows every proxy's memory for good.
   run(6, "memory", [&] { return run_memory(ctx, idle_kib); });
 

@@ -563,6 +563,56 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
       }
     }
   }
+  if (scenarios.contains("abandon") &&
+      at_path(root, {"scenarios", "abandon", "targets"}) != nullptr) {
+    auto cfg = [&](std::string_view k, int d = 0) {
+      return num(root, {"scenarios", "abandon", "config", k}, d);
+    };
+    md << "\n## 12. Abandon — callers leaving a real engine (llama-server, 2 slots)\n\n"
+       << "Closed loop of " << cfg("callers")
+       << " callers per target, `max_tokens` "
+          "24–55, "
+       << cfg("rounds") << " round(s) of " << cfg("phase_ms")
+       << " ms per target. Of the requests, 10% leave a stream after 3–20 events, 10% leave a "
+          "non-stream request 150–500 ms after sending, 10% have a deadline of 200–600 ms "
+          "(half streams; through tether `x-request-deadline-ms`, elsewhere the caller's own "
+          "timeout). Figures from the engine's own log (`-v --log-timestamps`); its clock is "
+          "mapped to the bench's within ±"
+       << num(root, {"scenarios", "abandon", "clock", "uncertainty_ms"}, 3)
+       << " ms. Times in ms; steps: the engine's median decode step on that target. A caller "
+          "who left before the engine ran the request (held in tether's queue, or deferred in "
+          "the engine and cancelled there) has no time to idle; tokens for nobody count every "
+          "request.\n\n"
+       << "| target | requests | answered | failed | left (of them before the engine ran them) "
+          "| left → engine idle p50 / p99 / max | "
+          "p50 / p99 in steps | engine noticed the leave | tokens for nobody / 1,000 requests "
+          "| queued inside the engine p50 / p99 / max (deferred) | decode step p50 | answered "
+          "p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const char* t : target_names) {
+      if (at_path(root, {"scenarios", "abandon", "targets", t}) == nullptr) continue;
+      auto v = [&](std::string_view a, std::string_view b = "", int d = 0) {
+        return b.empty() ? num(root, {"scenarios", "abandon", "targets", t, a}, d)
+                         : num(root, {"scenarios", "abandon", "targets", t, a, b}, d);
+      };
+      const auto* never =
+          at_path(root, {"scenarios", "abandon", "targets", t, "never_reached_engine"});
+      const auto* queued =
+          at_path(root, {"scenarios", "abandon", "targets", t, "left_while_queued_in_engine"});
+      const auto before = (never != nullptr ? never->to_number<double>() : 0) +
+                          (queued != nullptr ? queued->to_number<double>() : 0);
+      md << "| " << t << " | " << v("requests") << " | " << v("answered") << " | " << v("failed")
+         << " | " << v("left") << " (" << fmt::format("{:.0f}", before) << ") | "
+         << v("leave_to_engine_idle_ms", "p50") << " / " << v("leave_to_engine_idle_ms", "p99")
+         << " / " << v("leave_to_engine_idle_ms", "max") << " | "
+         << v("leave_to_engine_idle_p50_steps", "", 1) << " / "
+         << v("leave_to_engine_idle_p99_steps", "", 1) << " | " << v("engine_noticed_cancel")
+         << " | " << v("tokens_for_nobody_per_1000_requests", "", 0) << " | "
+         << v("queued_in_engine_ms", "p50") << " / " << v("queued_in_engine_ms", "p99") << " / "
+         << v("queued_in_engine_ms", "max") << " (" << v("deferred_in_engine") << ") | "
+         << v("decode_step_ms", "p50", 1) << " | " << v("answered_latency_ms", "p50") << " / "
+         << v("answered_latency_ms", "p99") << " |\n";
+    }
+  }
   return md.str();
 }
 

@@ -36,6 +36,10 @@ boost::json::object run_streaming_throughput(bench_context& ctx);
 // Closed loops through nginx with a worker per CPU and an unpinned tether, beside the pinned pair
 // (issue #27): throughput, CPU per request and the busiest thread's share of each process's CPU.
 boost::json::object run_every_cpu(bench_context& ctx);
+// Callers against a real engine (llama-server; options().engine_log is its log), a share of them
+// leaving mid-generation or at a deadline (issue #60): how long the engine's work outlives them,
+// judged from the engine's own log.
+boost::json::object run_abandon(bench_context& ctx);
 // idle_kib: each proxy's RSS before the bench sent it anything.
 boost::json::object run_memory(bench_context& ctx, const std::map<std::string, double>& idle_kib);
 

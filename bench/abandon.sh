@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Scenario 12, "abandon" (issue #60): callers against a real engine, a share of them leaving
+# mid-generation or hitting a deadline, direct to the engine / through nginx / through tether in
+# one interleaved run, judged from the engine's own log. bench/run.sh runs it for
+# `--scenarios 12` (or `abandon`); it can also be run alone:
+#
+#   bash bench/abandon.sh            ≈ 4 min after the builds: bench/results/<date>-abandon.{md,json}
+#                                    (the previous run's abandon files there are removed)
+#   bash bench/abandon.sh --quick    ≈ 1.5 min, written under /tmp
+#
+# The engine is llama.cpp's llama-server, built from the source snapshot in TETHER_ENGINES_DIR
+# (default ../shared/engines beside the repository) into TETHER_ENGINE_CACHE (default
+# ${XDG_CACHE_HOME:-$HOME/.cache}/tether/engines; ≈ 6 min cold, then reused), serving a
+# random-weights model made here once (8 layers, 1024 wide: a few ms per token) with 2 slots and
+# one thread, `-v --log-timestamps` into its log. nginx (bench/nginx.conf.template) and tether
+# (`engine = "llamacpp"`, `max_in_flight = 2`) stand in front of it.
+#
+# Placement (2 cores): the engine on CPU 1; nginx, tether and tether-bench on CPU 0.
+# Environment: BUILD_DIR (default build/), ABANDON_ENGINE_PORT / ABANDON_NGINX_PORT /
+# ABANDON_TETHER_PORT (18115..18117), ABANDON_MODEL (the model file; made if missing),
+# SKIP_BUILD=1, BENCH_LOG_DIR=dir (keep the logs, the engine's included), BENCH_STAMP,
+# ABANDON_UPSTREAM_KEYS="key = value" lines added to tether's upstream (e.g.
+# 'metrics_path = "/metrics"' to compare the engine features' settings).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$here/build}"
+engine_port="${ABANDON_ENGINE_PORT:-18115}"
+nginx_port="${ABANDON_NGINX_PORT:-18116}"
+tether_port="${ABANDON_TETHER_PORT:-18117}"
+engines_dir="${TETHER_ENGINES_DIR:-$here/../shared/engines}"
+engine_cache="${TETHER_ENGINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/engines}"
+model="${ABANDON_MODEL:-$build/engine-models/abandon-8x1024-seed1.gguf}"
+
+quick=0
+bench_args=()
+for arg in "$@"; do
+  if [ "$arg" = "--quick" ]; then quick=1; else bench_args+=("$arg"); fi
+done
+if [ "$quick" = 1 ]; then
+  out_dir="${TMPDIR:-/tmp}/tether-bench-quick"
+  stamp="$(date -u +%Y-%m-%d)-abandon-quick"
+  bench_args+=(--quick)
+else
+  out_dir="$here/bench/results"
+  stamp="${BENCH_STAMP:-$(date -u +%Y-%m-%d)}-abandon"
+fi
+mkdir -p "$out_dir"
+
+log() { echo "bench abandon: $*" >&2; }
+
+# ---- what it needs -------------------------------------------------------------------------
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  log "installing nginx"
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
+fi
+nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
+if ! /usr/bin/python3 -c 'import numpy, yaml' 2>/dev/null; then
+  log "installing python3-numpy python3-yaml (the model maker's)"
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-numpy \
+    python3-yaml >/dev/null
+fi
+
+[ -f "$engines_dir/build-llama-server.sh" ] || {
+  log "no engine source at $engines_dir (set TETHER_ENGINES_DIR)"
+  exit 1
+}
+log "llama-server (cached in $engine_cache/llama; ≈ 6 min when cold)"
+engine_bin="$(bash "$engines_dir/build-llama-server.sh" "$engine_cache/llama" | tail -1)"
+[ -x "$engine_bin" ] || { log "no llama-server: $engine_bin"; exit 1; }
+if [ ! -s "$model" ]; then
+  log "making the model $model"
+  mkdir -p "$(dirname "$model")"
+  PYTHONPATH="$engine_cache/llama/src/gguf-py" /usr/bin/python3 "$engines_dir/make_model.py" \
+    "$model.tmp" --n-layer 8 --n-embd 1024 --seed 1 >/dev/null
+  mv "$model.tmp" "$model"
+fi
+
+export CCACHE_BASEDIR="$here" CCACHE_NOHASHDIR=1
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  fi
+  log "building (cmake --build $build)"
+  cmake --build "$build" -j"${JOBS:-2}" --target tether tether-bench >/dev/null
+fi
+
+if [ "$(nproc)" -ge 2 ]; then
+  engine_cpus=(taskset -c 1)
+  proxy_cpus=(taskset -c 0)
+  placement="Pinned with taskset: llama-server (-t 1) on CPU 1; nginx (1 worker), tether and tether-bench on CPU 0."
+else
+  engine_cpus=()
+  proxy_cpus=()
+  placement="One CPU: no pinning; every process shares it."
+fi
+
+# ---- processes, always cleaned up ----------------------------------------------------------
+work="$(mktemp -d "${TMPDIR:-/tmp}/tether-abandon.XXXXXX")"
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ -n "${BENCH_LOG_DIR:-}" ]; then mkdir -p "$BENCH_LOG_DIR" && cp "$work"/*.log "$BENCH_LOG_DIR"/ 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for p in "$engine_port" "$nginx_port" "$tether_port"; do
+  port_free "$p" || { log "port $p is in use (set ABANDON_*_PORT)"; exit 1; }
+done
+
+# Waits (bounded: 100 × 0.1 s, or as many tries as given) until `curl URL` answers 200.
+wait_ready() {
+  for _ in $(seq "${2:-100}"); do
+    curl -sf -o /dev/null --max-time 1 "$1" && return 0
+    sleep 0.1
+  done
+  log "not ready: $1"
+  return 1
+}
+
+engine_log="$work/engine.log"
+"${engine_cpus[@]}" "$engine_bin" -m "$model" --host 127.0.0.1 --port "$engine_port" -t 1 -tb 1 \
+  -np 2 -c 4096 --no-kv-unified --slots --metrics -v --log-timestamps --log-prefix \
+  --log-colors off >"$engine_log" 2>&1 &
+engine_pid=$!
+pids+=("$engine_pid")
+wait_ready "http://127.0.0.1:$engine_port/health" 600
+
+mkdir -p "$work/nginx-tmp"
+sed -e "s|@WORKDIR@|$work|g" -e "s|@MOCK_PORT@|$engine_port|g" -e "s|@NGINX_PORT@|$nginx_port|g" \
+  "$here/bench/nginx.conf.template" >"$work/nginx.conf"
+"${proxy_cpus[@]}" "$nginx_bin" -p "$work" -c "$work/nginx.conf" >"$work/nginx.out" 2>&1 &
+nginx_pid=$!
+pids+=("$nginx_pid")
+wait_ready "http://127.0.0.1:$nginx_port/health"
+
+# One model on the engine's 2 slots: tether admits 2 requests at a time to it.
+cat >"$work/tether.toml" <<EOF
+[server]
+listen = "127.0.0.1:$tether_port"
+
+[[upstreams]]
+name = "engine"
+base_url = "http://127.0.0.1:$engine_port"
+engine = "llamacpp"
+max_in_flight = 2
+${ABANDON_UPSTREAM_KEYS:-}
+
+[[models]]
+name = "abandon"
+upstream = "engine"
+
+[telemetry]
+log_format = "json"
+log_level = "info"
+EOF
+"${proxy_cpus[@]}" "$build/actors/tether" --config "$work/tether.toml" >"$work/tether.log" 2>&1 &
+tether_pid=$!
+pids+=("$tether_pid")
+wait_ready "http://127.0.0.1:$tether_port/healthz"
+
+rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!bench/results' 2>/dev/null)" ]; then
+  rev="$rev + uncommitted changes"
+fi
+placement="$placement Source: $rev; nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||'); llama-server from $(cat "$engine_cache/llama/.snapshot" 2>/dev/null || echo "an unknown snapshot")."
+if [ "$quick" = 0 ]; then
+  # Only the latest run's abandon files are kept.
+  rm -f "$out_dir"/*-abandon.json "$out_dir"/*-abandon.md "$out_dir"/*-abandon.svg
+fi
+log "engine :$engine_port (pid $engine_pid), nginx :$nginx_port, tether :$tether_port"
+status=0
+started=$(date +%s)
+"${proxy_cpus[@]}" timeout --kill-after=10 600 "$build/bench/tether-bench" --scenarios 12 \
+  --engine-log "$engine_log" \
+  --target "direct=127.0.0.1:$engine_port@$engine_pid" \
+  --target "nginx=127.0.0.1:$nginx_port@$nginx_pid" \
+  --target "tether=127.0.0.1:$tether_port@$tether_pid" \
+  --time-limit-s 540 --placement "$placement" \
+  --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
+rm -f "$out_dir/$stamp.svg"  # the latency chart is the other scenarios'
+for pid in "$engine_pid" "$nginx_pid" "$tether_pid"; do
+  kill -0 "$pid" 2>/dev/null || { log "a process died during the run (pid $pid)"; status=1; }
+done
+log "results: $out_dir/$stamp.md (load $(($(date +%s) - started)) s; exit $status: 0 all targets met, 3 some missed)"
+exit "$status"
