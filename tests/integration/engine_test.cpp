@@ -74,13 +74,11 @@ class EngineTest : public ::testing::Test {
   // The first task the engine launched at or after event `from` (an index into its events)
   // whose id is not in `except`; bounded.
   std::optional<int> launched_task(std::size_t from, const std::set<int>& except = {}) {
-    std::size_t index = 0;
     auto e = engine().wait_for(
         [&](const engine_event& ev) {
-          return index++ >= from && ev.kind == engine_event_kind::launched &&
-                 except.count(ev.task) == 0;
+          return ev.kind == engine_event_kind::launched && except.count(ev.task) == 0;
         },
-        20s);
+        20s, from);
     if (!e) return std::nullopt;
     return e->task;
   }
@@ -271,54 +269,87 @@ TEST_F(EngineTest, NonStreamDrainCutTheEngineStops) {
 
 // ---- concurrency with aborts --------------------------------------------------------------
 
-// max_in_flight = 2 in front of a 2-slot engine, callers three times as many, a share of them
-// leaving mid-generation (streamed and not): the engine must never hold more of tether's requests
-// (decoding, plus deferred for want of a slot) than the 2 tether admitted. Sampled from the
-// engine's log at every moment its count can grow (a task launched or deferred); every task in
-// this engine is tether's.
+// A chat request whose prompt is `words` words long: each caller of the concurrency case has a
+// length of its own, so that it finds its request's task in the engine's log ("new prompt, ...
+// task.n_tokens = N").
+std::string chat_request_of(int words, bool stream, int max_tokens) {
+  std::string content;
+  for (int i = 0; i < words; ++i) content += "sea ";
+  return R"({"model":"tiny","stream":)" + std::string(stream ? "true" : "false") +
+         R"(,"max_tokens":)" + std::to_string(max_tokens) +
+         R"(,"messages":[{"role":"user","content":")" + content + R"("}]})";
+}
+
+// max_in_flight = 2 in front of a 2-slot engine, three times as many callers, half of their
+// requests left mid-generation (streamed and not) once the engine has decoded a few tokens of
+// them: the engine must never hold more of tether's requests (decoding, plus deferred for want
+// of a slot) than the 2 tether admitted. Sampled from the engine's log at every moment its count
+// can grow (a task launched or deferred); every task of this engine is tether's.
 TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) {
   constexpr int max_in_flight = 2;
   constexpr int callers = 6;
   constexpr int rounds = 4;
+  constexpr int max_tokens = 40;
+  // Each caller's prompt length in the engine's tokens, asked of the engine itself (its usage).
+  std::vector<int> prompt_tokens;
+  for (int c = 0; c < callers; ++c) {
+    auto r = request("POST", engine().port(), "/v1/chat/completions",
+                     chat_request_of(4 + 3 * c, false, 1), {}, 30s);
+    ASSERT_EQ(r.status, 200) << r.body;
+    prompt_tokens.push_back(
+        static_cast<int>(r.json().at("usage").at("prompt_tokens").to_number<double>()));
+  }
+  ASSERT_EQ(std::set<int>(prompt_tokens.begin(), prompt_tokens.end()).size(),
+            static_cast<std::size_t>(callers))
+      << "each caller needs a prompt length of its own";
+  const auto workload_from = engine().events().size();
+
   gateway_process gw{
       engine_config(engine(), "deadline_ms = 60000\nmax_retries = 0", max_in_flight)};
   std::atomic<int> left{0};
   std::atomic<int> answered{0};
-  std::atomic<int> failed{0};
+  std::atomic<int> off_plan{0};
   std::vector<std::thread> threads;
   for (int c = 0; c < callers; ++c) {
     threads.emplace_back([&, c] {
       for (int r = 0; r < rounds; ++r) {
-        const int kind = (c + r) % 4;  // 0: stream leaves, 1: whole leaves, 2/3: stay
+        const int kind = (c + r) % 4;  // 0: a stream leaves, 1: a whole answer leaves, 2/3 stay
         const bool stream = kind == 0 || kind == 2;
         try {
-          leaving_client caller(gw.port(), "/v1/chat/completions", chat_request(stream, 80));
-          if (kind == 0) {
-            // Mid-generation: some tokens have reached the caller.
-            if (caller.wait_events(5, 30s)) {
-              caller.leave();
-              ++left;
-            } else {
-              ++failed;
-            }
-          } else if (kind == 1) {
-            // Mid-generation: the head has not come (it comes with the whole answer); the
-            // request has waited its turn and decoded a few tokens by now.
-            if (!caller.wait_end(250ms)) {
-              caller.leave();
-              ++left;
-            } else {
-              ++failed;  // answered or refused before it could leave: the workload is off
-            }
-          } else {
-            if (caller.wait_end(30s) && caller.status() == 200) {
+          const auto from = engine().events().size();
+          leaving_client caller(gw.port(), "/v1/chat/completions",
+                                chat_request_of(4 + 3 * c, stream, max_tokens));
+          if (kind >= 2) {
+            if (caller.wait_end(60s) && caller.status() == 200) {
               ++answered;
             } else {
-              ++failed;
+              ++off_plan;
             }
+            continue;
+          }
+          // This caller's task: the first after `from` to start on a prompt of its length (no
+          // other caller's is as long). Left once the engine has decoded 5 of its tokens.
+          auto prompt = engine().wait_for(
+              [&](const engine_event& e) {
+                return e.kind == engine_event_kind::prompt && e.n_prompt == prompt_tokens[c];
+              },
+              60s, from);
+          const bool mid = prompt && engine()
+                                         .wait_for(
+                                             [&](const engine_event& e) {
+                                               return e.kind == engine_event_kind::token &&
+                                                      e.task == prompt->task && e.n_decoded >= 5;
+                                             },
+                                             30s, from)
+                                         .has_value();
+          if (mid && !caller.complete()) {
+            caller.leave();
+            ++left;
+          } else {
+            ++off_plan;
           }
         } catch (const http_error&) {
-          ++failed;
+          ++off_plan;
         }
       }
     });
@@ -327,28 +358,32 @@ TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) 
   ASSERT_EQ(await_access_lines(gw, callers * rounds, 30s),
             static_cast<std::size_t>(callers * rounds));
 
-  const auto events = engine().events();
+  const auto events = engine().events_from(workload_from);
   const auto tasks = engine_tasks(events);
   int samples = 0;
   int over = 0;
   int most = 0;
+  double over_first_ms = -1;
   for (const auto& e : events) {
     if (e.kind != engine_event_kind::launched && e.kind != engine_event_kind::deferred) continue;
     const int held = tasks_held_at(tasks, e.at_ms);
     ++samples;
     most = std::max(most, held);
-    if (held > max_in_flight) ++over;
+    if (held > max_in_flight) {
+      if (over == 0) over_first_ms = e.at_ms;
+      ++over;
+    }
   }
   std::printf(
       "[engine] concurrency with aborts: %d callers x %d rounds, %d left mid-generation, %d "
       "answered, %d off-plan; %zu tasks in the engine; %d samples, %d over max_in_flight = %d "
-      "(most held at once: %d)\n",
-      callers, rounds, left.load(), answered.load(), failed.load(), tasks.size(), samples, over,
-      max_in_flight, most);
-  EXPECT_EQ(failed.load(), 0) << "callers that neither left mid-generation nor got their answer";
-  EXPECT_GE(left.load(), callers * rounds / 3) << "the workload must have callers leaving";
-  EXPECT_GT(samples, 0);
-  EXPECT_EQ(over, 0) << "the engine held more of tether's requests than max_in_flight, " << over
+      "(most held at once: %d, first over at engine time %.1f ms)\n",
+      callers, rounds, left.load(), answered.load(), off_plan.load(), tasks.size(), samples, over,
+      max_in_flight, most, over_first_ms);
+  EXPECT_EQ(off_plan.load(), 0) << "callers that neither left mid-generation nor got an answer";
+  EXPECT_EQ(left.load(), callers * rounds / 2);
+  EXPECT_EQ(tasks.size(), static_cast<std::size_t>(callers * rounds));
+  EXPECT_EQ(over, 0) << "the engine held more of tether's requests than max_in_flight in " << over
                      << " of " << samples << " samples (most: " << most << ")";
 }
 
@@ -366,7 +401,7 @@ TEST_F(EngineTest, HandOverOnTheEnginesConnectionCloseCostsNo502) {
   int not_ok = 0;
   for (int i = 0; i < pairs; ++i) {
     for (const bool stream : {true, false}) {
-      auto r = conn.request("POST", "/v1/chat/completions", chat_request(stream, 2), {}, 20s);
+      auto r = conn.request("POST", "/v1/chat/completions", chat_request(stream, 1), {}, 20s);
       ++statuses[r.status];
       if (r.status != 200) {
         ++not_ok;

@@ -323,6 +323,10 @@ void llama_engine::tie_clocks() {
 }
 
 std::vector<engine_event> llama_engine::events() const {
+  return events_from(0);
+}
+
+std::vector<engine_event> llama_engine::events_from(std::size_t from) const {
   std::lock_guard lock(read_mutex_);
   std::ifstream in(process_->output_path(), std::ios::binary);
   in.seekg(static_cast<std::streamoff>(read_offset_));
@@ -332,17 +336,20 @@ std::vector<engine_event> llama_engine::events() const {
     read_offset_ += line.size() + 1;
     if (auto e = parse_engine_log_line(line)) parsed_.push_back(std::move(*e));
   }
-  return parsed_;
+  if (from >= parsed_.size()) return {};
+  return {parsed_.begin() + static_cast<std::ptrdiff_t>(from), parsed_.end()};
 }
 
 std::optional<engine_event> llama_engine::wait_for(
-    const std::function<bool(const engine_event&)>& pred, std::chrono::milliseconds timeout) const {
+    const std::function<bool(const engine_event&)>& pred, std::chrono::milliseconds timeout,
+    std::size_t from) const {
   const auto until = std::chrono::steady_clock::now() + timeout;
-  std::size_t seen = 0;
+  std::size_t seen = from;
   while (true) {
-    const auto all = events();
-    for (; seen < all.size(); ++seen)
-      if (pred(all[seen])) return all[seen];
+    const auto fresh = events_from(seen);
+    for (const auto& e : fresh)
+      if (pred(e)) return e;
+    seen += fresh.size();
     if (std::chrono::steady_clock::now() >= until) return std::nullopt;
     // The log is a file another process writes: no event to await but its growth. Not tighter:
     // the reading shares the two cores with the engine whose steps the tests measure.

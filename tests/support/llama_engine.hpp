@@ -103,15 +103,19 @@ class llama_engine {
   // The log so far, parsed (read on from where the last call stopped: the log grows by a line
   // per token, and the tests read it while the engine decodes).
   std::vector<engine_event> events() const;
+  // Those from index `from` on (the tests' waits read only what is new).
+  std::vector<engine_event> events_from(std::size_t from) const;
   // A log time as epoch ms (system clock, as harness.hpp's epoch_ms), and back.
   double to_epoch_ms(double log_ms) const { return log_ms + offset_ms_; }
   double to_log_ms(double epoch) const { return epoch - offset_ms_; }
   // How far the tie between the clocks may be off, in ms (the round trip of its best probe).
   double clock_error_ms() const { return clock_error_ms_; }
 
-  // Waits (bounded) until the log shows an event that `pred` accepts; returns the first.
+  // Waits (bounded) until the log shows an event at index `from` or later that `pred` accepts;
+  // returns the first.
   std::optional<engine_event> wait_for(const std::function<bool(const engine_event&)>& pred,
-                                       std::chrono::milliseconds timeout) const;
+                                       std::chrono::milliseconds timeout,
+                                       std::size_t from = 0) const;
 
  private:
   void tie_clocks();
