@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -309,6 +310,13 @@ TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) 
   std::atomic<int> left{0};
   std::atomic<int> answered{0};
   std::atomic<int> off_plan{0};
+  std::mutex notes_mutex;
+  std::string notes;  // what each off-plan caller saw
+  auto note = [&](int c, int r, const std::string& what) {
+    ++off_plan;
+    std::lock_guard lock(notes_mutex);
+    notes += "\n  caller " + std::to_string(c) + " round " + std::to_string(r) + ": " + what;
+  };
   std::vector<std::thread> threads;
   for (int c = 0; c < callers; ++c) {
     threads.emplace_back([&, c] {
@@ -323,7 +331,7 @@ TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) 
             if (caller.wait_end(60s) && caller.status() == 200) {
               ++answered;
             } else {
-              ++off_plan;
+              note(c, r, "status " + std::to_string(caller.status()) + " " + caller.body());
             }
             continue;
           }
@@ -346,10 +354,12 @@ TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) 
             caller.leave();
             ++left;
           } else {
-            ++off_plan;
+            note(c, r,
+                 "not left mid-generation (task seen: " + std::string(prompt ? "yes" : "no") +
+                     ", status " + std::to_string(caller.status()) + " " + caller.body() + ")");
           }
-        } catch (const http_error&) {
-          ++off_plan;
+        } catch (const http_error& e) {
+          note(c, r, e.what());
         }
       }
     });
@@ -380,7 +390,8 @@ TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) 
       "(most held at once: %d, first over at engine time %.1f ms)\n",
       callers, rounds, left.load(), answered.load(), off_plan.load(), tasks.size(), samples, over,
       max_in_flight, most, over_first_ms);
-  EXPECT_EQ(off_plan.load(), 0) << "callers that neither left mid-generation nor got an answer";
+  EXPECT_EQ(off_plan.load(), 0) << "callers that neither left mid-generation nor got an answer:"
+                                << notes;
   EXPECT_EQ(left.load(), callers * rounds / 2);
   EXPECT_EQ(tasks.size(), static_cast<std::size_t>(callers * rounds));
   EXPECT_EQ(over, 0) << "the engine held more of tether's requests than max_in_flight in " << over
