@@ -8,6 +8,7 @@ want_fuzz=0
 want_package=0
 want_tidy=0
 want_bench=0
+want_engine=0
 for arg in "$@"; do
   case "$arg" in
     --e2e) want_e2e=1 ;;
@@ -15,6 +16,7 @@ for arg in "$@"; do
     --package) want_package=1 ;;
     --tidy) want_tidy=1 ;;
     --bench) want_bench=1 ;;
+    --engine) want_engine=1 ;;
   esac
 done
 
@@ -40,6 +42,11 @@ fi
 # bench/run.sh's baseline: the mock behind nginx, the cost a proxy in front of it adds.
 if [ "$want_bench" = 1 ]; then
   packages+=(nginx-light)
+fi
+# The engine tests' llama-server (scripts/engine.sh builds it with cmake and g++, above) and
+# the model it makes with llama.cpp's gguf-py, under Debian's /usr/bin/python3.
+if [ "$want_engine" = 1 ]; then
+  packages+=(python3-numpy python3-yaml)
 fi
 if [ "$want_e2e" = 1 ] && ! command -v npm >/dev/null 2>&1; then
   packages+=(nodejs npm)

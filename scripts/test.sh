@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what is missing, checks formatting, then
-#  1. builds (ccache) and runs every test — unit, integration, the openai-SDK end-to-end suite;
+#  1. builds (ccache) and runs every test — unit, integration, the openai-SDK end-to-end suite,
+#     the engine tests against llama.cpp's llama-server (scripts/engine.sh: built once, cached);
 #  2. packages the binaries of step 1 as a .deb and checks it (scripts/check-package.sh),
 #     checks the alerting rules and the dashboard in docs/ (scripts/check-monitoring.sh),
 #     runs clang-tidy's small set over the project's sources (scripts/tidy.sh), and builds
@@ -17,18 +18,32 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 quick="${TETHER_QUICK:-0}"
 if [ "$quick" = 1 ]; then
-  bash "$here/scripts/install-deps.sh" --e2e
+  bash "$here/scripts/install-deps.sh" --e2e --engine
 else
-  bash "$here/scripts/install-deps.sh" --e2e --fuzz --package --tidy --bench
+  bash "$here/scripts/install-deps.sh" --e2e --engine --fuzz --package --tidy --bench
 fi
 bash "$here/scripts/format-check.sh"
+
+# The real engine of tests/integration/engine_test.cpp: llama-server, built once into a cache
+# outside the clone (about 6 minutes cold, seconds after), and its model, made into the build
+# folder. Required: with TETHER_REQUIRE_ENGINE=1 an engine test that finds no engine fails
+# instead of skipping.
+started=$SECONDS
+mkdir -p "$here/build"
+# An assignment, not `eval "$(…)"`: a failed build must stop the run here (set -e sees the
+# status of an assignment's command substitution, not of one inside eval's argument).
+engine_env="$(bash "$here/scripts/engine.sh" "$here/build/engine")"
+eval "$engine_env"
+export TETHER_LLAMA_SERVER TETHER_ENGINE_MODEL TETHER_REQUIRE_ENGINE=1
+echo "test.sh: engine ready ($((SECONDS - started)) s)"
 
 started=$SECONDS
 bash "$here/scripts/build.sh" "$here/build" -DTETHER_REQUIRE_E2E=ON
 # A suite that is not registered would pass by not running: each required one must be listed,
 # the e2e suite and the corpus replay of every fuzz target in tests/fuzz (one per *_fuzz.cpp, so
 # a new target is required as soon as it exists). And a test without a time limit of its own
-# would have none but ctest's default: each has one (tests/CMakeLists.txt decides them all).
+# would have none but ctest's default: each has one (tests/CMakeLists.txt decides them all). The
+# engine tests too (their cases, by their suite's name).
 require_suites() {
   local listed suites=(e2e_openai_sdk) targets=("$here"/tests/fuzz/*_fuzz.cpp) target
   [ -e "${targets[0]}" ] || { echo "test.sh: no fuzz targets in tests/fuzz" >&2; exit 1; }
@@ -42,6 +57,10 @@ require_suites() {
       exit 1
     fi
   done
+  if ! grep -qE "^ *Test +#[0-9]+: EngineTest\." <<<"$listed"; then
+    echo "test.sh: $1 does not register the engine tests (EngineTest.*); refusing to pass without them" >&2
+    exit 1
+  fi
   if ! (cd "$1" && ctest --show-only=json-v1) | python3 -c '
 import json, sys
 tests = json.load(sys.stdin)["tests"]
