@@ -6,6 +6,7 @@
 // engine = "openai" the slot goes back at the close, as always.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdio>
 #include <future>
 #include <string>
@@ -21,10 +22,11 @@ constexpr double step_ms = 100;  // the mock's event gap (mock-stream-40x100)
 
 // One upstream of one slot, with the engine and grace bound given; the stream's model "slow"
 // and an immediate one, "fast".
-std::string one_slot_config(const mock_server& mock, const std::string& engine, int grace_max_ms) {
-  auto cfg =
-      gateway_config(mock, "deadline_ms = 30000\nmax_retries = 0",
-                     model_entry("slow", "mock-stream-40x100") + model_entry("fast", "mock"));
+std::string one_slot_config(const mock_server& mock, const std::string& engine, int grace_max_ms,
+                            const std::string& server_keys = "") {
+  auto cfg = gateway_config(mock, "deadline_ms = 30000\nmax_retries = 0",
+                            model_entry("slow", "mock-stream-40x100") + model_entry("fast", "mock"),
+                            "", server_keys);
   const std::string from = "max_in_flight = 64";
   cfg.replace(cfg.find(from), from.size(),
               "max_in_flight = 1\nengine = \"" + engine +
@@ -105,6 +107,47 @@ TEST(ReleaseGraceTest, WithEngineOpenaiTheSlotGoesBackAtTheClose) {
   const auto o = cut_stream_then_next(mock, gw);
   EXPECT_LE(o.released_after_close_ms, 20);
   EXPECT_LT(o.next_after_close_ms, step_ms * 0.8);
+}
+
+// The drain's cut is a cancellation like the others: the slot is held for the grace, and the
+// drain (and the process) ends when the grace does, not later.
+TEST(ReleaseGraceTest, TheDrainEndsWhenTheGraceDoesNotLater) {
+  mock_server mock;
+  gateway_process gw(one_slot_config(mock, "llamacpp", 500, "drain_timeout_ms = 0"));
+  stream_options cut;
+  cut.timeout = 10s;
+  auto a = std::async(std::launch::async, [&] {
+    return stream_request("POST", gw.port(), "/v1/chat/completions", chat_body("slow", true),
+                          {{"x-request-id", "drained"}}, cut);
+  });
+  // Several events, so the step is observed; then the drain, which cuts the stream at once
+  // (drain_timeout_ms = 0).
+  mock.wait_for_stats([](const boost::json::object& s) {
+    auto e = entries_of(s, "drained");
+    return e.size() == 1 && num(e[0].at("chunks_sent")) >= 6;
+  });
+  gw.process().send_signal(SIGTERM);
+  EXPECT_EQ(gw.process().wait_exit(5s), std::optional<int>(0));
+  const double exited = epoch_ms_now();
+  a.get();
+  auto line = access_line(gw, "drained", 1s);
+  ASSERT_TRUE(line);
+  const auto& attempts = line->at("attempts").as_array();
+  ASSERT_EQ(attempts.size(), 1u);
+  const double grace = num(attempts[0].at("engine_released_ms")) - num(line->at("work_ended_ms"));
+  EXPECT_GE(grace, 2 * step_ms * 0.8);
+  EXPECT_LE(grace, 2 * step_ms * 1.3);
+  const auto stats = mock.wait_for_stats([](const auto& s) {
+    auto e = entries_of(s, "drained");
+    return e.size() == 1 && !e[0].at("closed_ms").is_null();
+  });
+  const auto e = entries_of(stats, "drained");
+  ASSERT_EQ(e.size(), 1u);
+  ASSERT_FALSE(e[0].at("closed_ms").is_null());
+  // The process was gone within the grace after the close, plus its own shutdown.
+  std::printf("drain: slot back %.1f ms after the close; the process gone %.1f ms after it\n",
+              grace, exited - num(e[0].at("closed_ms")));
+  EXPECT_LE(exited - num(e[0].at("closed_ms")), grace + 400);
 }
 
 }  // namespace
