@@ -227,6 +227,7 @@ std::string_view format_access_line_into(std::string& out, const access_record& 
         .ms("start_ms", a.start_ms)
         .ms("head_ms", a.head_ms)
         .ms("end_ms", a.end_ms)
+        .ms("engine_released_ms", a.engine_released_ms)
         .end_object();
   }
   l.end_array();

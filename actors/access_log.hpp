@@ -21,6 +21,8 @@ struct attempt_record {
   double start_ms = 0;
   std::optional<double> head_ms;  // the upstream's response head arrived; nullopt: it never did
   std::optional<double> end_ms;
+  // The budget slot went back: the connection's close, or a cut attempt's release grace later.
+  std::optional<double> engine_released_ms;
 };
 
 // Written at once by write_access_log: the strings and attempts are the caller's, viewed, not

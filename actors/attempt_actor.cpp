@@ -9,7 +9,9 @@
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
 #include "actors/one_way.hpp"
+#include "actors/policy/decode_step.hpp"
 #include "actors/policy/idle_watch.hpp"
+#include "actors/policy/release_grace.hpp"
 #include "actors/policy/retry_policy.hpp"
 #include "actors/policy/slot_refusal.hpp"
 #include "actors/policy/stream_assembly.hpp"
@@ -52,8 +54,12 @@ struct attempt_state {
   std::optional<actor_timers> timers;
   caf::actor request;
   caf::actor connection;
+  // The upstream's decode step, fed from the stream's token events; null for engine = "openai".
+  std::shared_ptr<decode_step> step;
+  std::optional<std::chrono::nanoseconds> last_token;  // when the previous token event came
 
   void finish();
+  void observe_steps(const net::sse_events& events);
   void fail(attempt_end kind, std::string message);
   void arm_attempt_timer();
   void arm_idle();
@@ -111,8 +117,20 @@ void attempt_state::on_idle_timer() {
   fail(attempt_end::timeout, "stream idle timeout");
 }
 
+// A decode step is the gap between two reads that brought token events, shared among them; the
+// gap before the first is the prefill (actors/policy/decode_step.hpp).
+void attempt_state::observe_steps(const net::sse_events& events) {
+  std::size_t tokens = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) tokens += is_token_event(events[i]) ? 1 : 0;
+  if (tokens == 0) return;
+  const auto now = timer_service->now();
+  if (last_token) step->observe(now - *last_token, tokens);
+  last_token = now;
+}
+
 void attempt_state::relay_events(net::sse_events events) {
   if (events.empty()) return;
+  if (step) observe_steps(events);
   if (!committed) {
     committed = true;
     self->send(request, attempt_head_atom::value, status, headers);
@@ -254,6 +272,8 @@ class attempt_actor final : public caf::stateful_actor<attempt_state> {
     state.assemble_on = spec.assemble;
     state.max_response_bytes = spec.connection.max_response_bytes;
     state.request = std::move(request);
+    if (connection_.upstream < rt_->decode_steps.size())
+      state.step = rt_->decode_steps[connection_.upstream];
     // The per-try clock starts at the grant, so the connection tells of it when there is one.
     connection_.tell_grant = spec.timeout.count() > 0;
   }
@@ -333,10 +353,11 @@ class connection_actor final : public caf::event_based_actor {
         one_way([this](grant_atom, std::int32_t refusal, const std::string& reason) {
           budget_answered(static_cast<slot_refusal>(refusal), reason);
         }),
-        one_way([this](up_closed_atom, std::int64_t closed_ns, std::int64_t head_ns) {
+        one_way([this](up_closed_atom, std::int64_t closed_ns, std::int64_t head_ns, bool cut) {
           head_ns_ = head_ns;
-          finish(closed_ns);
+          finish(closed_ns, cut);
         }),
+        one_way([this](grace_over_atom) { quit(); }),
     };
   }
 
@@ -344,6 +365,8 @@ class connection_actor final : public caf::event_based_actor {
   // destruction): a socket still open is closed, and the handles this actor holds go now, not
   // when the last handle on it does (the exchange's events hold one until net's last call).
   void on_exit() override {
+    timers_.reset();
+    lingering_hold_ = nullptr;
     if (exchange_ && !closed_) exchange_->cancel();
     exchange_.reset();
     attempt_ = nullptr;
@@ -354,7 +377,8 @@ class connection_actor final : public caf::event_based_actor {
   void ask_for_slot();
   void budget_answered(slot_refusal refusal, const std::string& reason);
   void cancel();
-  void finish(std::int64_t at_ns);
+  void finish(std::int64_t at_ns, bool cut = false);
+  std::chrono::nanoseconds grace_after(bool cut) const;
   void report_end();
 
   runtime_ptr rt_;
@@ -370,6 +394,12 @@ class connection_actor final : public caf::event_based_actor {
   std::int64_t asked_ns_ = 0;
   std::int64_t queue_wait_ns_ = 0;  // asked → the budget's answer, or → the end if none came
   std::int64_t head_ns_ = 0;        // when the response's head arrived; 0: it never did
+  std::optional<actor_timers> timers_;  // the release grace's, when a cut attempt has one
+  bool lingered_ = false;               // the slot was held past the close for a release grace
+  // While it lingers nothing else holds this actor (the relay let go at the close, the timer
+  // holds only its address): without this handle it would be collected, and its slot freed, at
+  // once. Dropped when it quits.
+  caf::actor lingering_hold_;
 };
 
 void connection_actor::ask_for_slot() {
@@ -414,21 +444,41 @@ void connection_actor::cancel() {
 }
 
 // The socket's end is this actor's end: the exit frees the budget slot (the budget's monitor)
-// and reports the work's end to the request (report_end).
-void connection_actor::finish(std::int64_t at_ns) {
+// and reports the work's end to the request (report_end). A cut attempt whose engine may still
+// be decoding it lingers for its release grace first, holding the slot, so that the budget counts
+// the engine's work and the next request is not let in to wait inside the engine.
+void connection_actor::finish(std::int64_t at_ns, bool cut) {
   if (closed_) return;
   closed_ = true;
   // Ended while still queued (the tree was cancelled): the whole wait was queue wait.
   if (!answered_) queue_wait_ns_ = at_ns - asked_ns_;
   closed_ns_ = at_ns;
+  if (const auto grace = grace_after(cut); grace.count() > 0) {
+    lingered_ = true;
+    lingering_hold_ = caf::actor_cast<caf::actor>(this);
+    timers_.emplace(rt_->timers.get(), address());
+    timers_->after(grace, grace_over_atom::value);
+    return;
+  }
   quit();
+}
+
+std::chrono::nanoseconds connection_actor::grace_after(bool cut) const {
+  if (!cut || spec_.upstream >= rt_->cfg.upstreams.size()) return std::chrono::nanoseconds{0};
+  const auto& upstream = rt_->cfg.upstreams[spec_.upstream];
+  const auto* step = decode_step_of(*rt_, spec_.upstream);
+  // The relay's "cut" says both that the request went out and that tether cut the exchange.
+  return release_grace({upstream.engine != config::engine_kind::openai, granted_, cut, cut},
+                       step != nullptr ? step->current() : std::nullopt,
+                       upstream.release_grace_max);
 }
 
 void connection_actor::report_end() {
   const auto ended_ns = closed_ns_.value_or(now_ns());
   if (!answered_) queue_wait_ns_ = ended_ns - asked_ns_;
   caf::anon_send(request_, work_ended_atom::value, static_cast<std::uint64_t>(spec_.upstream),
-                 spec_.attempt_index, ended_ns, granted_, queue_wait_ns_, head_ns_);
+                 spec_.attempt_index, ended_ns, granted_, queue_wait_ns_, head_ns_,
+                 lingered_ ? now_ns() : ended_ns);
   request_ = nullptr;
 }
 

@@ -46,8 +46,9 @@ using up_body_atom = caf::atom_constant<caf::atom("body")>;
 using up_end_atom = caf::atom_constant<caf::atom("end")>;
 using up_whole_atom = caf::atom_constant<caf::atom("whole")>;
 using up_fail_atom = caf::atom_constant<caf::atom("failure")>;
-// (up_closed, closed_ns, head_ns): the socket is closed; head_ns is when the response's head
-// arrived, 0 if none did
+// (up_closed, closed_ns, head_ns, cut): the socket is closed; head_ns is when the response's head
+// arrived, 0 if none did; cut: tether closed it after the request went out and before the answer's
+// end, so the engine may still be working on it
 using up_closed_atom = caf::atom_constant<caf::atom("closed")>;
 // (up_fail, kind, message): kind is a net::upstream_failure, or one of these.
 constexpr std::int32_t up_fail_overloaded = -1;     // the budget refused a slot: no room
@@ -56,8 +57,12 @@ constexpr std::int32_t up_fail_shutting_down = -3;  // the budget refused a slot
 constexpr std::int32_t up_fail_too_heavy = -4;      // the budget refused a slot: over the token cap
 
 // upstream connection actor → request actor, as it exits: the socket is gone, the slot is about
-// to be freed (work_ended, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns, head_ns)
+// to be freed (work_ended, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns, head_ns,
+// released_ns): released_ns is when the slot goes back, later than closed_ns by a cut attempt's
+// release grace (actors/policy/release_grace.hpp)
 using work_ended_atom = caf::atom_constant<caf::atom("work_ended")>;
+// upstream connection actor → itself: a cut attempt's release grace is over, the slot goes back
+using grace_over_atom = caf::atom_constant<caf::atom("grace_over")>;
 // upstream connection actor → attempt actor: the slot is granted, the per-try clock starts
 using granted_atom = caf::atom_constant<caf::atom("granted")>;
 

@@ -28,7 +28,9 @@ void relay_events::attach(const std::shared_ptr<net::upstream_exchange>& exchang
 }
 
 // Nothing downstream needs it yet; not sending it saves two messages per request.
-void relay_events::on_connected(bool) {}
+void relay_events::on_connected(bool) {
+  connected_ = true;
+}
 
 void relay_events::on_head(int status, net::header_list headers) {
   head_ns_ = now_ns();
@@ -66,6 +68,7 @@ void relay_events::on_body(std::string bytes) {
 }
 
 void relay_events::on_end() {
+  answer_over_ = true;
   if (refused_) return;
   if (holding_) {
     holding_ = false;
@@ -76,6 +79,7 @@ void relay_events::on_end() {
 }
 
 void relay_events::on_failure(net::upstream_failure kind, std::string message) {
+  answer_over_ = true;
   if (refused_) return;
   // A held head is dropped with the response: the attempt treats a failure alike either way.
   caf::anon_send(attempt_, up_fail_atom::value, static_cast<std::int32_t>(kind),
@@ -84,7 +88,7 @@ void relay_events::on_failure(net::upstream_failure kind, std::string message) {
 
 void relay_events::on_closed() {
   attempt_ = nullptr;
-  caf::anon_send(owner_, up_closed_atom::value, now_ns(), head_ns_);
+  caf::anon_send(owner_, up_closed_atom::value, now_ns(), head_ns_, connected_ && !answer_over_);
   owner_ = nullptr;
 }
 

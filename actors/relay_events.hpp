@@ -61,6 +61,11 @@ class relay_events final : public net::upstream_events {
   int status_ = 0;
   // When the head arrived (now_ns), 0 if none did: passed on with the close, for the access line.
   std::int64_t head_ns_ = 0;
+  // Passed on with the close as "cut": the request went out (the connection was made) and the
+  // exchange closed before the answer's end and without the upstream's failure, so the engine
+  // may still be working on it (actors/policy/release_grace.hpp).
+  bool connected_ = false;
+  bool answer_over_ = false;
   net::header_list headers_;
   std::string body_;
   // shared with attach(), called from the connection actor

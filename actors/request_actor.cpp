@@ -117,7 +117,8 @@ struct request_state {
   std::int64_t decided_at(stop_reason why, std::int64_t now) const;
   void caller_gone(std::int64_t left_ns);
   void work_ended(std::uint64_t upstream, std::uint32_t attempt_index, std::int64_t closed_ns,
-                  bool held_slot, std::int64_t connection_queue_wait_ns, std::int64_t head_ns);
+                  bool held_slot, std::int64_t connection_queue_wait_ns, std::int64_t head_ns,
+                  std::int64_t released_ns);
 
   // Carries out what the lifecycle said, in order.
   void run(const request_lifecycle::commands& commands, const held_response* held = nullptr);
@@ -518,10 +519,13 @@ void request_state::caller_gone(std::int64_t left_ns) {
 // that outlived the answer are counted here.
 void request_state::work_ended(std::uint64_t upstream, std::uint32_t attempt_index,
                                std::int64_t closed_ns, bool held_slot,
-                               std::int64_t connection_queue_wait_ns, std::int64_t head_ns) {
+                               std::int64_t connection_queue_wait_ns, std::int64_t head_ns,
+                               std::int64_t released_ns) {
   if (attempt_index < attempt_work.size()) attempt_work[attempt_index].held_slot = held_slot;
   if (head_ns != 0 && attempt_index < attempts.size())
     attempts[attempt_index].head_ms = ms_since_arrival(head_ns);
+  if (attempt_index < attempts.size())
+    attempts[attempt_index].engine_released_ms = ms_since_arrival(released_ns);
   queue_wait_ns += connection_queue_wait_ns;
   last_work_end_ns = std::max(last_work_end_ns.value_or(0), closed_ns);
   trace->event("work_ended", closed_ns);
@@ -603,8 +607,9 @@ class request_actor final : public caf::stateful_actor<request_state> {
         one_way([st](client_gone_atom, std::int64_t left_ns) { st->caller_gone(left_ns); }),
         one_way([st](work_ended_atom, std::uint64_t upstream, std::uint32_t attempt_index,
                      std::int64_t closed_ns, bool held_slot, std::int64_t queue_wait_ns,
-                     std::int64_t head_ns) {
-          st->work_ended(upstream, attempt_index, closed_ns, held_slot, queue_wait_ns, head_ns);
+                     std::int64_t head_ns, std::int64_t released_ns) {
+          st->work_ended(upstream, attempt_index, closed_ns, held_slot, queue_wait_ns, head_ns,
+                         released_ns);
         }),
         one_way([st](finish_atom) { st->finish(); }),
     };

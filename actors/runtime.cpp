@@ -23,6 +23,22 @@ std::vector<std::string> names_of(const config::gateway_config& cfg) {
   return names;
 }
 
+// One decode step per upstream that names an engine; `running`'s where it had one for the index.
+std::vector<std::shared_ptr<decode_step>> decode_steps_for(const config::gateway_config& cfg,
+                                                           const gateway_runtime* running) {
+  std::vector<std::shared_ptr<decode_step>> steps;
+  for (std::size_t i = 0; i < cfg.upstreams.size(); ++i) {
+    if (cfg.upstreams[i].engine == config::engine_kind::openai) {
+      steps.emplace_back();
+    } else if (running != nullptr && i < running->decode_steps.size() && running->decode_steps[i]) {
+      steps.push_back(running->decode_steps[i]);
+    } else {
+      steps.push_back(std::make_shared<decode_step>());
+    }
+  }
+  return steps;
+}
+
 }  // namespace
 
 runtime_ptr build_runtime(config::gateway_config cfg, const net::io_group& io) {
@@ -30,6 +46,7 @@ runtime_ptr build_runtime(config::gateway_config cfg, const net::io_group& io) {
   rt->cfg = std::move(cfg);
   rt->routes = std::make_unique<router>(rt->cfg);
   for (const auto& u : rt->cfg.upstreams) rt->upstreams.push_back(client_for(u, io));
+  rt->decode_steps = decode_steps_for(rt->cfg, nullptr);
   rt->stats = std::make_shared<metrics>(names_of(rt->cfg));
   rt->retries = std::make_shared<retry_budget>(rt->cfg.upstreams.size(),
                                                rt->cfg.request.min_retry_concurrency,
@@ -60,6 +77,7 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
         std::find(fresh_upstreams.begin(), fresh_upstreams.end(), i) != fresh_upstreams.end();
     rt->upstreams.push_back(fresh ? client_for(rt->cfg.upstreams[i], io) : running.upstreams[i]);
   }
+  rt->decode_steps = decode_steps_for(rt->cfg, &running);
   rt->stats = running.stats;
   rt->retries = running.retries;
   rt->health = running.health;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/metrics.hpp"
+#include "actors/policy/decode_step.hpp"
 #include "actors/policy/response_affinity.hpp"
 #include "actors/policy/retry_budget.hpp"
 #include "actors/policy/retry_policy.hpp"
@@ -34,6 +35,10 @@ struct gateway_runtime {
   std::shared_ptr<response_affinity> affinity;
   // By upstream index (a retired upstream's entry stays, so that indices stay).
   std::vector<std::shared_ptr<net::upstream_transport>> upstreams;
+  // By upstream index: its engine's observed decode step (actors/policy/decode_step.hpp), which
+  // sizes a cancelled attempt's release grace. Null for engine = "openai": nothing is measured.
+  // Kept across reloads while the upstream keeps its index and names an engine.
+  std::vector<std::shared_ptr<decode_step>> decode_steps;
   std::shared_ptr<net::timer_service> timers;  // cancellable timers for the request actors
   // The backoffs' jitter draw; empty = the random one (the actor tests pin it).
   retry_policy::jitter_source backoff_jitter;
@@ -52,6 +57,11 @@ struct gateway_runtime {
 };
 
 using runtime_ptr = std::shared_ptr<gateway_runtime>;
+
+// The upstream's decode step, or null (engine = "openai", or an index the runtime lacks).
+inline decode_step* decode_step_of(const gateway_runtime& rt, std::size_t upstream) {
+  return upstream < rt.decode_steps.size() ? rt.decode_steps[upstream].get() : nullptr;
+}
 
 // The first generation: the config, the router, the upstream clients on `io`, the metrics, the
 // retry budget, the timers and the tracer. The budget and supervisor are added by serve.

@@ -105,6 +105,7 @@ TEST(AccessLogTest, AttemptsAreListedInOrderWithTheirOwnFields) {
   first.start_ms = 0.5;
   first.head_ms = 7.5;
   first.end_ms = 10.25;
+  first.engine_released_ms = 12.5;
   attempt_record second;
   second.upstream = "fallback \"b\"";
   second.model = "m2";
@@ -122,13 +123,15 @@ TEST(AccessLogTest, AttemptsAreListedInOrderWithTheirOwnFields) {
   EXPECT_DOUBLE_EQ(a.at("start_ms").to_number<double>(), 0.5);
   EXPECT_DOUBLE_EQ(a.at("head_ms").to_number<double>(), 7.5);
   EXPECT_DOUBLE_EQ(a.at("end_ms").to_number<double>(), 10.25);
+  EXPECT_DOUBLE_EQ(a.at("engine_released_ms").to_number<double>(), 12.5);
   const auto& b = attempts[1].as_object();
   EXPECT_EQ(b.at("upstream"), "fallback \"b\"");
   EXPECT_TRUE(b.at("status").is_null());
   EXPECT_TRUE(b.at("head_ms").is_null());
   EXPECT_TRUE(b.at("end_ms").is_null());
-  EXPECT_EQ(a.size(), 7u);
-  EXPECT_EQ(b.size(), 7u);
+  EXPECT_TRUE(b.at("engine_released_ms").is_null());
+  EXPECT_EQ(a.size(), 8u);
+  EXPECT_EQ(b.size(), 8u);
 }
 
 TEST(AccessLogTest, ManyAttemptsWithLongNamesStillMakeOneValidLine) {

@@ -9,6 +9,7 @@
 #include "actors/attempt_actor.hpp"
 
 #include <boost/json.hpp>
+#include <functional>
 
 #include "tests/actors/tree_kit.hpp"
 
@@ -198,6 +199,102 @@ TEST_F(AttemptActorQueuedTest, ThePerTryClockStartsAtTheGrantNotWhileQueued) {
   EXPECT_TRUE(upstream(0).exchanges[1].ex->cancelled);
 }
 
+// ---- the release grace ------------------------------------------------------------------------
+
+// "m" on upstream "a", which names an engine (or not), with one slot.
+config::gateway_config one_slot_engine(config::engine_kind engine) {
+  auto cfg = tree_kit::two_upstreams(1);
+  cfg.upstreams[0].engine = engine;
+  cfg.upstreams[0].release_grace_max = 500ms;
+  cfg.request.max_retries = 0;
+  return cfg;
+}
+
+// A stream with a token every 30 ms: the engine's decode step as tether observes it.
+void stream_tokens(tree_kit::fake_upstream::started& ex, int tokens,
+                   const std::function<void(std::chrono::nanoseconds)>& advance) {
+  ex.start_stream("data: {\"t\":0}\n\n");
+  for (int i = 1; i < tokens; ++i) {
+    advance(30ms);
+    ex.events->on_body("data: {\"t\":" + std::to_string(i) + "}\n\n");
+  }
+}
+
+class ReleaseGraceTest : public tree_test {
+ protected:
+  explicit ReleaseGraceTest(config::engine_kind engine = config::engine_kind::llamacpp)
+      : tree_test(one_slot_engine(engine)) {}
+  std::function<void(std::chrono::nanoseconds)> advancer() {
+    return [this](std::chrono::nanoseconds by) { advance(by); };
+  }
+};
+
+// The caller leaves a stream; its connection is closed at once, but the slot goes back only two
+// observed decode steps later (60 ms): the waiting request reaches the upstream then, not at the
+// close.
+TEST_F(ReleaseGraceTest, ACutStreamsSlotGoesBackTwoDecodeStepsAfterTheClose) {
+  auto first = spawn_request("m", 10s, true);
+  auto second = spawn_request("m", 10s, true);
+  ASSERT_EQ(upstream(0).exchanges.size(), 1u);
+  stream_tokens(upstream(0).exchanges[0], 5, advancer());
+  run();
+  caf::anon_send(first, client_gone_atom::value, now_ns());
+  run();
+  ASSERT_TRUE(upstream(0).exchanges[0].ex->cancelled);
+  upstream(0).exchanges[0].close();
+  run();
+  EXPECT_EQ(upstream(0).exchanges.size(), 1u) << "the next request was let in at the close";
+  advance(59ms);
+  EXPECT_EQ(upstream(0).exchanges.size(), 1u) << "let in before two decode steps";
+  advance(1ms);
+  EXPECT_EQ(upstream(0).exchanges.size(), 2u) << "not let in when the grace ended";
+}
+
+// Before any step was observed the grace is the bound.
+TEST_F(ReleaseGraceTest, WithNoStepObservedTheGraceIsTheBound) {
+  auto first = spawn_request("m", 10s);
+  auto second = spawn_request("m", 10s);
+  ASSERT_EQ(upstream(0).exchanges.size(), 1u);
+  upstream(0).exchanges[0].events->on_connected(false);  // the request went out; no answer yet
+  caf::anon_send(first, client_gone_atom::value, now_ns());
+  run();
+  upstream(0).exchanges[0].close();
+  run();
+  advance(499ms);
+  EXPECT_EQ(upstream(0).exchanges.size(), 1u);
+  advance(1ms);
+  EXPECT_EQ(upstream(0).exchanges.size(), 2u);
+}
+
+// An answer that ended needs no grace: the engine is done with it.
+TEST_F(ReleaseGraceTest, AnAnswerThatEndedGivesItsSlotBackAtTheClose) {
+  auto first = spawn_request("m", 10s, true);
+  auto second = spawn_request("m", 10s, true);
+  stream_tokens(upstream(0).exchanges[0], 3, advancer());
+  upstream(0).exchanges[0].events->on_end();
+  upstream(0).exchanges[0].close();
+  run();
+  EXPECT_EQ(upstream(0).exchanges.size(), 2u);
+}
+
+class ReleaseGraceOpenaiTest : public ReleaseGraceTest {
+ protected:
+  ReleaseGraceOpenaiTest() : ReleaseGraceTest(config::engine_kind::openai) {}
+};
+
+// engine = "openai" is nothing engine-specific: the slot goes back at the close, as it always did.
+TEST_F(ReleaseGraceOpenaiTest, WithNoEngineNamedTheSlotGoesBackAtTheClose) {
+  auto first = spawn_request("m", 10s, true);
+  auto second = spawn_request("m", 10s, true);
+  stream_tokens(upstream(0).exchanges[0], 5, advancer());
+  run();
+  caf::anon_send(first, client_gone_atom::value, now_ns());
+  run();
+  upstream(0).exchanges[0].close();
+  run();
+  EXPECT_EQ(upstream(0).exchanges.size(), 2u);
+}
+
 // ---- its connection ---------------------------------------------------------------------------
 
 using stop_atom = caf::atom_constant<caf::atom("stop_now")>;
@@ -234,7 +331,7 @@ caf::behavior fake_attempt(caf::event_based_actor* self, std::shared_ptr<heard> 
 caf::behavior fake_request(caf::event_based_actor*, std::shared_ptr<heard> log) {
   return {
       [log](work_ended_atom, std::uint64_t, std::uint32_t index, std::int64_t, bool held_slot,
-            std::int64_t, std::int64_t) {
+            std::int64_t, std::int64_t, std::int64_t) {
         log->request.push_back({held_slot, index});
       },
       [](stop_atom) {},

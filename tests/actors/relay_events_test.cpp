@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -171,7 +172,7 @@ TEST_F(RelayEventsTest, TheSocketsEndGoesToTheConnectionActorWithTheHeadsMoment)
   std::int64_t closed_ns = 0;
   std::int64_t head_ns = 0;
   owner_->receive(
-      [&](up_closed_atom, std::int64_t at, std::int64_t head) {
+      [&](up_closed_atom, std::int64_t at, std::int64_t head, bool) {
         closed_ns = at;
         head_ns = head;
       },
@@ -187,11 +188,45 @@ TEST_F(RelayEventsTest, AnExchangeWithNoHeadClosesWithNone) {
   r->on_failure(net::upstream_failure::reset, "reset");
   r->on_closed();
   std::int64_t head_ns = -1;
-  owner_->receive([&](up_closed_atom, std::int64_t, std::int64_t head) { head_ns = head; },
+  owner_->receive([&](up_closed_atom, std::int64_t, std::int64_t head, bool) { head_ns = head; },
                   caf::after(2s) >> [] {});
   EXPECT_EQ(head_ns, 0);
   EXPECT_EQ(heard(),
             (lines{"fail " + std::to_string(static_cast<int>(net::upstream_failure::reset))}));
+}
+
+// The close says whether tether cut an exchange the engine may still be working on (the release
+// grace's condition): the request went out and the answer neither ended nor failed.
+TEST_F(RelayEventsTest, TheCloseSaysWhetherTheExchangeWasCutAfterTheRequestWentOut) {
+  auto cut_of = [&](auto play) {
+    auto r = relay();
+    play(*r);
+    r->on_closed();
+    std::optional<bool> cut;
+    owner_->receive([&](up_closed_atom, std::int64_t, std::int64_t, bool c) { cut = c; },
+                    caf::after(2s) >> [] {});
+    heard(10ms);
+    return cut;
+  };
+  EXPECT_EQ(cut_of([](relay_events& r) {
+              r.on_connected(false);
+              r.on_head(200, sse_head);
+              r.on_body("data: {}\n\n");
+            }),
+            true);                                                         // cancelled mid-stream
+  EXPECT_EQ(cut_of([](relay_events& r) { r.on_connected(true); }), true);  // before the head
+  EXPECT_EQ(cut_of([](relay_events& r) {
+              r.on_connected(false);
+              r.on_head(200, sse_head);
+              r.on_end();
+            }),
+            false);  // the answer ended
+  EXPECT_EQ(cut_of([](relay_events& r) {
+              r.on_connected(false);
+              r.on_failure(net::upstream_failure::reset, "reset");
+            }),
+            false);                                // the upstream ended it
+  EXPECT_EQ(cut_of([](relay_events&) {}), false);  // cancelled while connecting
 }
 
 }  // namespace

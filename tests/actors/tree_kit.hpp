@@ -141,6 +141,8 @@ class tree_test : public ::testing::Test {
       auto up = std::make_unique<fake_upstream>();
       upstreams_.push_back(up.get());
       rt_->upstreams.push_back(std::move(up));
+      rt_->decode_steps.push_back(
+          u.engine == config::engine_kind::openai ? nullptr : std::make_shared<decode_step>());
     }
     rt_->stats = std::make_unique<metrics>(names);
     rt_->retries = std::make_unique<retry_budget>(rt_->cfg.upstreams.size(), 10, 100);
@@ -162,6 +164,7 @@ class tree_test : public ::testing::Test {
     for (auto* up : upstreams_)
       for (auto& e : up->exchanges) e.close();
     run();
+    advance(std::chrono::hours(1));  // a connection in its release grace lets go
     caf::anon_send_exit(rt_->budget, caf::exit_reason::kill);
     run();
   }
