@@ -15,7 +15,7 @@ seconds="${1:-60}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TETHER_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 jobs="${TETHER_FUZZ_JOBS:-2}"
-targets=(model_request http_request config sse_framer upstream_response)
+targets=(model_request http_request config sse_framer upstream_response engine_metrics)
 
 cxx="$(command -v clang++-14 || command -v clang++ || true)"
 if [[ -z "$cxx" ]]; then
