@@ -129,7 +129,17 @@ struct engine_state {
       fresh.series = series;
       p = std::move(fresh);
       rt->stats->engine_polled(i, !settings.empty());
-      if (!settings.empty()) tick(i, p.generation);
+      if (settings.empty()) continue;
+      // llama.cpp notices a non-streaming caller's disconnect only after a second with no result
+      // for any task, and each poll is a task: measured, such a request then runs to max_tokens.
+      if (u.engine == config::engine_kind::llamacpp &&
+          u.upstream_stream == config::upstream_stream_mode::as_requested) {
+        log_warn(fmt::format(
+            "upstream {}: its metrics poll is traffic to llama.cpp, so a non-streaming request "
+            "whose caller left runs on to its max_tokens; upstream_stream = \"always\" stops it",
+            u.name));
+      }
+      tick(i, p.generation);
     }
   }
 

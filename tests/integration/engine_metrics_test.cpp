@@ -69,6 +69,13 @@ TEST(EngineMetricsTest, ADirectClientsWorkIsOrphanedAfterTheGraceAndGoesWhenItLe
   ASSERT_TRUE(await_metric(gw.port(), running, 0, 3s));
   EXPECT_EQ(metric(gw.port(), queued), 0);
   EXPECT_EQ(metric(gw.port(), orphaned), 0);
+  // Polled with upstream_stream = "as_requested", llama.cpp would miss a non-streaming caller's
+  // leaving: the gateway says so.
+  EXPECT_TRUE(gw.process()
+                  .wait_for_line(std::regex("upstream mock: its metrics poll is traffic to "
+                                            "llama.cpp.*upstream_stream = ..always.. stops it"),
+                                 1s)
+                  .has_value());
 
   // tether's own work: two callers the mock holds. The engine runs two, tether has two live: no
   // orphan, poll after poll.
@@ -150,6 +157,10 @@ TEST(EngineMetricsTest, FailedAndUnreadablePollsAreCountedAndLeaveTheCountsUnkno
   gateway_process gw{config_with(
       mock, "engine = \"llamacpp\"\nmetrics_path = \"/nope\"\nmetrics_interval_ms = 100\n")};
   ASSERT_TRUE(await_polls(gw.port(), "failed", 0, 3));
+  for (const auto& line : gw.process().lines()) {
+    EXPECT_EQ(line.find("its metrics poll is traffic"), std::string::npos)
+        << "llama.cpp's default upstream_stream is \"always\": nothing to warn of";
+  }
   EXPECT_EQ(metric(gw.port(), polls("ok")), 0);
   EXPECT_FALSE(metric_if_present(gw.port(), running).has_value());
   EXPECT_FALSE(metric_if_present(gw.port(), orphaned).has_value());
