@@ -13,7 +13,7 @@ std::chrono::nanoseconds release_grace(const release_facts& facts,
   if (max.count() <= 0) return nanoseconds{0};
   const nanoseconds bound = max;
   if (!observed_step) return bound;
-  return std::min(bound, 2 * *observed_step);
+  return std::min(bound, grace_steps * *observed_step + nanoseconds{grace_slack});
 }
 
 }  // namespace tether

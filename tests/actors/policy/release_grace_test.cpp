@@ -9,10 +9,11 @@ using namespace std::chrono_literals;
 
 constexpr release_facts cut_while_working{true, true, true, true};
 
-TEST(ReleaseGraceTest, ACutAttemptHoldsItsSlotForTwoObservedStepsBoundedByTheMaximum) {
-  EXPECT_EQ(release_grace(cut_while_working, 30ms, 500ms), 60ms);
+TEST(ReleaseGraceTest, ACutAttemptHoldsItsSlotForThreeObservedStepsAndASlackBoundedByTheMaximum) {
+  EXPECT_EQ(release_grace(cut_while_working, 30ms, 500ms), 140ms);
   EXPECT_EQ(release_grace(cut_while_working, 400ms, 500ms), 500ms);  // the bound
-  EXPECT_EQ(release_grace(cut_while_working, 250ms, 500ms), 500ms);  // exactly at it
+  EXPECT_EQ(release_grace(cut_while_working, 150ms, 500ms), 500ms);  // exactly at it
+  EXPECT_EQ(release_grace(cut_while_working, 149ms, 500ms), 497ms);
 }
 
 TEST(ReleaseGraceTest, BeforeAnyStepWasObservedTheGraceIsTheBound) {
