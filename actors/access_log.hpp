@@ -21,6 +21,9 @@ struct attempt_record {
   double start_ms = 0;
   std::optional<double> head_ms;  // the upstream's response head arrived; nullopt: it never did
   std::optional<double> end_ms;
+  // Its pooled connection was closed by the upstream before it could read the request: logged
+  // as outcome "stale_connection" (an attempt's, never a request's), and sent again.
+  bool stale_connection = false;
 };
 
 // Written at once by write_access_log: the strings and attempts are the caller's, viewed, not
