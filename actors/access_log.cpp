@@ -223,7 +223,8 @@ std::string_view format_access_line_into(std::string& out, const access_record& 
     } else {
       l.raw("status", "null");
     }
-    l.str("outcome", to_string(a.result))
+    l.str("outcome",
+          a.stale_connection ? std::string_view{"stale_connection"} : to_string(a.result))
         .ms("start_ms", a.start_ms)
         .ms("head_ms", a.head_ms)
         .ms("end_ms", a.end_ms)

@@ -23,6 +23,9 @@ struct attempt_record {
   std::optional<double> end_ms;
   // The budget slot went back: the connection's close, or a cut attempt's release grace later.
   std::optional<double> engine_released_ms;
+  // Its pooled connection was closed by the upstream before it could read the request: logged
+  // as outcome "stale_connection" (an attempt's, never a request's), and sent again.
+  bool stale_connection = false;
 };
 
 // Written at once by write_access_log: the strings and attempts are the caller's, viewed, not

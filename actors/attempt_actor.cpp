@@ -250,6 +250,8 @@ attempt_end failure_kind(std::int32_t net_kind) {
       return attempt_end::connect_failed;
     case static_cast<std::int32_t>(net::upstream_failure::reset):
       return attempt_end::reset;
+    case static_cast<std::int32_t>(net::upstream_failure::stale_connection):
+      return attempt_end::stale_connection;
     default:
       return attempt_end::malformed;
   }

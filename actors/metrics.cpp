@@ -98,6 +98,7 @@ void metrics::tally::add_to(tally& sum) const {
   }
   sum.queue_wait += queue_wait;
   for (const auto& [k, v] : attempts) sum.attempts[k] += v;
+  for (const auto& [k, v] : stale_attempts) sum.stale_attempts[k] += v;
   sum.requests_in_flight.fetch_add(requests_in_flight.load(std::memory_order_relaxed),
                                    std::memory_order_relaxed);
 }
@@ -207,9 +208,13 @@ void metrics::queue_wait(double seconds) {
   t.queue_wait.observe(seconds);
 }
 
-void metrics::attempt_done(std::size_t upstream, outcome o) {
+void metrics::attempt_done(std::size_t upstream, outcome o, bool stale) {
   auto& t = mine();
   std::lock_guard lock{t.mutex};
+  if (stale) {
+    ++t.stale_attempts[upstream];
+    return;
+  }
   ++t.attempts[{upstream, o}];
 }
 
@@ -312,6 +317,12 @@ void metrics::render_attempts(std::string& out, const tally& sum) const {
     if (k.first >= upstreams_.size()) continue;
     out += fmt::format("tether_upstream_attempts_total{{upstream=\"{}\",outcome=\"{}\"}} {}\n",
                        escape_label(upstreams_[k.first]), to_string(k.second), v);
+  }
+  for (const auto& [upstream, v] : sum.stale_attempts) {
+    if (upstream >= upstreams_.size()) continue;
+    out += fmt::format(
+        "tether_upstream_attempts_total{{upstream=\"{}\",outcome=\"stale_connection\"}} {}\n",
+        escape_label(upstreams_[upstream]), v);
   }
   header(out, "tether_retries_total", "counter",
          "Retries the per-upstream retry budget started or refused.");

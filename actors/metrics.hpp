@@ -64,7 +64,8 @@ class metrics {
   void tokens_used(const std::string& key, std::size_t upstream, std::uint64_t prompt,
                    std::uint64_t completion);
   void queue_wait(double seconds);
-  void attempt_done(std::size_t upstream, outcome o);
+  // stale: its pooled connection had been closed by the upstream (outcome "stale_connection").
+  void attempt_done(std::size_t upstream, outcome o, bool stale = false);
   // A retry the retry budget admitted (started) or refused (budget_exhausted).
   void retry_decided(std::size_t upstream, bool started);
   void late_work(std::size_t upstream, double seconds);
@@ -124,6 +125,7 @@ class metrics {
     std::map<std::pair<std::string, std::size_t>, std::array<std::uint64_t, 2>> tokens;
     histogram queue_wait;
     std::map<std::pair<std::size_t, outcome>, std::uint64_t> attempts;
+    std::map<std::size_t, std::uint64_t> stale_attempts;  // by upstream
     std::atomic<std::int64_t> requests_in_flight{0};
 
     void add_to(tally& sum) const;

@@ -234,6 +234,7 @@ void request_state::start_attempt(const command& c) {
     req.body = rewrite_model(spec.body, dep.upstream_model);
   }
   req.close_at = c.close_at;
+  req.fresh_connection = c.fresh_connection;
   req.headers.reserve(8);  // the most pushed below: one allocation instead of four
   req.headers.push_back({"content-type", "application/json"});
   if (spec.stream || assemble) req.headers.push_back({"accept", "text/event-stream"});
@@ -328,6 +329,7 @@ void request_state::attempt_over(const command& c) {
   if (attempts.empty() || attempts.back().end_ms) return;
   auto& a = attempts.back();
   a.result = c.result;
+  a.stale_connection = c.stale_connection;
   if (c.status > 0) a.status = c.status;
   const auto at = now_ns();
   a.end_ms = ms_since_arrival(at);
@@ -413,7 +415,8 @@ void request_state::finish() {
   std::size_t kept = 0;
   for (std::size_t i = 0; i < attempts.size(); ++i) {
     if (!attempt_work[i].held_slot) continue;
-    rt->stats->attempt_done(attempt_work[i].upstream, attempts[i].result);
+    rt->stats->attempt_done(attempt_work[i].upstream, attempts[i].result,
+                            attempts[i].stale_connection);
     if (kept != i) attempts[kept] = std::move(attempts[i]);
     ++kept;
   }

@@ -37,6 +37,9 @@ struct upstream_request {
   // not wait for the actors (at the deadline of many requests at once they are busy answering).
   // No failure is reported for it; the request's deadline answers. nullopt = never.
   std::optional<std::chrono::steady_clock::time_point> close_at;
+  // On a new connection, never a pooled one: the resend of a request whose pooled connection
+  // the upstream had closed (upstream_failure::stale_connection).
+  bool fresh_connection = false;
 };
 
 enum class upstream_failure {
@@ -44,6 +47,11 @@ enum class upstream_failure {
   tls_failed,      // handshake or certificate verification
   reset,           // the connection broke (before or after the head)
   malformed,       // not parsable as an HTTP response
+  // A pooled connection that ended before any byte of the answer, where the socket shows the
+  // upstream had closed it before it could read the request (the send failed; the upstream's
+  // end never acknowledged the whole request; or it reset after its own orderly close, which
+  // TCP does for data left unread). Nothing of the request was acted on.
+  stale_connection,
 };
 
 // Callbacks from an io thread, in this order: on_head, on_body*, then on_end or on_failure;

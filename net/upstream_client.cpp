@@ -45,8 +45,9 @@ std::shared_ptr<upstream_exchange> upstream_client::start(
     upstream_request request, std::shared_ptr<upstream_events> events,
     std::shared_ptr<const connection_affinity> affinity) {
   const auto& origin = impl_->origin_for(affinity.get());
-  auto session = std::make_shared<upstream_session>(
-      origin, origin->pool->take(), std::move(request), std::move(events), std::move(affinity));
+  auto pooled = request.fresh_connection ? nullptr : origin->pool->take();
+  auto session = std::make_shared<upstream_session>(origin, std::move(pooled), std::move(request),
+                                                    std::move(events), std::move(affinity));
   session->run();
   return session;
 }

@@ -2,6 +2,9 @@
 // between an upstream_session (while an exchange uses it) and the upstream_pool (while idle).
 #pragma once
 
+#include <linux/sockios.h>
+#include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -118,6 +121,28 @@ class upstream_connection {
     char byte = 0;
     const auto n = ::recv(tcp().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+
+  // After the connection ended before any byte of the answer: whether the upstream had closed
+  // it before it could read the request. Either it reset the connection after its own FIN (a
+  // reset in CLOSE_WAIT, which the kernel reports as EPIPE): TCP's answer to data that arrived
+  // after the close or was left unread by it; or its FIN, with no reset, did not acknowledge the
+  // whole request: it closed before the request reached it. A peer that read the request and
+  // then closed (a FIN alone, acknowledging it) or aborted (a reset alone, whose acknowledgement
+  // the kernel does not take) may have acted on it: no. Only on a failure, never on the plain
+  // path.
+  bool closed_before_request() {
+    const int fd = tcp().socket().native_handle();
+    int error = 0;
+    socklen_t size = sizeof error;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == EPIPE) return true;
+    tcp_info info{};
+    size = sizeof info;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &size) != 0 ||
+        info.tcpi_state != TCP_CLOSE_WAIT)
+      return false;
+    int unacknowledged = 0;
+    return ::ioctl(fd, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged > 0;
   }
 
   std::chrono::steady_clock::time_point idle_since{};

@@ -27,6 +27,10 @@ namespace http = beast::http;
 namespace {
 
 constexpr std::uint32_t header_limit = 64 * 1024;
+// How long a pooled connection's FIN, come before any byte of the answer, waits for the reset
+// that says the request was left unread: a server shuts the connection down and then closes it,
+// two calls, and the woken gateway may read the FIN between them. Only on that failure path.
+constexpr auto reset_grace = std::chrono::milliseconds(50);
 constexpr std::size_t head_read_size = 8 * 1024;
 
 std::string strip_brackets(const std::string& host) {
@@ -102,6 +106,7 @@ upstream_session::upstream_session(std::shared_ptr<upstream_origin> origin,
       body_(request.body),
       head_request_(request.method == "HEAD"),
       close_at_(request.close_at),
+      reused_(pooled != nullptr),
       connection_(std::move(pooled)) {}
 
 template <class... Args>
@@ -335,10 +340,45 @@ std::array<asio::const_buffer, 2> upstream_session::unsent(std::size_t written) 
 void upstream_session::on_write(const error_code& ec, std::size_t) {
   if (cancelled_) return finish();
   if (ec) {
+    if (stale(ec))
+      return fail(upstream_failure::stale_connection,
+                  "pooled connection to " + where() +
+                      " was closed by the upstream before the request: " + ec.message());
     return fail(upstream_failure::reset,
                 "connection to " + where() + " broke while sending the request: " + ec.message());
   }
   do_read_head();
+}
+
+// The upstream's FIN came before any byte of the answer on a pooled connection, its reset not
+// yet: whichever comes first, the reset (the socket's error) or the grace, decides.
+void upstream_session::await_reset() {
+  reset_awaited_ = true;
+  if (!connect_timer_) connect_timer_.emplace(executor_);
+  connect_timer_->expires_after(reset_grace);
+  connect_timer_->async_wait(tracked(&upstream_session::on_reset_wait));
+  connection_->tcp().socket().async_wait(asio::ip::tcp::socket::wait_error,
+                                         tracked(&upstream_session::on_reset_wait));
+}
+
+void upstream_session::on_reset_wait(const error_code&) {
+  if (done_) return;
+  if (cancelled_) return finish();
+  connect_timer_->cancel();
+  error_code ignored;
+  connection_->tcp().socket().cancel(ignored);
+  on_read_head(http::error::end_of_stream, 0);
+}
+
+// A pooled connection's failure before any byte of the answer, where the socket shows the
+// upstream had closed it before it could read the request (a failed send says so by itself).
+// net/ only says so; whether to send the request again is the actors' decision.
+bool upstream_session::stale(const error_code& ec) {
+  if (!reused_ || heard_ || !connection_) return false;
+  if (parser_ && parser_->got_some()) return false;
+  if (connection_->buffer().size() > 0) return false;
+  if (!parser_ || ec == asio::error::broken_pipe) return true;  // the send failed
+  return connection_->closed_before_request();
 }
 
 void upstream_session::do_read_head() {
@@ -380,6 +420,7 @@ void upstream_session::on_head_bytes(const error_code& ec, std::size_t bytes) {
     return on_read_head(
         parser_->got_some() ? http::error::partial_message : http::error::end_of_stream, 0);
   if (ec) return on_read_head(ec, 0);
+  if (bytes > 0) heard_ = true;
   connection_->buffer().commit(bytes);
   read_head_plain();
 }
@@ -391,9 +432,16 @@ void upstream_session::on_read_head(const error_code& ec, std::size_t) {
         ec != http::error::partial_message)
       return fail(upstream_failure::malformed,
                   "malformed response head from " + where() + ": " + ec.message());
+    if (stale(ec))
+      return fail(upstream_failure::stale_connection,
+                  "pooled connection to " + where() +
+                      " was closed by the upstream before it read the request: " + ec.message());
+    if (ec == http::error::end_of_stream && reused_ && !heard_ && !reset_awaited_)
+      return await_reset();
     return fail(upstream_failure::reset,
                 "connection to " + where() + " broke before the response head: " + ec.message());
   }
+  heard_ = true;
   const int status = parser_->status();
   // Interim responses (100 Continue, 103 Early Hints) precede the real one.
   if (status / 100 == 1 && status != 101) return do_read_head();

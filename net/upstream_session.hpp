@@ -2,11 +2,13 @@
 //
 //   start ─▶ [pooled?] ─yes─────────────────────────────▶ write ─▶ read head ─▶ read body* ─▶
 //   park/close
-//               │no                                        ▲          │
-//               ▼                                          │          └─ reused connection died
-//               before
-//            resolve ─▶ connect ─▶ [tls] handshake ────────┘             any response byte: one
-//            more └──────── connect_timeout ─────────┘                       go on a new connection
+//               │no                                        ▲
+//               ▼                                          │
+//            resolve ─▶ connect ─▶ [tls] handshake ────────┘
+//                 └──────── connect_timeout ─────────┘
+//
+// A pooled connection that ends before any byte of the answer, closed by the upstream before it
+// could read the request, is reported as stale_connection; the actors decide to send again.
 //
 // Every handler runs on one io thread (io_executor.hpp). cancel() may come from any thread: it sets
 // a flag that every handler checks before it starts the next operation (a close alone would be lost
@@ -94,6 +96,9 @@ class upstream_session : public upstream_exchange,
   void on_read_body(error_code ec, std::size_t bytes);
   void on_cancel();
   void on_close_at();
+  bool stale(const error_code& ec);
+  void await_reset();
+  void on_reset_wait(const error_code& ec);
 
   void complete();
   void fail(upstream_failure kind, std::string message);
@@ -108,6 +113,7 @@ class upstream_session : public upstream_exchange,
   const shared_body body_;                   // and its body, the request's own buffer
   const bool head_request_;                  // its response has no body, whatever its head says
   const std::optional<std::chrono::steady_clock::time_point> close_at_;
+  const bool reused_;  // on a pooled connection: its failure before any byte may be stale
   std::shared_ptr<timer> close_timer_;  // armed by do_start() when close_at_ is set
   std::shared_ptr<upstream_connection> connection_;
   // Made only for a new connection: most exchanges run on a pooled one (a timer made per
@@ -123,6 +129,8 @@ class upstream_session : public upstream_exchange,
   bool connecting_ = false;  // resolve + connect + handshake, under connect_timeout
   bool connect_timed_out_ = false;
   bool connected_reported_ = false;
+  bool heard_ = false;          // a byte of the answer arrived (an interim response's included)
+  bool reset_awaited_ = false;  // after the upstream's FIN: its reset, or the grace, decides
   bool done_ = false;
   bool closed_reported_ = false;
 };

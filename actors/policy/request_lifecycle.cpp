@@ -174,6 +174,11 @@ const request_lifecycle::commands& request_lifecycle::on_attempt_failed(attempt_
                                                                         steady_time now) {
   begin();
   if (phase_ != phase::attempting && phase_ != phase::streaming) return out_;
+  if (end == attempt_end::stale_connection && !committed && phase_ == phase::attempting) {
+    send_again(now);
+    maybe_finish();
+    return out_;
+  }
   release_attempt();
   const bool upstreams_failure = end == attempt_end::connect_failed || end == attempt_end::reset ||
                                  end == attempt_end::malformed || end == attempt_end::timeout;
@@ -303,9 +308,30 @@ void request_lifecycle::start_attempt(steady_time now) {
     answer_error(outcome::internal_error, "no deployment for a configured model");
     return;
   }
-  const auto dep = next_deployment_;
+  tried_.push_back(next_deployment_);
+  launch_attempt(next_deployment_, false, now);
+}
+
+// The upstream had closed the attempt's pooled connection before it could read the request, so
+// nothing of it was acted on: no failed attempt. The request goes again at once, to the same
+// deployment on a new connection (whose own failure is an ordinary one), as an attempt of its
+// own, logged stale_connection; it spends no retry (max_retries, the retry budget: a retry's
+// token carries over to the attempt that continues it) and is no evidence against the upstream.
+void request_lifecycle::send_again(steady_time now) {
+  current_.reset();
+  auto over = make(kind::attempt_over);
+  over.result = outcome::upstream_failed;
+  over.stale_connection = true;
+  out_.push_back(std::move(over));
+  if (deadline_.expired(now)) {
+    answer_error(outcome::deadline_exceeded, "the request deadline passed before an attempt");
+    return;
+  }
+  launch_attempt(current_deployment_, true, now);
+}
+
+void request_lifecycle::launch_attempt(std::size_t dep, bool fresh_connection, steady_time now) {
   const auto upstream = routes_.at(dep).upstream;
-  tried_.push_back(dep);
   if (std::find(joined_.begin(), joined_.end(), upstream) == joined_.end()) {
     retries_.request_joined(upstream);
     joined_.push_back(upstream);
@@ -323,6 +349,7 @@ void request_lifecycle::start_attempt(steady_time now) {
   c.delay = deadline_.attempt_timer(settings_.attempt_timeout, now);
   c.deadline_left = deadline_.forwarded(now);
   c.close_at = deadline_.due();
+  c.fresh_connection = fresh_connection;
   out_.push_back(std::move(c));
 }
 

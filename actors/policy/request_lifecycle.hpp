@@ -15,6 +15,7 @@
 //                               └──(refused: 429)─────▶ answered
 //   any state: deadline | client gone | drain ──▶ cancel the attempt ──▶ answered
 //   attempting: an upstream failure within the deadline's propagation margin ──▶ answered (504)
+//   attempting: a stale pooled connection ──▶ attempting (the same deployment, a new connection)
 //   answered ──(every attempt and connection ended)──▶ finish
 //
 // The caller is answered exactly once: every path to `answered` goes through one function
@@ -72,6 +73,11 @@ struct lifecycle_command {
   std::size_t upstream = 0;
   bool granted = false;
   bool behind_answers = false;
+  // start_attempt: on a new connection, never a pooled one (the resend of a stale one).
+  bool fresh_connection = false;
+  // attempt_over: the attempt's pooled connection was closed by the upstream before it could
+  // read the request (logged as the attempt's outcome `stale_connection`).
+  bool stale_connection = false;
   stop_reason reason = stop_reason::deadline;
   std::uint64_t generation = 0;
   millis delay{0};
@@ -146,6 +152,8 @@ class request_lifecycle {
 
   commands& begin();
   void start_attempt(steady_time now);
+  void send_again(steady_time now);
+  void launch_attempt(std::size_t deployment, bool fresh_connection, steady_time now);
   void after_failure(const attempt_report& report, std::string_view message, steady_time now);
   void after_too_heavy(const attempt_report& report, std::string_view message, steady_time now);
   void release_attempt();

@@ -36,6 +36,7 @@ bool is_retryable(const attempt_report& r) {
     case attempt_end::overloaded:
     case attempt_end::shutting_down:
     case attempt_end::too_heavy:
+    case attempt_end::stale_connection:
       return false;
   }
   return false;

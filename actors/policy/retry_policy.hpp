@@ -25,6 +25,9 @@ enum class attempt_end {
   overloaded,      // the budget refused a slot (queue full or wait limit)
   shutting_down,   // the budget refused a slot: this node's drain has ended
   too_heavy,       // the budget refused a slot: the upstream's token cap can never hold it
+  // A pooled connection the upstream had closed before it could read the request: sent again
+  // on a new connection by the lifecycle, never judged by this policy.
+  stale_connection,
 };
 
 struct attempt_report {

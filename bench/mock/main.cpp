@@ -8,12 +8,13 @@
 #include <string_view>
 
 #include "bench/mock/server.hpp"
+#include "bench/mock/stream_close.hpp"
 
 namespace {
 
 constexpr const char* usage =
     "usage: tether-mock --listen HOST:PORT [--tls-cert cert.pem --tls-key key.pem] "
-    "[--path-prefix /PREFIX]\n";
+    "[--path-prefix /PREFIX] [--close-after-stream MS]\n";
 
 bool parse_listen(std::string_view text, tether::mock::server_options& options) {
   auto colon = text.rfind(':');
@@ -76,6 +77,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       options.path_prefix = std::string(value);
+    } else if (arg == "--close-after-stream") {
+      unsigned ms = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+      if (ec != std::errc{} || ptr != value.data() + value.size() || ms > 60000) {
+        std::cerr << "tether-mock: --close-after-stream expects 0..60000 ms, got '" << value
+                  << "'\n";
+        return 2;
+      }
+      tether::mock::set_close_after_stream(std::chrono::milliseconds(ms));
     } else {
       std::cerr << "tether-mock: unknown option " << arg << "\n" << usage;
       return 2;

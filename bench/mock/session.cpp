@@ -40,6 +40,7 @@
 #include "bench/mock/openai_bodies.hpp"
 #include "bench/mock/peer_watch.hpp"
 #include "bench/mock/stats.hpp"
+#include "bench/mock/stream_close.hpp"
 
 namespace tether::mock {
 namespace {
@@ -186,7 +187,7 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
 
   void on_read(error_code ec, std::size_t n) {
     reading_ = false;
-    if (closed_) return;
+    if (closed_ || (closing_after_stream_ && ec == asio::error::operation_aborted)) return;
     if (ec) return client_gone();
     buffer_.commit(n);
     if (!working_) parse_buffered();
@@ -616,11 +617,25 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
     } else {
       out.append("\r\ntransfer-encoding: chunked");
     }
+    chunked_response_ = !head.content_length.has_value();
     if (record_) out.append("\r\nx-mock-request-id: ").append(std::to_string(record_->id));
     for (const auto& [name, value] : head.extra) out.append("\r\n" + name + ": " + value);
     if (!keep_alive_) out.append("\r\nconnection: close");
     out.append("\r\n\r\n");
     return out;
+  }
+
+  // As llama-server after a streamed answer (bench/mock/stream_close.hpp): nothing more is read,
+  // so a request sent meanwhile stays in the kernel, unread, and the close resets it.
+  void close_after_stream_ends() {
+    closing_after_stream_ = true;
+    error_code ignored;
+    socket_of(stream_).cancel(ignored);
+    timer_.expires_after(*close_after_stream());
+    timer_.async_wait([self = this->shared_from_this()](error_code ec) {
+      if (ec || self->closed_) return;
+      self->close();
+    });
   }
 
   // ---- writing ---------------------------------------------------------------------------
@@ -679,6 +694,7 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
       socket_of(stream_).shutdown(tcp::socket::shutdown_send, ignored);
       return close();
     }
+    if (chunked_response_ && close_after_stream()) return close_after_stream_ends();
     parse_buffered();
     do_read();
   }
@@ -698,6 +714,8 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
   bool closed_ = false;
   bool keep_alive_ = true;
   bool continue_sent_ = false;
+  bool chunked_response_ = false;      // the answer being written is chunked (a stream)
+  bool closing_after_stream_ = false;  // --close-after-stream: reads are over
   std::uint64_t requests_on_connection_ = 0;
 
   // The request being worked on.

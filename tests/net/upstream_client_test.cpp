@@ -634,6 +634,92 @@ TEST_F(UpstreamClientTest, APooledConnectionTheServerDropsAfterReadingTheRequest
   EXPECT_EQ(requests_read.load(), 2);
 }
 
+// llama-server's close after a streamed answer: the next request reached the server's kernel,
+// but the server, done with the connection, never read it; it shuts the connection down and
+// closes it, and TCP resets the request it left unread. Nothing was acted on: net/ says so.
+TEST_F(UpstreamClientTest, APooledConnectionTheServerClosedWithTheRequestUnreadIsStale) {
+  std::atomic<int> requests_read{0};
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    ++requests_read;
+    send(s, ok_response);
+    s.wait(tcp::socket::wait_read);  // the next request is there, unread
+    s.shutdown(tcp::socket::shutdown_both);
+    s.close();
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto first = std::make_shared<recorder>();
+  auto e1 = client.start(simple_request(), first);
+  ASSERT_TRUE(first->wait_closed());
+  ASSERT_EQ(client.idle_connections(), 1u);
+
+  auto second = std::make_shared<recorder>();
+  auto e2 = client.start(simple_request(), second);
+  ASSERT_TRUE(second->wait_closed());
+  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "failure", "closed"));
+  EXPECT_EQ(second->failure(), upstream_failure::stale_connection) << second->failure_message();
+  EXPECT_EQ(requests_read.load(), 1);
+}
+
+// The same close on a new connection is a failure like any other: only a pooled connection can
+// be stale.
+TEST_F(UpstreamClientTest, ANewConnectionTheServerClosesWithTheRequestUnreadIsAReset) {
+  script_server server([&](tcp::socket& s, int) {
+    s.wait(tcp::socket::wait_read);
+    s.shutdown(tcp::socket::shutdown_both);
+    s.close();
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto r = std::make_shared<recorder>();
+  auto e = client.start(simple_request(), r);
+  ASSERT_TRUE(r->wait_closed());
+  EXPECT_THAT(r->log(), ElementsAre("connected:new", "failure", "closed"));
+  EXPECT_EQ(r->failure(), upstream_failure::reset);
+}
+
+// A server that read the request and then closed in order (a FIN alone) may have acted on it:
+// a failed attempt, not a stale connection.
+TEST_F(UpstreamClientTest, APooledConnectionTheServerClosesAfterReadingTheRequestIsAReset) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    if (!read_request(s, b)) return;
+    send(s, ok_response);
+    if (!read_request(s, b)) return;
+    s.shutdown(tcp::socket::shutdown_both);
+    s.close();
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto first = std::make_shared<recorder>();
+  auto e1 = client.start(simple_request(), first);
+  ASSERT_TRUE(first->wait_closed());
+  auto second = std::make_shared<recorder>();
+  auto e2 = client.start(simple_request(), second);
+  ASSERT_TRUE(second->wait_closed());
+  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "failure", "closed"));
+  EXPECT_EQ(second->failure(), upstream_failure::reset);
+}
+
+// The resend of a stale request asks for a new connection: the idle one is left alone.
+TEST_F(UpstreamClientTest, AFreshConnectionRequestTakesNoPooledConnection) {
+  script_server server([&](tcp::socket& s, int) {
+    beast::flat_buffer b;
+    while (read_request(s, b)) send(s, ok_response);
+  });
+  upstream_client client(io_, local_endpoint(server.port()));
+  auto first = std::make_shared<recorder>();
+  auto e1 = client.start(simple_request(), first);
+  ASSERT_TRUE(first->wait_closed());
+  ASSERT_EQ(client.idle_connections(), 1u);
+  auto request = simple_request();
+  request.fresh_connection = true;
+  auto second = std::make_shared<recorder>();
+  auto e2 = client.start(std::move(request), second);
+  ASSERT_TRUE(second->wait_closed());
+  EXPECT_THAT(second->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
+  EXPECT_EQ(server.accepted(), 2);
+}
+
 // Reads one request and answers nothing: says when the request came, and when and how the
 // client's side of the socket ended.
 struct hanging_server {

@@ -26,6 +26,7 @@ std::vector<std::string> mock_args(const mock_options& options) {
     args.insert(args.end(), {"--tls-cert", *options.tls_cert, "--tls-key", *options.tls_key});
   }
   if (options.path_prefix) args.insert(args.end(), {"--path-prefix", *options.path_prefix});
+  args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
   return args;
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/json/object.hpp>
 
@@ -24,6 +25,8 @@ struct mock_options {
   // The mock serves its API under this path (--path-prefix), as a provider behind a URL prefix;
   // /health and the control endpoints stay at the root, and url() still names the root.
   std::optional<std::string> path_prefix;
+  // More command-line flags, as given (e.g. {"--close-after-stream", "300"}).
+  std::vector<std::string> extra_args;
 };
 
 class mock_server {

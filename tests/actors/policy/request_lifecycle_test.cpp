@@ -323,6 +323,46 @@ TEST_F(RequestLifecycleTest, EveryModelSpentAnswersTheExhaustedOutcome) {
   EXPECT_EQ(lc.attempts_started(), 4U);
 }
 
+// A pooled connection the upstream had closed before it could read the request: the request
+// goes again at once to the same deployment on a new connection, as an attempt of its own logged
+// stale_connection; no retry is spent (the model's max_retries, the retry budget) and nothing
+// counts against the upstream.
+TEST_F(RequestLifecycleTest, AStaleConnectionIsSentAgainAtOnceOnANewConnectionSpendingNoRetry) {
+  for (auto& u : cfg_.upstreams) u.eject_after_failures = 1;
+  health_.configure(cfg_);
+  auto lc = make();
+  const auto first = *find(lc.start(t0_), kind::start_attempt);
+  EXPECT_FALSE(first.fresh_connection);
+  // Again and again: a stale connection is never a failure, however often it comes.
+  for (std::uint32_t n = 1; n <= 3; ++n) {
+    const auto& cs = lc.on_attempt_failed(attempt_end::stale_connection, "closed", false, t0_);
+    ASSERT_EQ(kinds(cs), (std::vector{kind::attempt_over, kind::start_attempt}));
+    EXPECT_TRUE(cs[0].stale_connection);
+    EXPECT_EQ(cs[1].attempt, n);
+    EXPECT_EQ(cs[1].deployment, first.deployment);
+    EXPECT_TRUE(cs[1].fresh_connection);
+    EXPECT_EQ(cs[1].close_at, first.close_at);
+    EXPECT_EQ(retries_.retries_in_flight(0), 0U);
+    EXPECT_TRUE(health_.available(0, t0_ + 1ms));
+  }
+  // The model's one retry is still there: the next failure is retried after a backoff, on a
+  // connection the pool may give.
+  auto* backoff =
+      find(lc.on_attempt_failed(attempt_end::reset, "reset", false, t0_), kind::arm_backoff);
+  ASSERT_NE(backoff, nullptr);
+  const auto& retry = lc.on_backoff_due(backoff->generation, t0_ + 100ms);
+  ASSERT_EQ(kinds(retry), (std::vector{kind::start_attempt}));
+  EXPECT_FALSE(retry[0].fresh_connection);
+  EXPECT_EQ(retries_.retries_in_flight(0), 1U);
+  // A retry's stale connection keeps the retry's token through the attempt that carries it on.
+  lc.on_attempt_failed(attempt_end::stale_connection, "closed", false, t0_ + 101ms);
+  EXPECT_EQ(retries_.retries_in_flight(0), 1U);
+  const auto& answer = lc.on_response(200, std::nullopt, t0_ + 102ms);
+  ASSERT_NE(find(answer, kind::send_response), nullptr);
+  EXPECT_EQ(retries_.retries_in_flight(0), 0U);
+  EXPECT_EQ(lc.attempts_started(), 6U);
+}
+
 TEST_F(RequestLifecycleTest, OverloadedAttemptIsFinalWithoutRetry) {
   auto lc = make();
   lc.start(t0_);
