@@ -317,4 +317,26 @@ std::string ask_for_stream(std::string_view body, bool with_usage) {
   return out;
 }
 
+std::string with_rid(std::string_view body, std::string_view rid) {
+  std::string out{"{"};
+  out.reserve(body.size() + rid.size() + 10);
+  scanner sc{body};
+  if (!sc.eat('{')) return std::string(body);
+  if (!sc.eat('}')) {
+    do {
+      auto key = sc.string_token();
+      if (!key || !sc.eat(':')) return std::string(body);
+      auto val = sc.value();
+      if (!val) return std::string(body);
+      if (key_is(sc.text(*key), "rid")) continue;
+      out.append(body.substr(key->begin, val->end - key->begin));
+      out += ',';
+    } while (sc.eat(','));
+  }
+  out += "\"rid\":\"";
+  out.append(rid);
+  out += "\"}";
+  return out;
+}
+
 }  // namespace tether

@@ -38,4 +38,11 @@ std::string rewrite_model(std::string_view body, std::string_view new_model);
 // The other members keep their bytes. Precondition: inspect_model_request accepted the body.
 std::string ask_for_stream(std::string_view body, bool with_usage);
 
+// The body that names the request to an SGLang engine (engine = "sglang"): every top-level `rid`
+// member dropped and `"rid":"<rid>"` put last, so that `POST /abort_request {"rid"}` reaches
+// the work this attempt started whatever rid the caller sent (SGLang refuses a rid still live,
+// so each attempt has its own). `rid` is quoted as it is: tether's ids need no escapes. The
+// other members keep their bytes. Precondition: inspect_model_request accepted the body.
+std::string with_rid(std::string_view body, std::string_view rid);
+
 }  // namespace tether

@@ -120,5 +120,19 @@ TEST(ModelRequestTest, AskForStreamReplacesOnlyTheTopLevelStreamMembers) {
   EXPECT_EQ(ask_for_stream(R"({})", false), R"({"stream":true})");
 }
 
+// engine = "sglang": the attempt's rid is the body's last member and its only top-level one,
+// whatever rid the caller sent (however spelt, repeated); nested ones and every other member keep
+// their bytes.
+TEST(ModelRequestTest, WithRidReplacesOnlyTheTopLevelRidMembers) {
+  const std::string body =
+      R"({"rid":"caller", "model":"m","messages":[{"rid":"x"}],"r\u0069d":7 ,"n":1})";
+  auto out = with_rid(body, "req-1.0");
+  EXPECT_EQ(out, R"({"model":"m","messages":[{"rid":"x"}],"n":1,"rid":"req-1.0"})");
+  auto info = std::get<model_request_info>(inspect_model_request(out, 64));
+  EXPECT_EQ(info.model, "m");
+  EXPECT_EQ(with_rid(R"({})", "a.1"), R"({"rid":"a.1"})");
+  EXPECT_EQ(with_rid(R"({"model":"m"})", "a.1"), R"({"model":"m","rid":"a.1"})");
+}
+
 }  // namespace
 }  // namespace tether
