@@ -8,13 +8,14 @@
 #include <string_view>
 
 #include "bench/mock/server.hpp"
+#include "bench/mock/sglang.hpp"
 #include "bench/mock/stream_close.hpp"
 
 namespace {
 
 constexpr const char* usage =
     "usage: tether-mock --listen HOST:PORT [--tls-cert cert.pem --tls-key key.pem] "
-    "[--path-prefix /PREFIX] [--close-after-stream MS]\n";
+    "[--path-prefix /PREFIX] [--close-after-stream MS] [--sglang]\n";
 
 bool parse_listen(std::string_view text, tether::mock::server_options& options) {
   auto colon = text.rfind(':');
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::cout << usage;
       return 0;
+    }
+    if (arg == "--sglang") {
+      tether::mock::set_sglang_mode(true);
+      continue;
     }
     if (i + 1 >= argc) {
       std::cerr << "tether-mock: " << arg << " needs a value\n" << usage;

@@ -39,6 +39,7 @@
 #include "bench/mock/kv_budget.hpp"
 #include "bench/mock/openai_bodies.hpp"
 #include "bench/mock/peer_watch.hpp"
+#include "bench/mock/sglang.hpp"
 #include "bench/mock/stats.hpp"
 #include "bench/mock/stream_close.hpp"
 
@@ -300,6 +301,22 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
       stats_.set_health_status(static_cast<unsigned>(*status));
       return send_whole(200, R"({"ok":true})");
     }
+    // --sglang: SGLang's abort of a generation by its rid, and the test's switch for its answer.
+    if (sglang_mode() && path == "/abort_request" && method == http::verb::post) {
+      if (requests_on_connection_ == 1) stats_.connection_is_control(ticket_);
+      const auto status = sglang_abort(request.body());
+      return send_whole(status, status < 300 ? R"({"ok":true})" : R"({"error":"mock abort"})");
+    }
+    if (sglang_mode() && path == "/_abort_status" && method == http::verb::post) {
+      if (requests_on_connection_ == 1) stats_.connection_is_control(ticket_);
+      const auto status = query_number(query, "status");
+      if (!status || *status < 100 || *status > 599) {
+        return send_whole(
+            400, error_body("status=100..599 expected", "invalid_request_error", "bad_status"));
+      }
+      set_sglang_abort_status(static_cast<unsigned>(*status));
+      return send_whole(200, R"({"ok":true})");
+    }
     if (path == "/_stats" || path == "/_reset") {
       if (requests_on_connection_ == 1) stats_.connection_is_control(ticket_);
       if (path == "/_stats" && method == http::verb::get) {
@@ -379,6 +396,9 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
       const auto* usage = options->as_object().if_contains("include_usage");
       ctx_.include_usage = usage != nullptr && usage->is_bool() && usage->as_bool();
     }
+    rid_.clear();
+    if (const auto* rid = object->if_contains("rid"); rid && rid->is_string() && sglang_mode())
+      rid_ = std::string(rid->as_string());
     ctx_.model = model_;
     ctx_.prompt_bytes = body.size();
     embedding_inputs_ = 1;
@@ -458,6 +478,9 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
   // ---- answers ---------------------------------------------------------------------------
 
   void answer_after(std::chrono::milliseconds delay) {
+    // --sglang: the generation outlives a non-streaming client's close, as SGLang's does.
+    if (!rid_.empty() && !streaming_)
+      sglang_generation_started(socket_of(stream_).get_executor(), rid_, delay);
     planned_end_ = steady::now() + delay;
     timer_.expires_at(*planned_end_);
     timer_.async_wait([self = this->shared_from_this()](error_code ec) {
@@ -722,6 +745,7 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
   std::shared_ptr<request_record> record_;
   completion_context ctx_;
   std::string model_;
+  std::string rid_;  // --sglang: the body's rid
   bool streaming_ = false;
   std::size_t embedding_inputs_ = 1;
   std::optional<steady::time_point> planned_end_;  // nullopt: never (mock-hang)

@@ -5,6 +5,8 @@
 
 #include <boost/json.hpp>
 
+#include "bench/mock/sglang.hpp"
+
 namespace tether::mock {
 namespace {
 
@@ -159,6 +161,7 @@ void stats_registry::reset() {
   log_.clear();
   flaky_counters_.clear();
   kv_.reset();
+  sglang_reset();
 }
 
 std::string stats_registry::to_json(std::optional<std::uint64_t> since) const {
@@ -183,6 +186,7 @@ std::string stats_registry::to_json(std::optional<std::uint64_t> since) const {
   o["kv_peak_demand_tokens"] = kv_.peak_demand_tokens();
   o["kv_tokens_in_flight"] = kv_.tokens_in_flight();
   o["log"] = std::move(log);
+  if (sglang_mode()) o["sglang"] = sglang_json();
   return json::serialize(o);
 }
 
