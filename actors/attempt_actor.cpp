@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "actors/actor_timers.hpp"
+#include "actors/engine_abort.hpp"
 #include "actors/messages.hpp"
 #include "actors/one_way.hpp"
 #include "actors/policy/decode_step.hpp"
@@ -455,6 +456,10 @@ void connection_actor::finish(std::int64_t at_ns, bool cut) {
   // Ended while still queued (the tree was cancelled): the whole wait was queue wait.
   if (!answered_) queue_wait_ns_ = at_ns - asked_ns_;
   closed_ns_ = at_ns;
+  // The request went out and tether cut it (the caller left, the deadline, a cancel): an engine
+  // that does not stop at the close is told by the attempt's rid. Here rather than in cancel(),
+  // which the deadline does not pass through (net closes the socket at close_at itself).
+  if (cut && !spec_.engine_rid.empty()) send_engine_abort(*rt_, spec_.upstream, spec_.engine_rid);
   if (const auto grace = grace_after(cut); grace.count() > 0) {
     lingered_ = true;
     lingering_hold_ = caf::actor_cast<caf::actor>(this);

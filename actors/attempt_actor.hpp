@@ -47,6 +47,9 @@ struct connection_spec {
   std::uint32_t attempt_index = 0;
   // Who is asked for the slot: the caller's io thread's budget shard (null: rt->budget).
   caf::actor budget;
+  // engine = "sglang": the rid the request's body names the work by, which a cancel aborts in
+  // the engine (actors/engine_abort.hpp). Empty for every other engine.
+  std::string engine_rid;
 };
 
 struct attempt_spec {

@@ -149,6 +149,11 @@ void metrics::engine_poll_done(std::size_t upstream, engine_poll_result result) 
   if (upstream < engines_.size()) ++engines_[upstream].polls[static_cast<std::size_t>(result)];
 }
 
+void metrics::engine_abort_done(std::size_t upstream, bool sent) {
+  std::lock_guard lock{mutex_};
+  if (upstream < engines_.size()) ++engines_[upstream].aborts[sent ? 0 : 1];
+}
+
 void metrics::engine_counts_set(std::size_t upstream, std::int64_t running, std::int64_t queued,
                                 std::int64_t orphaned) {
   std::lock_guard lock{mutex_};
@@ -413,6 +418,22 @@ void metrics::render_health_and_reloads(std::string& out) const {
 // The engines' own account of their work, for the upstreams whose metrics are polled: nothing at
 // all when none is.
 void metrics::render_engines(std::string& out) const {
+  // Engine aborts (engine = "sglang"), for the upstreams that have had one.
+  bool aborts_header = false;
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    const auto& e = engines_[i];
+    if (e.aborts[0] + e.aborts[1] == 0) continue;
+    if (!aborts_header) {
+      header(out, "tether_engine_aborts_total", "counter",
+             "Engine aborts (engine = \"sglang\": POST /abort_request for a cancelled attempt): "
+             "sent (a 2xx answer) or failed (none within the connect timeout, or an error).");
+      aborts_header = true;
+    }
+    out += fmt::format(
+        "tether_engine_aborts_total{{upstream=\"{0}\",result=\"sent\"}} {1}\n"
+        "tether_engine_aborts_total{{upstream=\"{0}\",result=\"failed\"}} {2}\n",
+        escape_label(upstreams_[i]), e.aborts[0], e.aborts[1]);
+  }
   if (std::none_of(engines_.begin(), engines_.end(), [](const auto& e) { return e.polled; }))
     return;
   header(out, "tether_engine_metrics_polls_total", "counter",

@@ -97,6 +97,9 @@ class metrics {
   enum class engine_poll_result : std::uint8_t { ok, failed, unreadable };
   void engine_polled(std::size_t upstream, bool polled);
   void engine_poll_done(std::size_t upstream, engine_poll_result result);
+  // An engine abort's end (actors/engine_abort.hpp): sent (a 2xx answer) or failed. Thread-safe:
+  // counted on the io thread.
+  void engine_abort_done(std::size_t upstream, bool sent);
   // What the last poll read; nullopt counts (a poll that read nothing) leave the engine's
   // requests unknown, not exported, until a poll reads them again.
   void engine_counts_set(std::size_t upstream, std::int64_t running, std::int64_t queued,
@@ -166,7 +169,8 @@ class metrics {
     std::int64_t running = 0;
     std::int64_t queued = 0;
     std::int64_t orphaned = 0;
-    std::array<std::uint64_t, 3> polls{};  // by engine_poll_result
+    std::array<std::uint64_t, 3> polls{};   // by engine_poll_result
+    std::array<std::uint64_t, 2> aborts{};  // sent, failed
   };
   std::vector<engine_view> engines_;  // by index, as upstreams_
   std::atomic<bool> export_orphaned_{true};

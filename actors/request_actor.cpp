@@ -233,6 +233,13 @@ void request_state::start_attempt(const command& c) {
   } else {
     req.body = rewrite_model(spec.body, dep.upstream_model);
   }
+  if (up.engine == config::engine_kind::sglang) {
+    // SGLang keeps decoding a non-streaming request after its caller's connection closed, until
+    // its own wait times out; tether aborts it by this rid when it cancels the attempt. One rid
+    // per attempt: SGLang refuses a rid that is still live.
+    a.connection.engine_rid = spec.request_id + "." + std::to_string(c.attempt);
+    req.body = with_rid(req.body.view(), a.connection.engine_rid);
+  }
   req.close_at = c.close_at;
   req.fresh_connection = c.fresh_connection;
   req.headers.reserve(8);  // the most pushed below: one allocation instead of four
