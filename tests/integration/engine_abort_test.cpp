@@ -22,12 +22,14 @@ constexpr double abort_bound_ms = TETHER_SANITIZED ? 250 : 100;
 constexpr const char* slow_model = "mock-delay-5000";
 
 std::string config(const mock_server& mock, const std::string& engine,
-                   const std::string& request_keys = "deadline_ms = 30000\nmax_retries = 0") {
+                   const std::string& request_keys = "deadline_ms = 30000\nmax_retries = 0",
+                   int max_in_flight = 4) {
   auto cfg = gateway_config(mock, request_keys,
                             model_entry("slow", slow_model) + model_entry("fast", "mock"));
   const std::string from = "max_in_flight = 64";
   cfg.replace(cfg.find(from), from.size(),
-              "max_in_flight = 4\nengine = \"" + engine + "\"\nupstream_stream = \"as_requested\"");
+              "max_in_flight = " + std::to_string(max_in_flight) + "\nengine = \"" + engine +
+                  "\"\nupstream_stream = \"as_requested\"");
   return cfg;
 }
 
@@ -153,6 +155,32 @@ TEST(EngineAbortTest, AFailedAbortIsCountedAndNothingElseBreaks) {
   auto r = request("POST", gw.port(), "/v1/chat/completions", chat_body("fast"),
                    {{"x-request-id", "after"}});
   EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// Only a request that went out is aborted: a caller who leaves while queued for the slot never
+// reached the engine, and nothing is sent for it.
+TEST(EngineAbortTest, ACallerWhoLeavesWhileQueuedIsNotAborted) {
+  mock_server mock(sglang_mock());
+  gateway_process gw(config(mock, "sglang", "deadline_ms = 30000\nmax_retries = 0", 1));
+  leaving_client holder(gw.port(), "/v1/chat/completions", chat_body("slow"),
+                        {{"x-request-id", "hold"}});
+  mock.wait_for_stats([](const auto& s) { return entries_of(s, "hold").size() == 1; });
+  {
+    leaving_client queued(gw.port(), "/v1/chat/completions", chat_body("slow"),
+                          {{"x-request-id", "queued"}});
+    ASSERT_TRUE(await_metric(gw.port(), "tether_queue_depth", 1));
+    queued.leave();
+    ASSERT_TRUE(access_line(gw, "queued"));
+  }
+  holder.leave();
+  const auto stats =
+      mock.wait_for_stats([](const auto& s) { return find_rid(aborts(s), "hold.0") != nullptr; });
+  ASSERT_TRUE(find_rid(aborts(stats), "hold.0"));
+  EXPECT_FALSE(find_rid(aborts(stats), "queued.0")) << "an abort for a request never sent";
+  EXPECT_EQ(aborts(stats).size(), 1u);
+  EXPECT_TRUE(entries_of(stats, "queued").empty());
+  EXPECT_TRUE(
+      await_metric(gw.port(), R"(tether_engine_aborts_total{upstream="mock",result="sent"})", 1));
 }
 
 }  // namespace
