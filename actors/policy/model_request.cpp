@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <boost/json/basic_parser_impl.hpp>
+#include <initializer_list>
 #include <optional>
 
 #include "actors/policy/json_members.hpp"
@@ -295,44 +296,53 @@ std::string rewrite_model(std::string_view body, std::string_view new_model) {
   return out;
 }
 
+namespace {
+
+// The body's top-level members but those named in `drop`, their bytes as the caller wrote them,
+// joined by commas (no braces); nullopt when the body is not a JSON object.
+std::optional<std::string> members_except(std::string_view body,
+                                          std::initializer_list<std::string_view> drop) {
+  std::string out;
+  out.reserve(body.size());
+  scanner sc{body};
+  if (!sc.eat('{')) return std::nullopt;
+  if (sc.eat('}')) return out;
+  do {
+    auto key = sc.string_token();
+    if (!key || !sc.eat(':')) return std::nullopt;
+    auto val = sc.value();
+    if (!val) return std::nullopt;
+    const auto key_text = sc.text(*key);
+    if (std::any_of(drop.begin(), drop.end(),
+                    [&](std::string_view name) { return key_is(key_text, name); }))
+      continue;
+    if (!out.empty()) out += ',';
+    out.append(body.substr(key->begin, val->end - key->begin));
+  } while (sc.eat(','));
+  return out;
+}
+
+}  // namespace
+
 std::string ask_for_stream(std::string_view body, bool with_usage) {
+  auto kept = members_except(body, {"stream", "stream_options"});
+  if (!kept) return std::string(body);
   std::string out{with_usage ? R"({"stream":true,"stream_options":{"include_usage":true})"
                              : R"({"stream":true)"};
-  out.reserve(body.size() + out.size() + 1);
-  scanner sc{body};
-  if (!sc.eat('{')) return std::string(body);
-  if (!sc.eat('}')) {
-    do {
-      auto key = sc.string_token();
-      if (!key || !sc.eat(':')) return std::string(body);
-      auto val = sc.value();
-      if (!val) return std::string(body);
-      const auto key_text = sc.text(*key);
-      if (key_is(key_text, "stream") || key_is(key_text, "stream_options")) continue;
-      out += ',';
-      out.append(body.substr(key->begin, val->end - key->begin));
-    } while (sc.eat(','));
-  }
+  out.reserve(out.size() + kept->size() + 2);
+  if (!kept->empty()) out += ',';
+  out += *kept;
   out += '}';
   return out;
 }
 
 std::string with_rid(std::string_view body, std::string_view rid) {
+  auto kept = members_except(body, {"rid"});
+  if (!kept) return std::string(body);
   std::string out{"{"};
-  out.reserve(body.size() + rid.size() + 10);
-  scanner sc{body};
-  if (!sc.eat('{')) return std::string(body);
-  if (!sc.eat('}')) {
-    do {
-      auto key = sc.string_token();
-      if (!key || !sc.eat(':')) return std::string(body);
-      auto val = sc.value();
-      if (!val) return std::string(body);
-      if (key_is(sc.text(*key), "rid")) continue;
-      out.append(body.substr(key->begin, val->end - key->begin));
-      out += ',';
-    } while (sc.eat(','));
-  }
+  out.reserve(kept->size() + rid.size() + 12);
+  out += *kept;
+  if (!kept->empty()) out += ',';
   out += "\"rid\":\"";
   out.append(rid);
   out += "\"}";
