@@ -226,12 +226,11 @@ struct caller : std::enable_shared_from_this<caller> {
         const double wait = c.p.leave_after_ms + (tether_deadline ? 2000 : 0);
         const double planned = calls[i].sent_epoch + c.p.leave_after_ms;
         timer->expires_after(std::chrono::microseconds(static_cast<long>(wait * 1000)));
-        timer->async_wait(
-            [self, i, planned, tether_deadline, kind = c.p.kind](boost::system::error_code ec) {
-              if (ec) return;
-              if (kind == leave_kind::nonstream_abort) return self->leave(i);
-              self->leave(i, planned);
-            });
+        timer->async_wait([self, i, planned, kind = c.p.kind](boost::system::error_code ec) {
+          if (ec) return;
+          if (kind == leave_kind::nonstream_abort) return self->leave(i);
+          self->leave(i, planned);
+        });
         break;
       }
     }
