@@ -218,14 +218,18 @@ struct engine_line {
 };
 
 std::vector<engine_line> engine_log(child_process& engine) {
-  static const std::regex stamped(R"(^([0-9]+)\.([0-9]{2})\.([0-9]{3})\.([0-9]{3}) [IWED] (.*)$)");
+  // Only the stamp is matched by the regex: libstdc++'s matcher recurses once per character, and
+  // a `(.*)` over one of the engine's long verbose lines overflows the stack (under ASan first).
+  static const std::regex stamped(R"(^([0-9]+)\.([0-9]{2})\.([0-9]{3})\.([0-9]{3}) [IWED] )");
+  constexpr std::size_t max_stamp = 40;
   std::vector<engine_line> out;
   for (const auto& line : engine.lines()) {
+    const std::string head = line.substr(0, max_stamp);
     std::smatch m;
-    if (!std::regex_match(line, m, stamped)) continue;
+    if (!std::regex_search(head, m, stamped)) continue;
     const double ms =
         std::stod(m[1]) * 60000 + std::stod(m[2]) * 1000 + std::stod(m[3]) + std::stod(m[4]) / 1000;
-    out.push_back({ms, m[5]});
+    out.push_back({ms, line.substr(static_cast<std::size_t>(m.length(0)))});
   }
   return out;
 }
