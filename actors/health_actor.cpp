@@ -190,7 +190,9 @@ caf::behavior health_actor(caf::event_based_actor* self, runtime_ptr rt) {
     }
   });
   st->follow(rt);
-  if (rt->budget) self->send(rt->budget, health_subscribe_atom::value);
+  // Read once: a start that fails clears the runtime's handles from the main thread (main.cpp's
+  // stop) while this first run may be under way.
+  if (auto budget = rt->budget) self->send(budget, health_subscribe_atom::value);
   self->attach_functor([st](const caf::error&) {
     st->rt->health->set_listener({});
     for (auto& [i, c] : st->checks) {
