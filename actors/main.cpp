@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -314,15 +315,36 @@ struct core_actors {
 
   // ~actor_system waits for every actor, and these end only when told: a start that fails, or
   // the end of the shutdown, tells them. (Returning without this once hung the process, deaf to
-  // SIGTERM, which the main thread blocks.) A shard ends with its budget.
-  void stop(tether::gateway_runtime& rt) {
-    for (auto* a : {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor, &rt.engine_monitor}) {
-      if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+  // SIGTERM, which the main thread blocks.) A shard ends with its budget. The runtime's handles
+  // are cleared only once the actors have ended: until then one may still read them (the health
+  // actor's first run reads the budget's), and a write from this thread would race that read.
+  void stop(caf::actor_system& system, tether::gateway_runtime& rt) {
+    std::vector<caf::actor> ending;
+    for (const auto* a :
+         {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor, &rt.engine_monitor}) {
+      if (*a) ending.push_back(*a);
+    }
+    ending.insert(ending.end(), rt.supervisors.begin(), rt.supervisors.end());
+    ending.insert(ending.end(), rt.budget_shards.begin(), rt.budget_shards.end());
+    std::sort(ending.begin(), ending.end());
+    ending.erase(std::unique(ending.begin(), ending.end()), ending.end());
+    caf::scoped_actor self{system};
+    std::size_t awaited = 0;
+    for (const auto& a : ending) {
+      if (!a) continue;
+      self->monitor(a);
+      ++awaited;
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    }
+    // Bounded: an actor that does not end is ~actor_system's to wait for, as before.
+    bool timed_out = false;
+    for (std::size_t i = 0; i < awaited && !timed_out; ++i) {
+      self->receive([](const caf::down_msg&) {},
+                    caf::after(std::chrono::seconds(5)) >> [&timed_out] { timed_out = true; });
+    }
+    if (timed_out) tether::log_warn("a core actor did not end within 5 s of the stop");
+    for (auto* a : {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor, &rt.engine_monitor})
       *a = nullptr;
-    }
-    for (const auto& s : rt.supervisors) {
-      if (s) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
-    }
     rt.supervisors.clear();
     rt.budget_shards.clear();
   }
@@ -363,7 +385,7 @@ int serve(tether::config::gateway_config cfg) {
 
   core_actors core;
   auto fail_start = [&] {
-    core.stop(*rt);
+    core.stop(*system, *rt);
     join_io();
     system.reset();
     return 1;
@@ -403,7 +425,7 @@ int serve(tether::config::gateway_config cfg) {
   server.stop_accepting();
   server.close_all();
   if (rt->tracer) rt->tracer->shutdown(std::chrono::seconds(1));
-  core.stop(*rt);
+  core.stop(*system, *rt);
   // Every request tree has ended (the drain said so), so no actor owns a socket any more. The io
   // stops first; each io thread, a CAF worker, then runs the jobs left like any worker until
   // ~actor_system shuts the workers down.
