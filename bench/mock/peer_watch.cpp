@@ -30,14 +30,15 @@ void peer_watch::settle() {
   }
   if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
   for (std::size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents == 0) continue;
-    // Bytes waiting are not an end (a pipelined request); only end of stream or an error is.
-    char byte = 0;
-    const auto n = ::recv(fds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      held[i]->peer_gone();
-    }
+    if (fds[i].revents != 0 && has_gone(fds[i].fd)) held[i]->peer_gone();
   }
+}
+
+bool peer_watch::has_gone(int fd) {
+  // Bytes waiting are not an end (a pipelined request); only end of stream or an error is.
+  char byte = 0;
+  const auto n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 }  // namespace tether::mock

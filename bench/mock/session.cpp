@@ -345,8 +345,22 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
     for (const auto& field : request.base()) {
       headers.emplace_back(lower(field.name_string()), std::string(field.value()));
     }
-    // Closes that came before this request are counted before it.
+    // Closes that came before this request are counted before it, its own client's included.
     watch_.settle();
+    if (peer_watch::has_gone(native_handle())) {
+      auto record =
+          stats_.request_started(ticket_, received_path, "", false, std::move(headers), true);
+      error_code ec;
+      const auto parsed = json::parse(request.body(), ec);
+      const auto* object = ec ? nullptr : parsed.if_object();
+      const auto* model = object != nullptr ? object->if_contains("model") : nullptr;
+      if (model != nullptr && model->is_string()) {
+        const auto* stream = object->if_contains("stream");
+        stats_.set_model(*record, std::string(model->as_string()),
+                         stream != nullptr && stream->is_bool() && stream->as_bool());
+      }
+      return close();
+    }
     record_ = stats_.request_started(ticket_, received_path, "", false, std::move(headers));
     watch_.add(this->shared_from_this());
     ctx_ = completion_context{};

@@ -89,7 +89,7 @@ void stats_registry::connection_closed(connection_ticket& ticket) {
 
 std::shared_ptr<request_record> stats_registry::request_started(
     const connection_ticket& ticket, std::string path, std::string model, bool stream,
-    std::vector<std::pair<std::string, std::string>> headers) {
+    std::vector<std::pair<std::string, std::string>> headers, bool client_gone) {
   auto record = std::make_shared<request_record>();
   record->id = next_request_id_++;
   record->connection = ticket.id;
@@ -100,8 +100,16 @@ std::shared_ptr<request_record> stats_registry::request_started(
   record->headers = std::move(headers);
   record->started_ms = epoch_ms_now();
   ++requests_;
-  ++active_;
-  max_active_ = std::max(max_active_, active_);
+  if (client_gone) {
+    record->active = false;
+    record->outcome = request_outcome::closed_by_client;
+    record->closed_ms = record->started_ms;
+    record->ended_ms = record->started_ms;
+    if (record->generation == generation_) ++closed_by_client_;
+  } else {
+    ++active_;
+    max_active_ = std::max(max_active_, active_);
+  }
   log_.push_back(record);
   while (log_.size() > max_log_entries) log_.pop_front();
   return record;

@@ -55,9 +55,11 @@ class stats_registry {
   void connection_is_control(connection_ticket& ticket);
   void connection_closed(connection_ticket& ticket);
 
+  // `client_gone`: the client had closed the connection before the request was read. It is
+  // logged, ended as closed by the client at the moment it began, and never counted as work.
   std::shared_ptr<request_record> request_started(
       const connection_ticket& ticket, std::string path, std::string model, bool stream,
-      std::vector<std::pair<std::string, std::string>> headers);
+      std::vector<std::pair<std::string, std::string>> headers, bool client_gone = false);
   // The model is only known once the body is parsed, after the record exists.
   void set_model(request_record& record, std::string model, bool stream);
   void request_completed(request_record& record);

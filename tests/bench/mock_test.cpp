@@ -730,6 +730,33 @@ TEST_F(MockTest, ACloseThatCameBeforeARequestIsCountedBeforeIt) {
   EXPECT_GE(later.at("started_ms").as_double(), hang.at("closed_ms").as_double());
 }
 
+// A request whose client had closed the connection before the mock read it (a gateway cut it
+// while it waited unread) is logged as closed by its client, but was never work: the mock would
+// stop it at once, so it does not count towards active or max_active.
+TEST_F(MockTest, ARequestWhoseClientLeftBeforeItWasReadIsNeverCountedAsWork) {
+  const auto body = chat_body("mock-hang", true);
+  const auto whole =
+      "POST /v1/chat/completions HTTP/1.1\r\nhost: mock\r\ncontent-type: "
+      "application/json\r\ncontent-length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  raw_connection gone(mock_.port());
+  // Accepted and idle before the stop, so that only the request and the close wait unread.
+  mock_.wait_for_stats([](const json::object& s) { return count(s, "connections_open") >= 1; });
+  mock_.process().send_signal(SIGSTOP);
+  gone.send(whole);
+  gone.close();
+  mock_.process().send_signal(SIGCONT);
+  auto stats =
+      mock_.wait_for_stats([](const json::object& s) { return count(s, "closed_by_client") == 1; });
+  ASSERT_EQ(count(stats, "closed_by_client"), 1);
+  EXPECT_EQ(count(stats, "requests"), 1);
+  EXPECT_EQ(count(stats, "active"), 0);
+  EXPECT_EQ(count(stats, "max_active"), 0) << "a request read after its client left was counted";
+  const auto entry = log_entry(stats, 0);
+  EXPECT_EQ(entry.at("model"), "mock-hang");
+  EXPECT_EQ(entry.at("started_ms"), entry.at("ended_ms"));
+}
+
 TEST_F(MockTest, ResetClearsCountersLogAndFlakySequence) {
   post("/v1/chat/completions", chat_body("mock-flaky-50"));
   post("/v1/chat/completions", chat_body("mock"));
