@@ -368,6 +368,7 @@ class connection_actor final : public caf::event_based_actor {
   // destruction): a socket still open is closed, and the handles this actor holds go now, not
   // when the last handle on it does (the exchange's events hold one until net's last call).
   void on_exit() override {
+    if (lingering_counted_) rt_->stats->upstream_lingering_add(spec_.upstream, -1);
     timers_.reset();
     lingering_hold_ = nullptr;
     if (exchange_ && !closed_) exchange_->cancel();
@@ -382,6 +383,7 @@ class connection_actor final : public caf::event_based_actor {
   void cancel();
   void finish(std::int64_t at_ns, bool cut = false);
   std::chrono::nanoseconds grace_after(bool cut) const;
+  bool engine_counts_release() const;
   void report_end();
 
   runtime_ptr rt_;
@@ -399,6 +401,7 @@ class connection_actor final : public caf::event_based_actor {
   std::int64_t head_ns_ = 0;        // when the response's head arrived; 0: it never did
   std::optional<actor_timers> timers_;  // the release grace's, when a cut attempt has one
   bool lingered_ = false;               // the slot was held past the close for a release grace
+  bool lingering_counted_ = false;      // ... until the engine's count let it go
   // While it lingers nothing else holds this actor (the relay let go at the close, the timer
   // holds only its address): without this handle it would be collected, and its slot freed, at
   // once. Dropped when it quits.
@@ -464,10 +467,37 @@ void connection_actor::finish(std::int64_t at_ns, bool cut) {
     lingered_ = true;
     lingering_hold_ = caf::actor_cast<caf::actor>(this);
     timers_.emplace(rt_->timers.get(), address());
-    timers_->after(grace, grace_over_atom::value);
+    if (!engine_counts_release()) {
+      timers_->after(grace, grace_over_atom::value);
+      return;
+    }
+    // The engine's own count says when it let go; the bound holds if it never does (other
+    // clients' work in the engine hides this attempt's end). Expected let go after its decode
+    // steps, when the metrics actor polls for it.
+    const auto& upstream = rt_->cfg.upstreams[spec_.upstream];
+    const auto* step = decode_step_of(*rt_, spec_.upstream);
+    const bool stepped = step != nullptr && step->current().has_value();
+    const std::int64_t due =
+        at_ns + (stepped ? grace : std::chrono::nanoseconds{grace_slack}).count();
+    const std::int64_t bound = at_ns + std::chrono::nanoseconds{upstream.release_grace_max}.count();
+    rt_->stats->upstream_lingering_add(spec_.upstream, 1);
+    lingering_counted_ = true;
+    send(rt_->engine_monitor, linger_atom::value, static_cast<std::uint64_t>(spec_.upstream), at_ns,
+         due, bound, address());
+    timers_->after(upstream.release_grace_max, grace_over_atom::value);
     return;
   }
   quit();
+}
+
+// With the upstream's metrics read, its engine's running count decides the release (contract:
+// "The budget holds until the engine has let go"); not on a cluster, whose engines' counts cover
+// other nodes' work too.
+bool connection_actor::engine_counts_release() const {
+  const auto& upstream = rt_->cfg.upstreams[spec_.upstream];
+  return !upstream.metrics_path.empty() && rt_->engine_monitor &&
+         rt_->cfg.cluster.budget_listen.empty() && rt_->cfg.cluster.budget_host.empty() &&
+         rt_->stats->engine_counts_known(spec_.upstream);
 }
 
 std::chrono::nanoseconds connection_actor::grace_after(bool cut) const {

@@ -10,6 +10,7 @@
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/engine_metrics.hpp"
+#include "actors/policy/engine_release.hpp"
 #include "actors/policy/orphan_watch.hpp"
 #include "actors/upstream_auth.hpp"
 
@@ -90,7 +91,17 @@ struct poll_state {
   std::int64_t live_at_send = 0;
   orphan_watch watch;
   bool reading = true;  // the last poll read the engine's counts (or none failed yet)
+  // The cut attempts holding their slots until the engine's count lets them go, and what the
+  // poll out knew when it was sent.
+  engine_release_book<caf::actor_addr> held;
+  std::int64_t sent_ns = 0;
+  std::int64_t unheld_at_send = 0;  // tether's live work without the held attempts
+  std::int64_t soon_ns = 0;         // an extra poll is due then for the held attempts; 0: none
 };
+
+// An extra poll for held attempts comes no sooner than this after the last: the smallest
+// metrics_interval_ms allowed.
+constexpr std::chrono::milliseconds min_poll_gap{100};
 
 struct engine_state {
   caf::event_based_actor* self = nullptr;
@@ -105,6 +116,52 @@ struct engine_state {
   std::int64_t live(std::size_t upstream) const {
     return rt->cfg.cluster.budget_listen.empty() ? rt->stats->upstream_work(upstream)
                                                  : rt->stats->cluster_slots(upstream);
+  }
+
+  // tether's live work on the upstream without the cut attempts held for the engine.
+  std::int64_t unheld(std::size_t upstream) const {
+    return rt->stats->upstream_work(upstream) - rt->stats->upstream_lingering(upstream);
+  }
+
+  void release(const std::vector<caf::actor_addr>& attempts) {
+    for (const auto& a : attempts) {
+      if (auto actor = caf::actor_cast<caf::actor>(a)) self->send(actor, grace_over_atom::value);
+    }
+  }
+
+  // A cut attempt to hold until the engine's count lets it go. An engine no longer followed (a
+  // reload took its metrics_path) lets it go at once, as without one.
+  void hold(std::size_t upstream, std::int64_t closed_ns, std::int64_t due_ns,
+            std::int64_t bound_ns, const caf::actor_addr& attempt) {
+    auto it = polls.find(upstream);
+    if (it == polls.end() || it->second.settings.empty()) return release({attempt});
+    it->second.held.lingering(attempt, closed_ns, due_ns, bound_ns);
+    poll_soon(upstream);
+  }
+
+  // The held attempts are expected let go at their decode steps: a poll then tells, without
+  // waiting for the interval's next one.
+  void poll_soon(std::size_t upstream) {
+    auto& p = polls[upstream];
+    const auto due = p.held.next_due();
+    if (!due || p.exchange || p.settings.empty()) return;  // a poll out reads for them
+    const auto at = std::max(*due, p.sent_ns + std::chrono::nanoseconds{min_poll_gap}.count());
+    if (p.soon_ns != 0 && p.soon_ns <= at) return;
+    p.soon_ns = at;
+    timers->after(std::chrono::nanoseconds{std::max<std::int64_t>(0, at - now_ns())},
+                  engine_soon_atom::value, static_cast<std::uint64_t>(upstream), p.generation);
+  }
+
+  void soon(std::size_t upstream, std::uint64_t generation) {
+    auto it = polls.find(upstream);
+    if (it == polls.end() || it->second.generation != generation) return;
+    auto& p = it->second;
+    p.soon_ns = 0;
+    if (p.held.size() == 0 || p.settings.empty() || p.exchange) return;
+    if (now_ns() < p.sent_ns + std::chrono::nanoseconds{min_poll_gap}.count()) {
+      return poll_soon(upstream);
+    }
+    send_poll(upstream, generation);
   }
 
   // Every upstream with a metrics_path is polled from now with its settings; one whose settings
@@ -123,6 +180,7 @@ struct engine_state {
       auto& p = polls[i];
       if (p.settings == settings) continue;
       if (p.exchange) p.exchange->cancel();
+      release(p.held.take_all());  // another engine's count could not tell of them
       poll_state fresh;
       fresh.generation = p.generation + 1;
       fresh.settings = settings;
@@ -151,19 +209,25 @@ struct engine_state {
     const auto& u = rt->cfg.upstreams[upstream];
     // A poll still out when the next is due (an engine slower than the interval) is left to
     // finish: no two polls of one engine at once.
-    if (!p.exchange) {
-      net::upstream_request req;
-      req.method = "GET";
-      req.target = u.metrics_path;
-      add_upstream_auth(req.headers, u);
-      req.close_at = std::chrono::steady_clock::now() + u.connect_timeout;
-      p.live_at_send = live(upstream);
-      auto events = std::make_shared<poll_events>(self->address(), upstream, generation);
-      p.exchange = rt->upstreams[upstream]->start(std::move(req), events, nullptr);
-      events->attach(p.exchange);
-    }
+    if (!p.exchange) send_poll(upstream, generation);
     timers->after(u.metrics_interval, engine_poll_atom::value, static_cast<std::uint64_t>(upstream),
                   generation);
+  }
+
+  void send_poll(std::size_t upstream, std::uint64_t generation) {
+    auto& p = polls[upstream];
+    const auto& u = rt->cfg.upstreams[upstream];
+    net::upstream_request req;
+    req.method = "GET";
+    req.target = u.metrics_path;
+    add_upstream_auth(req.headers, u);
+    req.close_at = std::chrono::steady_clock::now() + u.connect_timeout;
+    p.live_at_send = live(upstream);
+    p.unheld_at_send = unheld(upstream);
+    p.sent_ns = now_ns();
+    auto events = std::make_shared<poll_events>(self->address(), upstream, generation);
+    p.exchange = rt->upstreams[upstream]->start(std::move(req), events, nullptr);
+    events->attach(p.exchange);
   }
 
   void read(std::size_t upstream, std::uint64_t generation, int status, bool whole,
@@ -192,6 +256,8 @@ struct engine_state {
       p.reading = false;
       p.watch.forget();
       rt->stats->engine_counts_unknown(upstream);
+      release(p.held.take_due(now_ns()));
+      poll_soon(upstream);
       return;
     }
     if (!p.reading) log_info(fmt::format("upstream {} engine metrics read again", name(upstream)));
@@ -200,6 +266,10 @@ struct engine_state {
     // the engine's count: the larger of tether's two counts leaves it out of the excess.
     p.watch.observe(counts->running + counts->queued, std::max(p.live_at_send, live(upstream)));
     rt->stats->engine_counts_set(upstream, counts->running, counts->queued, p.watch.orphaned());
+    // The same request's doubt the other way: counted live only if it was live throughout.
+    release(p.held.on_count(p.sent_ns, counts->running + counts->queued,
+                            std::min(p.unheld_at_send, unheld(upstream)), now_ns()));
+    poll_soon(upstream);
   }
 };
 
@@ -225,6 +295,13 @@ caf::behavior engine_metrics_actor(caf::event_based_actor* self, runtime_ptr rt)
            bool whole, const std::string& body,
            const std::string& why) { st->read(upstream, generation, status, whole, body, why); },
       [st](adopt_runtime_atom, const runtime_ptr& next) { st->follow(next); },
+      [st](linger_atom, std::uint64_t upstream, std::int64_t closed_ns, std::int64_t due_ns,
+           std::int64_t bound_ns, const caf::actor_addr& attempt) {
+        st->hold(upstream, closed_ns, due_ns, bound_ns, attempt);
+      },
+      [st](engine_soon_atom, std::uint64_t upstream, std::uint64_t generation) {
+        st->soon(upstream, generation);
+      },
   };
 }
 

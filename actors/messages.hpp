@@ -61,8 +61,12 @@ constexpr std::int32_t up_fail_too_heavy = -4;      // the budget refused a slot
 // released_ns): released_ns is when the slot goes back, later than closed_ns by a cut attempt's
 // release grace (actors/policy/release_grace.hpp)
 using work_ended_atom = caf::atom_constant<caf::atom("work_ended")>;
-// upstream connection actor → itself: a cut attempt's release grace is over, the slot goes back
+// upstream connection actor → itself, or the engine metrics actor → it: a cut attempt's release
+// grace is over (or the engine's count says it let go), the slot goes back
 using grace_over_atom = caf::atom_constant<caf::atom("grace_over")>;
+// upstream connection actor → engine metrics actor: a cut attempt lingers until the engine's count
+// lets it go (linger, upstream, closed_ns, due_ns, bound_ns, actor_addr)
+using linger_atom = caf::atom_constant<caf::atom("linger")>;
 // upstream connection actor → attempt actor: the slot is granted, the per-try clock starts
 using granted_atom = caf::atom_constant<caf::atom("granted")>;
 

@@ -63,10 +63,12 @@ metrics::metrics(std::vector<std::string> upstream_names)
     : id_(next_metrics_id.fetch_add(1)),
       unbound_(std::make_unique<tally>()),
       upstream_work_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)),
+      upstream_lingering_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)),
       cluster_slots_(std::make_unique<std::atomic<std::int64_t>[]>(config::max_upstreams)),
       upstream_tokens_(std::make_unique<std::atomic<std::uint64_t>[]>(config::max_upstreams)) {
   for (std::size_t i = 0; i < config::max_upstreams; ++i) {
     upstream_work_[i].store(0);
+    upstream_lingering_[i].store(0);
     cluster_slots_[i].store(0);
     upstream_tokens_[i].store(0);
   }
@@ -242,6 +244,10 @@ void metrics::upstream_work_add(std::size_t upstream, int delta) {
   if (upstream < config::max_upstreams) upstream_work_[upstream].fetch_add(delta);
 }
 
+void metrics::upstream_lingering_add(std::size_t upstream, int delta) {
+  if (upstream < config::max_upstreams) upstream_lingering_[upstream].fetch_add(delta);
+}
+
 void metrics::cluster_slots_set(std::size_t upstream, std::int64_t n) {
   if (upstream < config::max_upstreams) cluster_slots_[upstream].store(n);
 }
@@ -256,6 +262,15 @@ std::int64_t metrics::cluster_slots(std::size_t upstream) const {
 
 std::int64_t metrics::upstream_work(std::size_t upstream) const {
   return upstream < config::max_upstreams ? upstream_work_[upstream].load() : 0;
+}
+
+std::int64_t metrics::upstream_lingering(std::size_t upstream) const {
+  return upstream < config::max_upstreams ? upstream_lingering_[upstream].load() : 0;
+}
+
+bool metrics::engine_counts_known(std::size_t upstream) const {
+  std::lock_guard lock{mutex_};
+  return upstream < engines_.size() && engines_[upstream].known;
 }
 
 std::uint64_t metrics::requests_total(const std::string& model, outcome o) const {

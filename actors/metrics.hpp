@@ -73,6 +73,9 @@ class metrics {
 
   void requests_in_flight_add(int delta);
   void upstream_work_add(std::size_t upstream, int delta);
+  // The cut attempts holding their slot until the engine has let go (a part of upstream_work):
+  // what is left is tether's live work on the upstream.
+  void upstream_lingering_add(std::size_t upstream, int delta);
   // Who queues attempts for a slot on this node: its budget, on a cluster member also the link
   // (waiting for a lease), elsewhere the io threads' budget shards. The budget and the link set
   // their own count; the shards, being many, add to theirs. The gauge is the sum.
@@ -111,6 +114,9 @@ class metrics {
 
   std::int64_t requests_in_flight() const;
   std::int64_t upstream_work(std::size_t upstream) const;
+  std::int64_t upstream_lingering(std::size_t upstream) const;
+  // Whether the last poll of the upstream's engine read its counts.
+  bool engine_counts_known(std::size_t upstream) const;
   std::int64_t queue_depth() const {
     return queue_depth_[0].load() + queue_depth_[1].load() + queue_depth_[2].load();
   }
@@ -154,6 +160,7 @@ class metrics {
   histogram cancel_latency_;
   // Fixed arrays of config::max_upstreams, read and written without the lock.
   std::unique_ptr<std::atomic<std::int64_t>[]> upstream_work_;
+  std::unique_ptr<std::atomic<std::int64_t>[]> upstream_lingering_;
   std::array<std::atomic<std::int64_t>, 3> queue_depth_{};  // by queue_owner
   std::atomic<int> cluster_connected_{-1};  // -1: standalone, the gauge is not exported
   std::unique_ptr<std::atomic<std::int64_t>[]> cluster_slots_;

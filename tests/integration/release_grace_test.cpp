@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tests/integration/harness.hpp"
+#include "tests/support/leaving_client.hpp"
 
 namespace tether::test {
 namespace {
@@ -26,7 +27,8 @@ constexpr double grace_ms = 3 * step_ms + 50;
 // One upstream of one slot, with the engine and grace bound given; the stream's model "slow"
 // and an immediate one, "fast".
 std::string one_slot_config(const mock_server& mock, const std::string& engine, int grace_max_ms,
-                            const std::string& server_keys = "") {
+                            const std::string& server_keys = "",
+                            const std::string& upstream_keys = "") {
   auto cfg = gateway_config(mock, "deadline_ms = 30000\nmax_retries = 0",
                             model_entry("slow", "mock-stream-40x100") + model_entry("fast", "mock"),
                             "", server_keys);
@@ -34,7 +36,7 @@ std::string one_slot_config(const mock_server& mock, const std::string& engine, 
   cfg.replace(cfg.find(from), from.size(),
               "max_in_flight = 1\nengine = \"" + engine +
                   "\"\nupstream_stream = \"as_requested\"\nrelease_grace_max_ms = " +
-                  std::to_string(grace_max_ms));
+                  std::to_string(grace_max_ms) + "\n" + upstream_keys);
   return cfg;
 }
 
@@ -111,6 +113,44 @@ TEST(ReleaseGraceTest, WithEngineOpenaiTheSlotGoesBackAtTheClose) {
   const auto o = cut_stream_then_next(mock, gw);
   EXPECT_LE(o.released_after_close_ms, 20);
   EXPECT_LT(o.next_after_close_ms, step_ms * 0.8);
+}
+
+// With metrics_path set the engine's own running count decides: the engine metrics actor polls
+// when the held attempt is expected let go (its three decode steps and the slack), and the mock,
+// which stops at the close, counts only what it still works on. The interval is far longer than
+// the test, so only that extra poll can release the slot before its bound.
+const std::string engine_polled = "metrics_path = \"/metrics\"\nmetrics_interval_ms = 60000\n";
+
+// Waits (3 s at most) until the gateway has read the engine's counts once.
+void await_engine_counts(gateway_process& gw) {
+  ASSERT_TRUE(await_metric(gw.port(), "tether_engine_requests{upstream=\"mock\",state=\"running\"}",
+                           0, 3s));
+}
+
+TEST(ReleaseGraceTest, WithEngineMetricsTheSlotGoesBackWhenTheEnginesCountSaysItLetGo) {
+  mock_server mock;
+  gateway_process gw(one_slot_config(mock, "llamacpp", 3000, "", engine_polled));
+  await_engine_counts(gw);
+  const auto o = cut_stream_then_next(mock, gw);
+  // Not before the steps' grace (the poll is sent then), long before the bound.
+  EXPECT_GE(o.released_after_close_ms, grace_ms * 0.8);
+  EXPECT_LE(o.released_after_close_ms, grace_ms + 400);
+  EXPECT_GE(o.next_after_close_ms, grace_ms * 0.8 - 25);
+}
+
+// Another client's request in the engine makes its count exceed tether's live work: the held
+// attempt cannot be told apart from it, so its slot is held to the bound.
+TEST(ReleaseGraceTest, WorkOfAnotherClientInTheEngineHoldsTheSlotToItsBound) {
+  mock_server mock;
+  gateway_process gw(one_slot_config(mock, "llamacpp", 1500, "", engine_polled));
+  await_engine_counts(gw);
+  leaving_client direct{mock.port(), "/v1/chat/completions", chat_body("mock-hang")};
+  mock.wait_for_stats([](const auto& s) { return s.at("active").as_int64() == 1; });
+  const auto o = cut_stream_then_next(mock, gw);
+  direct.leave();
+  EXPECT_GE(o.released_after_close_ms, 1500);
+  EXPECT_LE(o.released_after_close_ms, 1500 + 100);
+  EXPECT_GE(o.next_after_close_ms, 1500 - 25);
 }
 
 // The drain's cut is a cancellation like the others: the slot is held for the grace, and the
