@@ -39,13 +39,6 @@ class actor_timers {
     return t;
   }
 
-  // Cancelled with the others when the owner ends (a timer started elsewhere, e.g. on a
-  // connection's strand by its response_channel).
-  void track(std::shared_ptr<net::timer> t) {
-    prune();
-    pending_.push_back(std::move(t));
-  }
-
   void cancel_all() {
     for (auto& t : pending_) t->cancel();
     pending_.clear();

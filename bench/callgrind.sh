@@ -11,7 +11,7 @@
 # the line out), CPUS (default 0:
 # tether is pinned to that CPU list, as bench/run.sh pins it, so it runs one CAF worker; "all"
 # leaves it unpinned: one worker per CPU, and the count takes in their hand-offs, so it comes
-# out higher; the figures in docs/performance.md's history before 01299c8 are unpinned ones),
+# out higher; figures measured before 01299c8, in git history, are unpinned ones),
 # PARALLEL=P (the N requests over P keep-alive connections at once, P curls of N/P each; the count
 # is then (total(N) − total(N/2)) / (N/2), so the P connections' setup cancels out), CACHE_SIM=1
 # (callgrind simulates a 32 KiB L1 and a 1 MiB last level — this host's L2 per core — and the data

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark: tether against nginx and against the direct path, on this machine.
 #
-#   bash bench/run.sh            full run (≈ 6 min), writes bench/results/<date>.{md,json,svg}
+#   bash bench/run.sh            full run (≈ 8 min), writes bench/results/<date>.{md,json,svg}
 #   bash bench/run.sh --quick    short run (≈ 70 s) for iterating, written under /tmp
 #   extra arguments go to tether-bench (e.g. --scenarios 1,3)
 #

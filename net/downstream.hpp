@@ -38,7 +38,9 @@ struct incoming_request {
   std::chrono::system_clock::time_point arrival_wall;
 };
 
-// The handler's way back to the client. Thread-safe: every call is posted to the session's strand.
+// The handler's way back to the client. Thread-safe: calls are queued in order and carried out on
+// the session's io thread (its io_context is run by that one thread: net/io_executor.hpp); made on
+// that thread, every call but abort() is carried out at once.
 // A response is either one send_full, or start_stream + send_chunk* + end_stream.
 // Calls after the client left are ignored.
 struct connection_affinity;  // net/connection_affinity.hpp
@@ -53,8 +55,8 @@ class response_channel {
   // Ends the exchange without a proper end (used when the response cannot be completed):
   // the connection is closed, no keep-alive.
   virtual void abort() = 0;
-  // This connection's strand, opaque, for the upstream exchanges made for it
-  // (upstream_client::start): they then run on it too.
+  // This connection's io thread (its executor), opaque, for the upstream exchanges made for it
+  // (upstream_client::start): they then run on that thread too.
   virtual std::shared_ptr<const connection_affinity> affinity() const = 0;
 };
 

@@ -103,7 +103,8 @@ void listener::close() {
 // wait in the backlog with their requests sent; taken in one per turn, they trickle in while the
 // connections already open are served. Taking the whole backlog at once was tried: every stalled
 // request was then in flight together, and the requests that came after the resume waited
-// behind all of them, so the backlog took longer to drain (docs/performance.md, stop 57).
+// behind all of them, so the backlog took longer to drain (docs/performance.md, "Accepting one
+// connection per turn is admission control").
 void listener::do_accept() {
   if (stopped_) return;
   auto& member = *static_cast<asio::io_context*>(group_.at(next_member_).native());

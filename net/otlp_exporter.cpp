@@ -290,7 +290,7 @@ struct otlp_exporter::impl : std::enable_shared_from_this<impl> {
     if (more) try_send();
   }
 
-  // What one export request's exchange reports, from the exchange's own strand.
+  // What one export request's exchange reports, on the exchange's io thread (not the strand).
   class events : public upstream_events {
    public:
     events(std::weak_ptr<impl> owner, std::size_t count)

@@ -84,9 +84,9 @@ class upstream_transport {
  public:
   virtual ~upstream_transport() = default;
   // Starts the exchange at once. With `affinity` (a caller connection's,
-  // response_channel::affinity()), the exchange runs on that connection's strand. Called on that
-  // strand, the exchange starts at once: `events` may hear from it (a failure, even its close)
-  // before this returns.
+  // response_channel::affinity()), the exchange runs on that connection's io thread, which alone
+  // runs its handlers (net/io_executor.hpp). Called on that thread, the exchange starts at once:
+  // `events` may hear from it (a failure, even its close) before this returns.
   virtual std::shared_ptr<upstream_exchange> start(
       upstream_request request, std::shared_ptr<upstream_events> events,
       std::shared_ptr<const connection_affinity> affinity) = 0;

@@ -1,11 +1,12 @@
 // One upstream_exchange: one request and its response on one connection (pooled or new).
 //
-//   start ─▶ [pooled?] ─yes─────────────────────────────▶ write ─▶ read head ─▶ read body* ─▶
-//   park/close
-//               │no                                        ▲
-//               ▼                                          │
-//            resolve ─▶ connect ─▶ [tls] handshake ────────┘
-//                 └──────── connect_timeout ─────────┘
+// clang-format off
+//   start ─▶ [pooled?] ─yes───────────────────────▶ write ─▶ read head ─▶ read body* ─▶ park/close
+//               │ no                                ▲
+//               ▼                                   │
+//           resolve ─▶ connect ─▶ [tls] handshake ──┘
+//           └───────── connect_timeout ──────────┘
+// clang-format on
 //
 // A pooled connection that ends before any byte of the answer, closed by the upstream before it
 // could read the request, is reported as stale_connection; the actors decide to send again.
