@@ -1,7 +1,8 @@
 // upstream_stream = "always" against a real engine, llama.cpp's llama-server: for chat,
 // completions, responses and messages, with deterministic decoding and logprobs where the
 // surface has them, the answer tether assembles from the engine's stream equals the
-// engine's own whole answer to the same request, field by field. The fields that differ between
+// engine's own whole answer to the same request, field by field; and so do tool calls, from an
+// engine started with a tool-calling chat template. The fields that differ between
 // any two of the engine's answers by nature (ids it draws at random, the time, its timings) are
 // checked to be well-formed instead.
 //
@@ -34,7 +35,10 @@ class llama_engine {
  public:
   llama_engine(const std::string& binary, const std::string& model,
                const std::vector<std::string>& extra_args = {})
-      : process_(binary, args(model, extra_args)) {
+      : process_(binary, joined({"-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1",
+                                 "-tb", "1", "-np", "2", "-c", "4096", "--no-kv-unified", "--slots",
+                                 "--metrics", "-v", "--log-timestamps"},
+                                extra_args)) {
     auto line =
         process_.wait_for_line(std::regex(R"(listening on http://127\.0\.0\.1:([0-9]+))"), 120s);
     if (!line) throw std::runtime_error("llama-server did not start: " + process_.output());
@@ -55,28 +59,9 @@ class llama_engine {
   child_process& process() { return process_; }
 
  private:
-  static std::vector<std::string> args(const std::string& model,
-                                       const std::vector<std::string>& extra) {
-    std::vector<std::string> a{"-m",
-                               model,
-                               "--host",
-                               "127.0.0.1",
-                               "--port",
-                               "0",
-                               "-t",
-                               "1",
-                               "-tb",
-                               "1",
-                               "-np",
-                               "2",
-                               "-c",
-                               "4096",
-                               "--no-kv-unified",
-                               "--slots",
-                               "--metrics",
-                               "-v",
-                               "--log-timestamps"};
-    a.insert(a.end(), extra.begin(), extra.end());
+  static std::vector<std::string> joined(std::vector<std::string> a,
+                                         const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
     return a;
   }
   child_process process_;
@@ -231,8 +216,7 @@ TEST_F(UpstreamStreamLlamaTest, TheAssembledAnswerIsTheEnginesWholeAnswerFieldBy
   }
 }
 
-// ---- tool calls
-// ----------------------------------------------------------------------------------
+// ---- tool calls --------------------------------------------------------------------------------
 
 // A chat template whose assistant turns call tools as bare JSON objects, {"name": ..,
 // "arguments": {..}}: llama-server's template analysis reads that format from it, and with
