@@ -39,6 +39,7 @@ struct attempt_state {
   // upstream_stream = "always" for a caller who did not ask for a stream: the surface whose
   // events are assembled into the whole answer, and the answer's limit.
   std::optional<surface> assemble_on;
+  stream_assembly_shape assemble_shape;
   std::uint64_t max_response_bytes = 0;
 
   int status = 0;
@@ -184,7 +185,7 @@ void attempt_state::on_head(int head_status, net::header_list& head) {
   status = head_status;
   headers = std::move(head);
   streaming = relayed_as_stream(stream_requested, status, headers);
-  if (streaming && assemble_on) assembly.emplace(*assemble_on, max_response_bytes);
+  if (streaming && assemble_on) assembly.emplace(*assemble_on, max_response_bytes, assemble_shape);
 }
 
 // A body that is not relayed as a stream is held to max_response_bytes before it gets here
@@ -273,6 +274,10 @@ class attempt_actor final : public caf::stateful_actor<attempt_state> {
     state.attempt_timeout = spec.timeout;
     state.stream_requested = spec.stream || spec.assemble.has_value();
     state.assemble_on = spec.assemble;
+    // The answer is shaped as this engine's own whole answer where engines differ.
+    if (spec.assemble && connection_.upstream < rt_->cfg.upstreams.size())
+      state.assemble_shape.content_never_null =
+          rt_->cfg.upstreams[connection_.upstream].engine == config::engine_kind::llamacpp;
     state.max_response_bytes = spec.connection.max_response_bytes;
     state.request = std::move(request);
     if (connection_.upstream < rt_->decode_steps.size())

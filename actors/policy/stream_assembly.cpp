@@ -126,6 +126,7 @@ void sort_by_index(std::vector<std::pair<std::int64_t, T>>& items) {
 struct stream_assembly::impl {
   surface where;
   std::uint64_t max_bytes;
+  stream_assembly_shape shape;
   // What the answer has grown by so far, counted as the pieces come (the exact size is checked
   // once, at the end): an engine that streams without end is stopped at the limit, not at the
   // end of its stream.
@@ -387,6 +388,11 @@ json::object stream_assembly::impl::answer() {
       for (auto& [i, call] : calls) list.push_back(std::move(call));
       choice["message"].as_object()["tool_calls"] = std::move(list);
     }
+    if (auto* message = choice.if_contains("message");
+        shape.content_never_null && message != nullptr && message->is_object()) {
+      auto& content = message->as_object()["content"];
+      if (content.is_null()) content = "";
+    }
     out.push_back(std::move(choice));
   }
   top["choices"] = std::move(out);
@@ -394,10 +400,12 @@ json::object stream_assembly::impl::answer() {
   return std::move(top);
 }
 
-stream_assembly::stream_assembly(surface where, std::uint64_t max_bytes)
+stream_assembly::stream_assembly(surface where, std::uint64_t max_bytes,
+                                 stream_assembly_shape shape)
     : impl_(std::make_unique<impl>()) {
   impl_->where = where;
   impl_->max_bytes = max_bytes;
+  impl_->shape = shape;
 }
 
 stream_assembly::~stream_assembly() = default;

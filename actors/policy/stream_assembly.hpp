@@ -9,7 +9,8 @@
 //   own extras), object "chat.completion", and per choice index its message (role; content,
 //   reasoning_content and refusal concatenated; tool_calls merged by index: id, type, function
 //   name, arguments concatenated), logprobs (each array concatenated) and finish_reason; usage
-//   from the chunk that carries it. Ends with `data: [DONE]`.
+//   from the chunk that carries it; a content that never came is null, or "" for an engine
+//   whose whole answer says so (stream_assembly_shape). Ends with `data: [DONE]`.
 // - completions: the same with text instead of a message. Ends with `data: [DONE]`.
 // - responses: the `response` of response.completed (or .incomplete / .failed, the Responses
 //   API's other terminal events).
@@ -29,12 +30,19 @@
 
 namespace tether {
 
+// Where engines' whole answers differ though their streams say the same.
+struct stream_assembly_shape {
+  // chat: a message that no content piece came for has content "" (llama.cpp's whole answer,
+  // though its stream's role chunk says null), not null (OpenAI's, with the same null streamed).
+  bool content_never_null = false;
+};
+
 class stream_assembly {
  public:
   enum class failure { none, malformed, too_large };
 
   // max_bytes: the most the assembled answer may take (0 = no limit).
-  stream_assembly(surface where, std::uint64_t max_bytes);
+  stream_assembly(surface where, std::uint64_t max_bytes, stream_assembly_shape shape = {});
   ~stream_assembly();
   stream_assembly(stream_assembly&&) noexcept;
   stream_assembly& operator=(stream_assembly&&) noexcept;

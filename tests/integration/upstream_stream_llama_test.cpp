@@ -1,7 +1,8 @@
 // upstream_stream = "always" against a real engine, llama.cpp's llama-server: for chat,
 // completions, responses and messages, with deterministic decoding and logprobs where the
 // surface has them, the answer tether assembles from the engine's stream equals the
-// engine's own whole answer to the same request, field by field. The fields that differ between
+// engine's own whole answer to the same request, field by field; and so do tool calls, from an
+// engine started with a tool-calling chat template. The fields that differ between
 // any two of the engine's answers by nature (ids it draws at random, the time, its timings) are
 // checked to be well-formed instead.
 //
@@ -32,10 +33,12 @@ using namespace std::chrono_literals;
 // llama-server on a port of its own choosing, its log (-v --log-timestamps) in its output file.
 class llama_engine {
  public:
-  llama_engine(const std::string& binary, const std::string& model)
-      : process_(binary, {"-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1", "-tb", "1",
-                          "-np", "2", "-c", "4096", "--no-kv-unified", "--slots", "--metrics", "-v",
-                          "--log-timestamps"}) {
+  llama_engine(const std::string& binary, const std::string& model,
+               const std::vector<std::string>& extra_args = {})
+      : process_(binary, joined({"-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1",
+                                 "-tb", "1", "-np", "2", "-c", "4096", "--no-kv-unified", "--slots",
+                                 "--metrics", "-v", "--log-timestamps"},
+                                extra_args)) {
     auto line =
         process_.wait_for_line(std::regex(R"(listening on http://127\.0\.0\.1:([0-9]+))"), 120s);
     if (!line) throw std::runtime_error("llama-server did not start: " + process_.output());
@@ -56,6 +59,11 @@ class llama_engine {
   child_process& process() { return process_; }
 
  private:
+  static std::vector<std::string> joined(std::vector<std::string> a,
+                                         const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
   child_process process_;
   std::uint16_t port_ = 0;
 };
@@ -204,6 +212,101 @@ TEST_F(UpstreamStreamLlamaTest, TheAssembledAnswerIsTheEnginesWholeAnswerFieldBy
     // The case covers what it names.
     if (c.name.ends_with("logprobs")) {
       EXPECT_NE(whole.body.find("\"logprobs\":{"), std::string::npos) << whole.body;
+    }
+  }
+}
+
+// ---- tool calls --------------------------------------------------------------------------------
+
+// A chat template whose assistant turns call tools as bare JSON objects, {"name": ..,
+// "arguments": {..}}: llama-server's template analysis reads that format from it, and with
+// tool_choice "required" constrains the output with a grammar to text and then one or more such
+// calls separated by commas. The model's own template knows no tools.
+const std::string tool_template =
+    "{%- if tools %}<|tools|>{% for t in tools %}{{ t.function.name }} {% endfor %}\n{% endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and m.tool_calls %}<|assistant|>{% for tc in m.tool_calls %}"
+    "{\"name\": \"{{ tc.function.name }}\", \"arguments\": {{ tc.function.arguments | tojson }}}"
+    "{% endfor %}\n"
+    "{% else %}<|{{ m.role }}|>{{ m.content }}\n{% endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}<|assistant|>{% endif %}";
+
+// One tool, one argument of two values: a call is {"name":"w","arguments":{"c":"a"}}, 35 tokens.
+const std::string tool_w =
+    R"({"type":"function","function":{"name":"w","description":"w","parameters":{"type":"object","properties":{"c":{"type":"string","enum":["a","b"]}},"required":["c"],"additionalProperties":false}}})";
+const std::string tool_w_responses =
+    R"({"type":"function","name":"w","description":"w","parameters":{"type":"object","properties":{"c":{"type":"string","enum":["a","b"]}},"required":["c"],"additionalProperties":false}})";
+
+// The grammar lets text come before the first call, and the random model would never choose the
+// byte "{" that starts one: logit_bias makes it. Ids in make_model.py's vocabulary (its order is
+// fixed, not seeded): byte b is 3 + b, "▁" 259, "," 349, EOS 2. Whitespace is biased away (each
+// call then takes the same tokens whatever the model); after a call the grammar allows EOS or a
+// comma and the next call: EOS biased over the comma ends with one call (finish_reason
+// "tool_calls"), the comma biased over EOS calls on until max_tokens cuts a call short.
+const std::string no_whitespace = "[259,-100],[35,-100],[13,-100],[12,-100]";
+const std::string one_call_bias = R"("logit_bias":[[126,100],[2,200],)" + no_whitespace + "]";
+const std::string calls_on_bias = R"("logit_bias":[[126,100],[349,50],)" + no_whitespace + "]";
+
+std::vector<engine_case> tool_cases() {
+  return {
+      {"chat_one_tool_call", "/v1/chat/completions",
+       R"({"model":"m","messages":[{"role":"user","content":"Weather?"}],"max_tokens":40,"tools":[)" +
+           tool_w + R"(],"tool_choice":"required",)" + one_call_bias + "," + determinism + "}"},
+      // Two whole calls and, at 85 tokens, a third cut short in its arguments.
+      {"chat_parallel_tool_calls", "/v1/chat/completions",
+       R"({"model":"m","messages":[{"role":"user","content":"Weather?"}],"max_tokens":85,"tools":[)" +
+           tool_w + R"(],"tool_choice":"required",)" + calls_on_bias + "," + determinism + "}"},
+      {"responses_parallel_function_calls", "/v1/responses",
+       R"({"model":"m","input":"Weather?","max_output_tokens":85,"tools":[)" + tool_w_responses +
+           R"(],"tool_choice":"required",)" + calls_on_bias + "," + determinism + "}"},
+  };
+}
+
+class UpstreamStreamLlamaToolsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto env = engine_from_env();
+    if (!env) GTEST_SKIP() << "TETHER_LLAMA_SERVER and TETHER_ENGINE_MODEL are not set";
+    engine_ = std::make_unique<llama_engine>(
+        env->first, env->second, std::vector<std::string>{"--chat-template", tool_template});
+    gw_ = std::make_unique<gateway_process>(gateway_toml(*engine_));
+  }
+  std::unique_ptr<llama_engine> engine_;
+  std::unique_ptr<gateway_process> gw_;
+};
+
+// The engine's tool calls (chat's tool_calls, Responses' function_call items), several in one
+// answer and one cut short, assembled from its stream, equal its whole answer field by field.
+// llama-server's /v1/messages does not pass logit_bias on, so no call can be forced there.
+TEST_F(UpstreamStreamLlamaToolsTest, TheAssembledToolCallsAreTheEnginesWholeAnswerFieldByField) {
+  for (const auto& c : tool_cases()) {
+    SCOPED_TRACE(c.name);
+    auto whole = request("POST", engine_->port(), c.path, c.body, {}, 120s);
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    auto assembled = request("POST", gw_->port(), c.path, c.body, {}, 120s);
+    ASSERT_EQ(assembled.status, 200) << assembled.body;
+    auto expected = masked(whole.json(), c.path);
+    auto got = masked(assembled.json(), c.path);
+    EXPECT_EQ(got, expected) << "assembled: " << assembled.body << "\nwhole: " << whole.body;
+    // The case covers what it names.
+    if (c.path == "/v1/responses") {
+      const auto& output = expected.at("output").as_array();
+      EXPECT_EQ(std::ranges::count_if(
+                    output, [](const json::value& i) { return i.at("type") == "function_call"; }),
+                3)
+          << whole.body;
+    } else {
+      const auto& choice = expected.at("choices").at(0);
+      const auto& calls = choice.at("message").at("tool_calls").as_array();
+      if (c.name == "chat_one_tool_call") {
+        EXPECT_EQ(calls.size(), 1u) << whole.body;
+        EXPECT_EQ(choice.at("finish_reason"), "tool_calls") << whole.body;
+      } else {
+        EXPECT_EQ(calls.size(), 3u) << whole.body;
+        EXPECT_EQ(choice.at("finish_reason"), "length") << whole.body;
+      }
+      EXPECT_EQ(calls.at(0).at("function").at("name"), "w") << whole.body;
     }
   }
 }

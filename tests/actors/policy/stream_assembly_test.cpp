@@ -36,8 +36,8 @@ struct result {
 };
 
 result assemble(surface where, std::string_view stream, std::uint64_t max_bytes = 0,
-                std::int64_t now = 1700000000) {
-  stream_assembly a{where, max_bytes};
+                std::int64_t now = 1700000000, stream_assembly_shape shape = {}) {
+  stream_assembly a{where, max_bytes, shape};
   for (const auto& e : events_of(stream)) a.add(e);
   result r;
   r.body = a.finish(now);
@@ -224,6 +224,48 @@ TEST(StreamAssemblyTest, ChatToolCallsAreMergedByIndex) {
                   {"id":"call_b","type":"function","function":{"name":"put","arguments":"{\"k\":1}"}}]},
     "logprobs":null,"finish_reason":"tool_calls"}],
     "usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}})"));
+}
+
+// A tool call as llama-server streams it (recorded, its arguments' pieces trimmed to a few): the
+// role chunk says content null and no content piece follows, yet its whole answer says content
+// "" — which tether's answer must say too; OpenAI's whole answer to the same stream says null.
+TEST(StreamAssemblyTest, ChatContentThatNeverCameIsEmptyForAnEngineWhoseWholeAnswerSaysSo) {
+  const std::string stream =
+      R"(data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"created":1796654519,"id":"chatcmpl-x","model":"small.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"})"
+      "\n\n"
+      R"(data: {"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":0,"id":"8euy","type":"function","function":{"name":"w","arguments":"{"}}]}}],"created":1796654520,"id":"chatcmpl-x","model":"small.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"})"
+      "\n\n"
+      R"(data: {"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"c\":\"b\""}}]}}],"created":1796654520,"id":"chatcmpl-x","model":"small.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"})"
+      "\n\n"
+      R"(data: {"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"}"}}]}}],"created":1796654520,"id":"chatcmpl-x","model":"small.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"})"
+      "\n\n"
+      R"(data: {"choices":[{"finish_reason":"tool_calls","index":0,"delta":{}}],"created":1796654520,"id":"chatcmpl-x","model":"small.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"})"
+      "\n\n"
+      R"(data: {"choices":[],"created":1796654520,"id":"chatcmpl-x","model":"small.gguf","system_fingerprint":"b0-unknown","object":"chat.completion.chunk","usage":{"completion_tokens":35,"prompt_tokens":43,"total_tokens":78}})"
+      "\n\n"
+      "data: [DONE]\n\n";
+  auto whole = [](std::string_view content) {
+    return json::parse(
+        R"({"choices":[{"finish_reason":"tool_calls","index":0,"message":{"role":"assistant","content":)" +
+        std::string(content) +
+        R"(,"tool_calls":[{"type":"function","function":{"name":"w","arguments":"{\"c\":\"b\"}"},"id":"8euy"}]}}],"created":1796654520,"model":"small.gguf","system_fingerprint":"b0-unknown","object":"chat.completion","usage":{"completion_tokens":35,"prompt_tokens":43,"total_tokens":78},"id":"chatcmpl-x"})");
+  };
+  EXPECT_EQ(parsed(assemble(surface::chat, stream, 0, 1700000000, {.content_never_null = true})),
+            whole(R"("")"));
+  EXPECT_EQ(parsed(assemble(surface::chat, stream)), whole("null"));
+  // Content that came is the content, whatever the engine.
+  const std::string with_text =
+      R"(data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":null},"finish_reason":null}]})"
+      "\n\n"
+      R"(data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]})"
+      "\n\n"
+      "data: [DONE]\n\n";
+  EXPECT_EQ(parsed(assemble(surface::chat, with_text, 0, 1700000000, {.content_never_null = true}))
+                .at("choices")
+                .at(0)
+                .at("message")
+                .at("content"),
+            "hi");
 }
 
 // Content, reasoning and per-token logprobs concatenated; several choices kept apart.
