@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <caf/scheduler/test_coordinator.hpp>
-
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -17,6 +15,7 @@
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy/slot_refusal.hpp"
+#include "tests/actors/coordinator_fixture.hpp"
 
 namespace tether {
 namespace {
@@ -66,18 +65,18 @@ caf::behavior counting_budget(caf::event_based_actor* self, std::shared_ptr<budg
           [self](stop_atom) { self->quit(); }};
 }
 
-class BudgetShardTest : public ::testing::Test {
- protected:
-  BudgetShardTest()
-      : stats_({"u0", "u1"}),
-        system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
-        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {}
+// The metrics the budget and its shards update: destroyed after every actor that updates them.
+struct shard_stats {
+  metrics stats_{{"u0", "u1"}};
+};
 
+class BudgetShardTest : protected shard_stats, public coordinator_fixture {
+ protected:
   ~BudgetShardTest() override {
     for (auto& h : holders_) caf::anon_send(h.actor, stop_atom::value);
     if (counting_) caf::anon_send(counting_, stop_atom::value);
     if (budget_) caf::anon_send_exit(budget_, caf::exit_reason::user_shutdown);
-    sched_.run();  // a shard ends with its budget
+    run();  // a shard ends with its budget
   }
 
   // The real budget with a global cap of `global` (no queue timeout) and `shards` shards.
@@ -88,13 +87,13 @@ class BudgetShardTest : public ::testing::Test {
     budget_ = system_.spawn(budget_actor, l, &stats_, nullptr);
     for (std::size_t i = 0; i < shards; ++i)
       shards_.push_back(system_.spawn(budget_shard_actor, budget_, &stats_));
-    sched_.run();
+    run();
   }
 
   void counting_budget_with_one_shard() {
     counting_ = system_.spawn(counting_budget, traffic_);
     shards_.push_back(system_.spawn(budget_shard_actor, counting_, &stats_));
-    sched_.run();
+    run();
   }
 
   struct holder {
@@ -107,14 +106,14 @@ class BudgetShardTest : public ::testing::Test {
   std::size_t ask(std::size_t s, std::uint64_t tokens = 0, std::uint64_t upstream = 0) {
     auto log = std::make_shared<answer_log>();
     holders_.push_back({system_.spawn(fake_connection, shards_.at(s), upstream, tokens, log), log});
-    sched_.run();
+    run();
     return holders_.size() - 1;
   }
 
   void stop(std::size_t h) {
     caf::anon_send(holders_.at(h).actor, stop_atom::value);
     holders_.at(h).stopped = true;
-    sched_.run();
+    run();
   }
 
   std::optional<bool> granted(std::size_t h) const { return holders_.at(h).log->granted; }
@@ -135,14 +134,10 @@ class BudgetShardTest : public ::testing::Test {
               .then([out](std::uint64_t n) { *out = n; }, [](caf::error&) {});
         },
         answer, who);
-    sched_.run();
+    run();
     return *answer;
   }
 
-  metrics stats_;  // first: destroyed last, after every actor that updates it
-  caf::actor_system_config cfg_;
-  caf::actor_system system_;
-  caf::scheduler::test_coordinator& sched_;
   caf::actor budget_;
   caf::actor counting_;
   std::shared_ptr<budget_log> traffic_ = std::make_shared<budget_log>();
@@ -210,7 +205,7 @@ TEST_F(BudgetShardTest, NoSlotSitsIdleInOneShardWhileAnotherShardsHolderIsRefuse
   budget_ = system_.spawn(budget_actor, l, &stats_, nullptr);
   for (int i = 0; i < 2; ++i)
     shards_.push_back(system_.spawn(budget_shard_actor, budget_, &stats_));
-  sched_.run();
+  run();
   auto a1 = ask(0);
   EXPECT_EQ(granted(a1), true);
   stop(a1);  // below the cap: kept
@@ -236,7 +231,7 @@ TEST_F(BudgetShardTest, ARefusalForATokenCapTooSmallKeepsItsKindThroughTheShard)
   l.tokens_per_upstream = {1000, 0};
   budget_ = system_.spawn(budget_actor, l, &stats_, nullptr);
   shards_.push_back(system_.spawn(budget_shard_actor, budget_, &stats_));
-  sched_.run();
+  run();
   auto heavy = ask(0, 1500);
   EXPECT_EQ(granted(heavy), false);
   EXPECT_EQ(holders_[heavy].log->refusal, slot_refusal::too_heavy);
@@ -294,7 +289,7 @@ TEST_F(BudgetShardTest, AnUpstreamAtItsCapRecallsOnlyThatUpstreamsSlots) {
   l.per_upstream = {1, 8};
   budget_ = system_.spawn(budget_actor, l, &stats_, nullptr);
   shards_.push_back(system_.spawn(budget_shard_actor, budget_, &stats_));
-  sched_.run();
+  run();
   auto small = ask(0, 0, 0);  // upstream 0 is now at its cap of 1
   auto big = ask(0, 0, 1);
   EXPECT_EQ(granted(small), true);
@@ -321,7 +316,7 @@ TEST_F(BudgetShardTest, EveryCapHoldsAtEveryMessageUnderInterleavedTraffic) {
   budget_ = system_.spawn(budget_actor, l, &stats_, nullptr);
   for (int i = 0; i < 3; ++i)
     shards_.push_back(system_.spawn(budget_shard_actor, budget_, &stats_));
-  sched_.run();
+  run();
 
   std::vector<std::uint64_t> upstream_of;
   auto working = [&](std::optional<std::uint64_t> upstream) {
@@ -370,7 +365,7 @@ TEST_F(BudgetShardTest, EveryCapHoldsAtEveryMessageUnderInterleavedTraffic) {
   EXPECT_EQ(peak, upstream_cap);
   // Everyone still waiting gets a slot as the work ends, and nothing is left.
   for (int rounds = 0; rounds < 10000; ++rounds) {
-    sched_.run();
+    run();
     bool stopped_any = false;
     for (auto& h : holders_) {
       if (h.log->granted == true && !h.stopped) {
@@ -381,14 +376,14 @@ TEST_F(BudgetShardTest, EveryCapHoldsAtEveryMessageUnderInterleavedTraffic) {
     }
     if (!stopped_any) break;
   }
-  sched_.run();
+  run();
   for (std::size_t i = 0; i < holders_.size(); ++i)
     EXPECT_EQ(granted(i), true) << i << ": " << holders_[i].log->reason;
   EXPECT_EQ(stats_.upstream_work(0), 0);
   EXPECT_EQ(stats_.upstream_work(1), 0);
   EXPECT_EQ(stats_.queue_depth(), 0);
   for (const auto& s : shards_) caf::anon_send(s, drain_now_atom::value);
-  sched_.run();
+  run();
   EXPECT_EQ(slots_of(budget_), 0u);
 }
 
@@ -400,7 +395,7 @@ TEST_F(BudgetShardTest, TheDrainsEndRefusesTheWaitersAndLaterAsksAndReturnsWhatE
   EXPECT_EQ(granted(h2), std::nullopt);
 
   caf::anon_send(shards_[0], drain_now_atom::value);
-  sched_.run();
+  run();
   EXPECT_EQ(granted(h2), false);
   EXPECT_EQ(holders_[h2].log->reason, "the gateway is shutting down");
   EXPECT_EQ(holders_[h2].log->refusal, slot_refusal::stopping);

@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <caf/scheduler/test_coordinator.hpp>
-
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -15,6 +13,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/supervisor_actor.hpp"
+#include "tests/actors/coordinator_fixture.hpp"
 #include "tests/actors/drain_probe.hpp"
 #include "tests/actors/manual_timers.hpp"
 
@@ -51,24 +50,27 @@ caf::behavior fake_request(caf::event_based_actor* self, event_log log, std::str
   return {[self](stop_atom) { self->quit(); }};
 }
 
-class DrainActorTest : public ::testing::Test {
+// The drain's clock: it outlives the actors, which cancel their timers as they end.
+struct drain_clock {
+  manual_timers timers_;
+};
+
+class DrainActorTest : protected drain_clock, public coordinator_fixture {
  protected:
-  DrainActorTest()
-      : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
-        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {
+  DrainActorTest() {
     budgets_ = {system_.spawn(fake_budget, log_, "budget", queued_),
                 system_.spawn(fake_budget, log_, "shard 0", queued_),
                 system_.spawn(fake_budget, log_, "shard 1", queued_)};
     supervisors_ = {system_.spawn<supervisor_actor>(), system_.spawn<supervisor_actor>()};
     drain_ = system_.spawn(drain_actor, drain_timeout, budgets_, supervisors_, &timers_);
-    sched_.run();
+    run();
   }
   ~DrainActorTest() override {
     for (auto& r : requests_) caf::anon_send(r, stop_atom::value);
     for (auto& s : supervisors_) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(drain_, caf::exit_reason::user_shutdown);
     for (auto& b : budgets_) caf::anon_send(b, stop_atom::value);
-    sched_.run();
+    run();
   }
 
   // A request started on io thread `thread`, adopted by that thread's supervisor.
@@ -76,26 +78,22 @@ class DrainActorTest : public ::testing::Test {
     auto req = system_.spawn(fake_request, log_, name, linger);
     requests_.push_back(req);
     adopt_request(supervisors_.at(thread), req);
-    sched_.run();
+    run();
     return req;
   }
 
   void ask_drain() {
     ask_drain_from_probe(system_, drain_, answer_);
-    sched_.run();
+    run();
   }
   std::optional<std::uint64_t> drained() const { return *answer_; }
 
   void advance(std::chrono::milliseconds by) {
     timers_.advance(by);
-    sched_.run();
+    run();
   }
 
   static constexpr auto drain_timeout = 30s;
-  manual_timers timers_;  // outlives the actors, which cancel their timers as they end
-  caf::actor_system_config cfg_;
-  caf::actor_system system_;
-  caf::scheduler::test_coordinator& sched_;
   event_log log_ = std::make_shared<std::vector<std::string>>();
   queued_list queued_ = std::make_shared<std::vector<caf::actor>>();
   std::vector<caf::actor> budgets_;
@@ -118,10 +116,10 @@ TEST_F(DrainActorTest, RequestsOnEveryThreadThatEndInTimeAreDrainedUncancelled) 
   ask_drain();
   advance(drain_timeout - 1ms);
   caf::anon_send(a, stop_atom::value);
-  sched_.run();
+  run();
   EXPECT_FALSE(drained()) << "answered while thread 1's request is alive";
   caf::anon_send(b, stop_atom::value);
-  sched_.run();
+  run();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{0});
   advance(1ms);
   EXPECT_TRUE(log_->empty()) << "something was stopped or told after the drain had ended";
@@ -145,7 +143,7 @@ TEST_F(DrainActorTest, AtTheTimeoutEveryBudgetIsToldAndEveryThreadsTreesAreStopp
                                       "shard 0 refuses", "shard 1 refuses"}));
   EXPECT_FALSE(drained()) << "answered before the lingering request ended";
   caf::anon_send(lingering, stop_atom::value);
-  sched_.run();
+  run();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{2});
 }
 
@@ -166,14 +164,14 @@ TEST_F(DrainActorTest, ARequestTheBudgetsRefusalEndsBeforeItsSupervisorIsToldIsC
     return true;
   };
   sched_.run_jobs_filtered(held_back);
-  sched_.run();
+  run();
   std::vector<std::string> heard(*log_);
   std::sort(heard.begin(), heard.end());
   EXPECT_EQ(heard, (std::vector<std::string>{"budget refuses", "shard 0 refuses", "shard 1 refuses",
                                              "streaming stopped (drain)"}))
       << "the queued request was still there when its supervisor was told";
   caf::anon_send(lingering, stop_atom::value);
-  sched_.run();
+  run();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{2});
 }
 
@@ -184,7 +182,7 @@ TEST_F(DrainActorTest, TheDrainsEndNowStopsEveryThreadAtOnceAndOnlyOnce) {
   ask_drain();
   caf::anon_send(drain_, drain_now_atom::value);
   caf::anon_send(drain_, drain_now_atom::value);
-  sched_.run();
+  run();
   EXPECT_EQ(log_->size(), 5u);  // three budgets told, two trees stopped
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{2});
   advance(drain_timeout);

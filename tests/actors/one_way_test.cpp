@@ -5,10 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
 
 #include <chrono>
@@ -16,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "tests/actors/coordinator_fixture.hpp"
 
 namespace tether {
 namespace {
@@ -39,16 +38,7 @@ caf::behavior recorder(caf::event_based_actor*, std::shared_ptr<seen> log) {
   };
 }
 
-class OneWayTest : public ::testing::Test {
- protected:
-  OneWayTest()
-      : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
-        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {}
-
-  caf::actor_system_config cfg_;
-  caf::actor_system system_;
-  caf::scheduler::test_coordinator& sched_;
-};
+using OneWayTest = coordinator_fixture;
 
 TEST_F(OneWayTest, EachMessageReachesTheHandlerOfItsTypesWithItsValues) {
   auto log = std::make_shared<seen>();
@@ -56,12 +46,12 @@ TEST_F(OneWayTest, EachMessageReachesTheHandlerOfItsTypesWithItsValues) {
   caf::anon_send(actor, name_atom::value, std::string{"a long enough name to be on the heap"});
   caf::anon_send(actor, count_atom::value, 7);
   caf::anon_send(actor, name_atom::value, std::string{"b"});
-  sched_.run();
+  run();
 
   EXPECT_EQ(log->names, (std::vector<std::string>{"a long enough name to be on the heap", "b"}));
   EXPECT_EQ(log->counts, std::vector<int>{7});
   caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  sched_.run();
+  run();
 }
 
 // What a request to the recorder came back with, if anything.
@@ -81,18 +71,18 @@ TEST_F(OneWayTest, ARequestIsHandledButNeverAnswered) {
   auto actor = system_.spawn(recorder, log);
   auto result = std::make_shared<asked>();
   system_.spawn(ask_once, actor, result);
-  sched_.run();
+  run();
   EXPECT_EQ(log->asks, 1);
   EXPECT_FALSE(result->answered);
   EXPECT_FALSE(result->failed.has_value());  // no reply, not even an empty one: only the timeout
 
   sched_.advance_time(std::chrono::seconds(1));
-  sched_.run();
+  run();
   EXPECT_FALSE(result->answered);
   ASSERT_TRUE(result->failed.has_value());
   EXPECT_EQ(*result->failed, caf::sec::request_timeout);
   caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  sched_.run();
+  run();
 }
 
 }  // namespace

@@ -5,13 +5,12 @@
 
 #include <gtest/gtest.h>
 
-#include <caf/scheduler/test_coordinator.hpp>
-
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "tests/actors/coordinator_fixture.hpp"
 #include "tests/actors/drain_probe.hpp"
 
 namespace tether {
@@ -36,38 +35,33 @@ caf::behavior fake_request(caf::event_based_actor* self, std::shared_ptr<seen> l
   return {[self](stop_atom) { self->quit(); }};
 }
 
-class SupervisorActorTest : public ::testing::Test {
+class SupervisorActorTest : public coordinator_fixture {
  protected:
-  SupervisorActorTest()
-      : system_(cfg_.set("scheduler.policy", caf::atom("testing"))),
-        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {
+  SupervisorActorTest() {
     supervisor_ = system_.spawn<supervisor_actor>();
-    sched_.run();
+    run();
   }
   // The actor system waits for every actor at its end: the stand-ins and the supervisor go first.
   ~SupervisorActorTest() override {
     for (auto& r : requests_) caf::anon_send(r, stop_atom::value);
     caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
-    sched_.run();
+    run();
   }
 
   caf::actor adopt(std::shared_ptr<seen> log, bool linger = false) {
     auto req = system_.spawn(fake_request, std::move(log), linger);
     requests_.push_back(req);
     adopt_request(supervisor_, req);
-    sched_.run();
+    run();
     return req;
   }
 
   void ask_drain() {
     ask_drain_from_probe(system_, supervisor_, answer_);
-    sched_.run();
+    run();
   }
   std::optional<std::uint64_t> drained() const { return *answer_; }
 
-  caf::actor_system_config cfg_;
-  caf::actor_system system_;
-  caf::scheduler::test_coordinator& sched_;
   caf::actor supervisor_;
   std::vector<caf::actor> requests_;
   drain_answer answer_ = std::make_shared<std::optional<std::uint64_t>>();
@@ -84,7 +78,7 @@ TEST_F(SupervisorActorTest, RequestsEndingOnTheirOwnBeforeTheTimeoutAreDrainedUn
   ask_drain();
   EXPECT_FALSE(drained()) << "answered while a request is still alive";
   caf::anon_send(req, stop_atom::value);
-  sched_.run();
+  run();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{0});
   EXPECT_FALSE(log->exit_reason) << "a request that ended in time was stopped";
 }
@@ -98,7 +92,7 @@ TEST_F(SupervisorActorTest, TheDrainsEndStopsEachTreeWithTheDrainReasonAndAwaits
   EXPECT_FALSE(drained());
   EXPECT_FALSE(a->exit_reason) << "a tree was stopped before the drain's end";
   caf::anon_send(supervisor_, drain_now_atom::value);
-  sched_.run();
+  run();
   ASSERT_TRUE(a->exit_reason);
   ASSERT_TRUE(b->exit_reason);
   EXPECT_EQ(stop_reason_of(*a->exit_reason), stop_reason::drain);
@@ -106,7 +100,7 @@ TEST_F(SupervisorActorTest, TheDrainsEndStopsEachTreeWithTheDrainReasonAndAwaits
   // The drain waits for the tree's end, not for the stop to be sent.
   EXPECT_FALSE(drained()) << "answered before the lingering request ended";
   caf::anon_send(lingering, stop_atom::value);
-  sched_.run();
+  run();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{2});
 }
 
@@ -116,7 +110,7 @@ TEST_F(SupervisorActorTest, TheDrainsEndBeforeTheDrainIsAskedStopsTheTreesAndIsC
   auto log = std::make_shared<seen>();
   adopt(log);
   caf::anon_send(supervisor_, drain_now_atom::value);
-  sched_.run();
+  run();
   ASSERT_TRUE(log->exit_reason);
   EXPECT_EQ(stop_reason_of(*log->exit_reason), stop_reason::drain);
   ask_drain();
@@ -133,11 +127,11 @@ TEST_F(SupervisorActorTest, RequestsInManyCellsAreAllStoppedAtTheDrainsEndAndCou
   }
   for (std::size_t i = 0; i < started.size(); i += 3)
     caf::anon_send(started[i].first, stop_atom::value);  // a third end on their own
-  sched_.run();
+  run();
   ask_drain();
   EXPECT_FALSE(drained());
   caf::anon_send(supervisor_, drain_now_atom::value);
-  sched_.run();
+  run();
   std::size_t stopped = 0;
   for (std::size_t i = 0; i < started.size(); ++i) {
     const auto& log = started[i].second;
@@ -151,7 +145,7 @@ TEST_F(SupervisorActorTest, RequestsInManyCellsAreAllStoppedAtTheDrainsEndAndCou
   EXPECT_FALSE(drained()) << "answered while the stopped requests linger";
   for (std::size_t i = 0; i < started.size(); ++i)
     if (i % 3 != 0) caf::anon_send(started[i].first, stop_atom::value);
-  sched_.run();
+  run();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{100});
 }
 
@@ -162,7 +156,7 @@ TEST_F(SupervisorActorTest, ACellEndsOnceItIsFullAndItsLastRequestHasEnded) {
   for (int i = 0; i < 300; ++i) {
     auto req = adopt(std::make_shared<seen>(), true);
     caf::anon_send(req, stop_atom::value);
-    sched_.run();
+    run();
   }
   // Only the cell that adopts now is left (and each request's stand-in has ended).
   EXPECT_EQ(system_.registry().running(), before + 1);
@@ -175,7 +169,7 @@ TEST_F(SupervisorActorTest, TheShutdownReachesTheRequestsOfEveryCell) {
     adopt(logs.back());
   }
   caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
-  sched_.run();
+  run();
   std::size_t reached = 0;
   for (const auto& log : logs)
     if (log->exit_reason && *log->exit_reason == caf::make_error(caf::exit_reason::user_shutdown))
@@ -187,9 +181,9 @@ TEST_F(SupervisorActorTest, ARequestThatEndedBeforeItWasAdoptedIsNotWaitedFor) {
   auto log = std::make_shared<seen>();
   auto req = system_.spawn(fake_request, log, true);
   caf::anon_send(req, stop_atom::value);
-  sched_.run();  // it has ended
+  run();  // it has ended
   adopt_request(supervisor_, req);
-  sched_.run();
+  run();
   ask_drain();
   EXPECT_EQ(drained(), std::optional<std::uint64_t>{0});
 }
@@ -206,9 +200,9 @@ TEST_F(SupervisorActorTest, TheShutdownsExitEndsTheSupervisorAndReachesItsReques
       },
       down, supervisor_);
   requests_.push_back(probe);
-  sched_.run();
+  run();
   caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
-  sched_.run();
+  run();
   EXPECT_TRUE(*down) << "the supervisor trapped the shutdown's exit";
   ASSERT_TRUE(log->exit_reason) << "the link did not carry the supervisor's end";
   EXPECT_EQ(*log->exit_reason, caf::make_error(caf::exit_reason::user_shutdown));

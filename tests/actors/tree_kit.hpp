@@ -6,7 +6,6 @@
 #pragma once
 
 #include <caf/all.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 
 #include <gtest/gtest.h>
 
@@ -23,6 +22,7 @@
 #include "net/downstream.hpp"
 #include "net/timer_service.hpp"
 #include "net/upstream.hpp"
+#include "tests/actors/coordinator_fixture.hpp"
 #include "tests/actors/manual_timers.hpp"
 
 namespace tether::tree_kit {
@@ -127,11 +127,9 @@ inline config::gateway_config two_upstreams(std::uint32_t cap = 4) {
 
 // One gateway's shared state with the fakes in place of net/, the real budget actor, and a
 // test-coordinated actor system.
-class tree_test : public ::testing::Test {
+class tree_test : public coordinator_fixture {
  protected:
-  explicit tree_test(config::gateway_config cfg = two_upstreams())
-      : system_(sys_cfg_.set("scheduler.policy", caf::atom("testing"))),
-        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(system_.scheduler())) {
+  explicit tree_test(config::gateway_config cfg = two_upstreams()) {
     rt_ = std::make_shared<gateway_runtime>();
     rt_->cfg = std::move(cfg);
     rt_->routes = std::make_unique<router>(rt_->cfg);
@@ -154,7 +152,7 @@ class tree_test : public ::testing::Test {
     rt_->timers = std::move(timers);
     rt_->budget =
         system_.spawn(budget_actor, budget_limits_from(rt_->cfg), rt_->stats.get(), timers_);
-    sched_.run();
+    run();
   }
 
   ~tree_test() override {
@@ -188,8 +186,6 @@ class tree_test : public ::testing::Test {
     return r;
   }
 
-  // Delivers every message there is, in order.
-  void run() { sched_.run(); }
   void advance(std::chrono::nanoseconds by) {
     timers_->advance(by);
     run();
@@ -231,9 +227,6 @@ class tree_test : public ::testing::Test {
 
   fake_upstream& upstream(std::size_t i) { return *upstreams_.at(i); }
 
-  caf::actor_system_config sys_cfg_;
-  caf::actor_system system_;
-  caf::scheduler::test_coordinator& sched_;
   runtime_ptr rt_;
   manual_timers* timers_ = nullptr;
   std::vector<fake_upstream*> upstreams_;

@@ -532,41 +532,115 @@ TEST_F(HttpServerTest, AThousandPipelinedRequestsAnsweredAtOnceAreAllAnsweredInO
   }
 }
 
-TEST_F(HttpServerTest, ContentLengthOverLimitIsRefusedWithoutReadingBodyAndClosed) {
-  server_limits limits;
-  limits.max_request_bytes = 1000;
-  serve(echo_handler(log_), limits);
-  test_client client(port_);
-  // Only the head is sent: the answer must not wait for the 5000 announced bytes.
-  ASSERT_TRUE(
-      client.send("POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n"));
-  const auto response = client.read_response();
-  ASSERT_TRUE(response);
-  EXPECT_EQ(response->status, 413);
-  EXPECT_EQ(response->header("connection"), "close");
-  EXPECT_TRUE(client.wait_closed());
-  ASSERT_TRUE(log_.wait_for(1));
-  EXPECT_EQ(log_.at(0).error, protocol_error::body_too_large);
-  EXPECT_EQ(log_.at(0).target, "/v1/chat/completions");
+// A request the server refuses before any handler could serve it: the client is answered with
+// the refusal's status, and the handler is given the refusal (what kind, what was parsed).
+struct refusal_case {
+  std::string name{};
+  server_limits limits{};
+  std::string request{};  // all the client sends
+  int status = 0;
+  protocol_error error = protocol_error::none;
+  // The checks only some cases make (false or unset: not made).
+  bool says_close = false;              // the response carries "Connection: close"
+  bool closes = false;                  // the server closes the connection after it
+  std::optional<std::string> target{};  // the target the handler was given
+  bool detail = false;                  // the handler was told why (error_detail)
+};
+
+void PrintTo(const refusal_case& c, std::ostream* os) {
+  *os << c.name;
 }
 
-TEST_F(HttpServerTest, ChunkedBodyGrowingOverLimitIsRefusedAndClosed) {
-  server_limits limits;
-  limits.max_request_bytes = 1000;
-  serve(echo_handler(log_), limits);
-  test_client client(port_);
+std::vector<refusal_case> refusal_cases() {
+  server_limits small_body;
+  small_body.max_request_bytes = 1000;
+  server_limits few_fields;
+  few_fields.max_header_fields = 5;
+  server_limits small_head;
+  small_head.max_header_bytes = 1024;
+  std::string many_fields;
+  for (int i = 0; i < 10; ++i) many_fields += "X-F" + std::to_string(i) + ": v\r\n";
   const std::string piece(800, 'x');
-  ASSERT_TRUE(
-      client.send("POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+  return {
+      // Only the head is sent: the answer must not wait for the 5000 announced bytes.
+      {.name = "ContentLengthOverLimitIsRefusedWithoutReadingBodyAndClosed",
+       .limits = small_body,
+       .request = "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n",
+       .status = 413,
+       .error = protocol_error::body_too_large,
+       .says_close = true,
+       .closes = true,
+       .target = "/v1/chat/completions"},
+      {.name = "ChunkedBodyGrowingOverLimitIsRefusedAndClosed",
+       .limits = small_body,
+       .request = "POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
                   "\r\n320\r\n" +
-                  piece + "\r\n320\r\n" + piece + "\r\n"));
+                  piece + "\r\n320\r\n" + piece + "\r\n",
+       .status = 413,
+       .error = protocol_error::body_too_large,
+       .closes = true},
+      {.name = "TooManyHeaderFieldsAreRefusedAsHeadersTooLarge",
+       .limits = few_fields,
+       .request = get("/many", many_fields),
+       .status = 431,
+       .error = protocol_error::headers_too_large,
+       .closes = true},
+      {.name = "HeaderBytesOverLimitAreRefusedAsHeadersTooLarge",
+       .limits = small_head,
+       .request = get("/big", "X-Big: " + std::string(2000, 'a') + "\r\n"),
+       .status = 431,
+       .error = protocol_error::headers_too_large,
+       .closes = true},
+      {.name = "ContentLengthWithTransferEncodingIsMalformedAndClosed",
+       .request = "POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: "
+                  "chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+       .status = 400,
+       .error = protocol_error::malformed,
+       .closes = true,
+       .detail = true},
+      {.name = "DuplicateContentLengthIsMalformed",
+       .request = "POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: "
+                  "3\r\n\r\nabc",
+       .status = 400,
+       .error = protocol_error::malformed},
+      {.name = "UnparsableRequestLineIsMalformedWithEmptyTarget",
+       .request = "\x01\x02 nonsense\r\n\r\n",
+       .status = 400,
+       .error = protocol_error::malformed,
+       .closes = true,
+       .target = ""},
+  };
+}
+
+class HttpServerRefusalTest : public HttpServerTest,
+                              public ::testing::WithParamInterface<refusal_case> {};
+
+TEST_P(HttpServerRefusalTest, IsAnsweredWithItsStatusAndGivenToTheHandler) {
+  const auto& c = GetParam();
+  serve(echo_handler(log_), c.limits);
+  test_client client(port_);
+  ASSERT_TRUE(client.send(c.request));
   const auto response = client.read_response();
   ASSERT_TRUE(response);
-  EXPECT_EQ(response->status, 413);
-  EXPECT_TRUE(client.wait_closed());
+  EXPECT_EQ(response->status, c.status);
+  if (c.says_close) {
+    EXPECT_EQ(response->header("connection"), "close");
+  }
+  if (c.closes) {
+    EXPECT_TRUE(client.wait_closed());
+  }
   ASSERT_TRUE(log_.wait_for(1));
-  EXPECT_EQ(log_.at(0).error, protocol_error::body_too_large);
+  EXPECT_EQ(log_.at(0).error, c.error);
+  if (c.target) {
+    EXPECT_EQ(log_.at(0).target, *c.target);
+  }
+  if (c.detail) {
+    EXPECT_FALSE(log_.at(0).error_detail.empty());
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Refusals, HttpServerRefusalTest, ::testing::ValuesIn(refusal_cases()),
+                         [](const auto& info) { return info.param.name; });
 
 TEST_F(HttpServerTest, ChunkedBodyWithinLimitIsDecoded) {
   serve(echo_handler(log_));
@@ -577,76 +651,6 @@ TEST_F(HttpServerTest, ChunkedBodyWithinLimitIsDecoded) {
   const auto response = client.read_response();
   ASSERT_TRUE(response);
   EXPECT_EQ(response->body, "abcde");
-}
-
-TEST_F(HttpServerTest, TooManyHeaderFieldsAreRefusedAsHeadersTooLarge) {
-  server_limits limits;
-  limits.max_header_fields = 5;
-  serve(echo_handler(log_), limits);
-  test_client client(port_);
-  std::string extra;
-  for (int i = 0; i < 10; ++i) extra += "X-F" + std::to_string(i) + ": v\r\n";
-  ASSERT_TRUE(client.send(get("/many", extra)));
-  const auto response = client.read_response();
-  ASSERT_TRUE(response);
-  EXPECT_EQ(response->status, 431);
-  EXPECT_TRUE(client.wait_closed());
-  ASSERT_TRUE(log_.wait_for(1));
-  EXPECT_EQ(log_.at(0).error, protocol_error::headers_too_large);
-}
-
-TEST_F(HttpServerTest, HeaderBytesOverLimitAreRefusedAsHeadersTooLarge) {
-  server_limits limits;
-  limits.max_header_bytes = 1024;
-  serve(echo_handler(log_), limits);
-  test_client client(port_);
-  ASSERT_TRUE(client.send(get("/big", "X-Big: " + std::string(2000, 'a') + "\r\n")));
-  const auto response = client.read_response();
-  ASSERT_TRUE(response);
-  EXPECT_EQ(response->status, 431);
-  EXPECT_TRUE(client.wait_closed());
-  ASSERT_TRUE(log_.wait_for(1));
-  EXPECT_EQ(log_.at(0).error, protocol_error::headers_too_large);
-}
-
-TEST_F(HttpServerTest, ContentLengthWithTransferEncodingIsMalformedAndClosed) {
-  serve(echo_handler(log_));
-  test_client client(port_);
-  ASSERT_TRUE(client.send(
-      "POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
-      "3\r\nabc\r\n0\r\n\r\n"));
-  const auto response = client.read_response();
-  ASSERT_TRUE(response);
-  EXPECT_EQ(response->status, 400);
-  EXPECT_TRUE(client.wait_closed());
-  ASSERT_TRUE(log_.wait_for(1));
-  EXPECT_EQ(log_.at(0).error, protocol_error::malformed);
-  EXPECT_FALSE(log_.at(0).error_detail.empty());
-}
-
-TEST_F(HttpServerTest, DuplicateContentLengthIsMalformed) {
-  serve(echo_handler(log_));
-  test_client client(port_);
-  ASSERT_TRUE(client.send(
-      "POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"));
-  const auto response = client.read_response();
-  ASSERT_TRUE(response);
-  EXPECT_EQ(response->status, 400);
-  ASSERT_TRUE(log_.wait_for(1));
-  EXPECT_EQ(log_.at(0).error, protocol_error::malformed);
-}
-
-TEST_F(HttpServerTest, UnparsableRequestLineIsMalformedWithEmptyTarget) {
-  serve(echo_handler(log_));
-  test_client client(port_);
-  ASSERT_TRUE(client.send("\x01\x02 nonsense\r\n\r\n"));
-  const auto response = client.read_response();
-  ASSERT_TRUE(response);
-  EXPECT_EQ(response->status, 400);
-  EXPECT_TRUE(client.wait_closed());
-  ASSERT_TRUE(log_.wait_for(1));
-  EXPECT_EQ(log_.at(0).error, protocol_error::malformed);
-  EXPECT_TRUE(log_.at(0).target.empty());
 }
 
 TEST_F(HttpServerTest, HalfARequestPastHeaderTimeoutGets408AndClose) {

@@ -36,6 +36,7 @@ namespace http = beast::http;
 using asio::ip::tcp;
 using namespace std::chrono_literals;
 using testing::ElementsAre;
+using testing::ElementsAreArray;
 using testing::HasSubstr;
 using tether::net::header_list;
 using tether::net::upstream_client;
@@ -420,18 +421,6 @@ TEST_F(UpstreamClientTest, AHeadInPiecesAfterAnInterimResponseIsParsedWhole) {
   EXPECT_EQ(client.idle_connections(), 1u);
 }
 
-// Half a head and then the end of the connection: the server broke, it did not send garbage.
-TEST_F(UpstreamClientTest, AHeadCutShortFailsAsResetNotMalformed) {
-  script_server server{sends_then_closes("HTTP/1.1 200 OK\r\nContent-Le")};
-  upstream_client client(io_, local_endpoint(server.port()));
-  auto events = std::make_shared<recorder>();
-  auto exchange = client.start(simple_request(), events);
-  ASSERT_TRUE(events->wait_closed());
-  EXPECT_THAT(events->log(), ElementsAre("connected:new", "failure", "closed"));
-  EXPECT_EQ(events->failure(), upstream_failure::reset);
-  EXPECT_EQ(server.accepted(), 1);
-}
-
 TEST_F(UpstreamClientTest, StreamedBodyPieceArrivesBeforeTheNextIsSent) {
   held_back_stream stream("b\r\ndata: one\n\n\r\n", "b\r\ndata: two\n\n\r\n0\r\n\r\n");
   script_server server(stream.script());
@@ -574,151 +563,154 @@ TEST(UpstreamClientGroupTest, EachIoThreadKeepsAndReusesItsOwnConnections) {
   EXPECT_EQ(server.accepted(), 2);
 }
 
-TEST_F(UpstreamClientTest, PooledConnectionClosedByServerIsNotReused) {
-  std::promise<void> first_closed;
-  script_server server([&](tcp::socket& s, int index) {
-    beast::flat_buffer b;
-    if (index == 0) {
-      // Answers once, then drops the kept-alive connection as an idle-timing server would.
-      if (read_request(s, b)) send(s, ok_response);
-      s.close();
-      first_closed.set_value();
-      return;
-    }
-    while (read_request(s, b)) send(s, ok_response);
-  });
-  upstream_client client(io_, local_endpoint(server.port()));
-  auto first = std::make_shared<recorder>();
-  auto e1 = client.start(simple_request(), first);
-  ASSERT_TRUE(first->wait_closed());
-  ASSERT_EQ(client.idle_connections(), 1u);
-  ASSERT_EQ(first_closed.get_future().wait_for(wait_limit), std::future_status::ready);
+// --- a pooled connection the upstream has dealt with ------------------------------------------
 
-  // The server's FIN is waiting on the idle connection: the pool drops it instead of sending
-  // the request into it.
-  auto second = std::make_shared<recorder>();
-  auto e2 = client.start(simple_request(), second);
-  ASSERT_TRUE(second->wait_closed());
-  EXPECT_THAT(second->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
-  EXPECT_EQ(second->body(), "hello");
-  EXPECT_EQ(server.accepted(), 2);
-}
-
-TEST_F(UpstreamClientTest, APooledConnectionTheServerDropsAfterReadingTheRequestFailsOnce) {
+// What the upstream of a pooled-connection case did, for the test to wait on and count.
+struct upstream_probe {
   std::atomic<int> requests_read{0};
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    ++requests_read;
-    send(s, ok_response);
-    // The next request is read (the server may act on it), then the connection is reset.
-    if (!read_request(s, b)) return;
-    ++requests_read;
-    s.set_option(boost::asio::socket_base::linger(true, 0));
-    s.close();
-  });
+  std::promise<void> first_closed;  // the upstream dropped the first connection
+};
+
+// The first exchange is answered and leaves its connection in the pool; the upstream then deals
+// with that connection its own way, and the second exchange shows what the caller sees of it.
+struct pooled_case {
+  std::string name{};
+  std::function<void(tcp::socket&, int index, upstream_probe&)> upstream{};
+  bool awaits_first_closed = false;  // the second starts once the upstream dropped the first
+  bool fresh_connection = false;     // the second asks for a new connection
+  std::vector<std::string> log{};    // the second exchange's
+  // The checks only some cases make (unset: not checked).
+  std::optional<upstream_failure> failure{};
+  std::optional<std::string> body{};
+  std::optional<int> accepted{};       // connections the upstream accepted
+  std::optional<int> requests_read{};  // requests the upstream read
+};
+
+void PrintTo(const pooled_case& c, std::ostream* os) {
+  *os << c.name;
+}
+
+const pooled_case pooled_cases[] = {
+    // The server's FIN is waiting on the idle connection: the pool drops it instead of sending
+    // the request into it.
+    {.name = "PooledConnectionClosedByServerIsNotReused",
+     .upstream =
+         [](tcp::socket& s, int index, upstream_probe& probe) {
+           beast::flat_buffer b;
+           if (index == 0) {
+             // Answers once, then drops the kept-alive connection as an idle-timing server would.
+             if (read_request(s, b)) send(s, ok_response);
+             s.close();
+             probe.first_closed.set_value();
+             return;
+           }
+           while (read_request(s, b)) send(s, ok_response);
+         },
+     .awaits_first_closed = true,
+     .log = {"connected:new", "head:200", "body", "end", "closed"},
+     .body = "hello",
+     .accepted = 2},
+    // The request reached the server: it is a failed attempt for the caller's retry policy to
+    // judge, never sent again on a new connection behind it.
+    {.name = "APooledConnectionTheServerDropsAfterReadingTheRequestFailsOnce",
+     .upstream =
+         [](tcp::socket& s, int, upstream_probe& probe) {
+           beast::flat_buffer b;
+           if (!read_request(s, b)) return;
+           ++probe.requests_read;
+           send(s, ok_response);
+           // The next request is read (the server may act on it), then the connection is reset.
+           if (!read_request(s, b)) return;
+           ++probe.requests_read;
+           s.set_option(boost::asio::socket_base::linger(true, 0));
+           s.close();
+         },
+     .log = {"connected:reused", "failure", "closed"},
+     .failure = upstream_failure::reset,
+     .accepted = 1,
+     .requests_read = 2},
+    // llama-server's close after a streamed answer: the next request reached the server's
+    // kernel, but the server, done with the connection, never read it; it shuts the connection
+    // down and closes it, and TCP resets the request it left unread. Nothing was acted on: net/
+    // says so.
+    {.name = "APooledConnectionTheServerClosedWithTheRequestUnreadIsStale",
+     .upstream =
+         [](tcp::socket& s, int, upstream_probe& probe) {
+           beast::flat_buffer b;
+           if (!read_request(s, b)) return;
+           ++probe.requests_read;
+           send(s, ok_response);
+           s.wait(tcp::socket::wait_read);  // the next request is there, unread
+           s.shutdown(tcp::socket::shutdown_both);
+           s.close();
+         },
+     .log = {"connected:reused", "failure", "closed"},
+     .failure = upstream_failure::stale_connection,
+     .requests_read = 1},
+    // A server that read the request and then closed in order (a FIN alone) may have acted on
+    // it: a failed attempt, not a stale connection.
+    {.name = "APooledConnectionTheServerClosesAfterReadingTheRequestIsAReset",
+     .upstream =
+         [](tcp::socket& s, int, upstream_probe&) {
+           beast::flat_buffer b;
+           if (!read_request(s, b)) return;
+           send(s, ok_response);
+           if (!read_request(s, b)) return;
+           s.shutdown(tcp::socket::shutdown_both);
+           s.close();
+         },
+     .log = {"connected:reused", "failure", "closed"},
+     .failure = upstream_failure::reset},
+    // The resend of a stale request asks for a new connection: the idle one is left alone.
+    {.name = "AFreshConnectionRequestTakesNoPooledConnection",
+     .upstream =
+         [](tcp::socket& s, int, upstream_probe&) {
+           beast::flat_buffer b;
+           while (read_request(s, b)) send(s, ok_response);
+         },
+     .fresh_connection = true,
+     .log = {"connected:new", "head:200", "body", "end", "closed"},
+     .accepted = 2},
+};
+
+class UpstreamClientPooledTest : public UpstreamClientTest,
+                                 public testing::WithParamInterface<pooled_case> {};
+
+TEST_P(UpstreamClientPooledTest, TheSecondExchangeSeesWhatTheUpstreamDid) {
+  const auto& c = GetParam();
+  upstream_probe probe;
+  script_server server([&](tcp::socket& s, int index) { c.upstream(s, index, probe); });
   upstream_client client(io_, local_endpoint(server.port()));
   auto first = std::make_shared<recorder>();
   auto e1 = client.start(simple_request(), first);
   ASSERT_TRUE(first->wait_closed());
   ASSERT_EQ(client.idle_connections(), 1u);
+  if (c.awaits_first_closed) {
+    ASSERT_EQ(probe.first_closed.get_future().wait_for(wait_limit), std::future_status::ready);
+  }
 
-  auto second = std::make_shared<recorder>();
-  auto e2 = client.start(simple_request(), second);
-  ASSERT_TRUE(second->wait_closed());
-  // The request reached the server: it is a failed attempt for the caller's retry policy to
-  // judge, never sent again on a new connection behind it.
-  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "failure", "closed"));
-  EXPECT_EQ(second->failure(), upstream_failure::reset);
-  EXPECT_EQ(server.accepted(), 1);
-  EXPECT_EQ(requests_read.load(), 2);
-}
-
-// llama-server's close after a streamed answer: the next request reached the server's kernel,
-// but the server, done with the connection, never read it; it shuts the connection down and
-// closes it, and TCP resets the request it left unread. Nothing was acted on: net/ says so.
-TEST_F(UpstreamClientTest, APooledConnectionTheServerClosedWithTheRequestUnreadIsStale) {
-  std::atomic<int> requests_read{0};
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    ++requests_read;
-    send(s, ok_response);
-    s.wait(tcp::socket::wait_read);  // the next request is there, unread
-    s.shutdown(tcp::socket::shutdown_both);
-    s.close();
-  });
-  upstream_client client(io_, local_endpoint(server.port()));
-  auto first = std::make_shared<recorder>();
-  auto e1 = client.start(simple_request(), first);
-  ASSERT_TRUE(first->wait_closed());
-  ASSERT_EQ(client.idle_connections(), 1u);
-
-  auto second = std::make_shared<recorder>();
-  auto e2 = client.start(simple_request(), second);
-  ASSERT_TRUE(second->wait_closed());
-  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "failure", "closed"));
-  EXPECT_EQ(second->failure(), upstream_failure::stale_connection) << second->failure_message();
-  EXPECT_EQ(requests_read.load(), 1);
-}
-
-// The same close on a new connection is a failure like any other: only a pooled connection can
-// be stale.
-TEST_F(UpstreamClientTest, ANewConnectionTheServerClosesWithTheRequestUnreadIsAReset) {
-  script_server server([&](tcp::socket& s, int) {
-    s.wait(tcp::socket::wait_read);
-    s.shutdown(tcp::socket::shutdown_both);
-    s.close();
-  });
-  upstream_client client(io_, local_endpoint(server.port()));
-  auto r = std::make_shared<recorder>();
-  auto e = client.start(simple_request(), r);
-  ASSERT_TRUE(r->wait_closed());
-  EXPECT_THAT(r->log(), ElementsAre("connected:new", "failure", "closed"));
-  EXPECT_EQ(r->failure(), upstream_failure::reset);
-}
-
-// A server that read the request and then closed in order (a FIN alone) may have acted on it:
-// a failed attempt, not a stale connection.
-TEST_F(UpstreamClientTest, APooledConnectionTheServerClosesAfterReadingTheRequestIsAReset) {
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    send(s, ok_response);
-    if (!read_request(s, b)) return;
-    s.shutdown(tcp::socket::shutdown_both);
-    s.close();
-  });
-  upstream_client client(io_, local_endpoint(server.port()));
-  auto first = std::make_shared<recorder>();
-  auto e1 = client.start(simple_request(), first);
-  ASSERT_TRUE(first->wait_closed());
-  auto second = std::make_shared<recorder>();
-  auto e2 = client.start(simple_request(), second);
-  ASSERT_TRUE(second->wait_closed());
-  EXPECT_THAT(second->log(), ElementsAre("connected:reused", "failure", "closed"));
-  EXPECT_EQ(second->failure(), upstream_failure::reset);
-}
-
-// The resend of a stale request asks for a new connection: the idle one is left alone.
-TEST_F(UpstreamClientTest, AFreshConnectionRequestTakesNoPooledConnection) {
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    while (read_request(s, b)) send(s, ok_response);
-  });
-  upstream_client client(io_, local_endpoint(server.port()));
-  auto first = std::make_shared<recorder>();
-  auto e1 = client.start(simple_request(), first);
-  ASSERT_TRUE(first->wait_closed());
-  ASSERT_EQ(client.idle_connections(), 1u);
   auto request = simple_request();
-  request.fresh_connection = true;
+  request.fresh_connection = c.fresh_connection;
   auto second = std::make_shared<recorder>();
   auto e2 = client.start(std::move(request), second);
   ASSERT_TRUE(second->wait_closed());
-  EXPECT_THAT(second->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
-  EXPECT_EQ(server.accepted(), 2);
+  EXPECT_THAT(second->log(), ElementsAreArray(c.log));
+  if (c.failure) {
+    EXPECT_EQ(second->failure(), *c.failure) << second->failure_message();
+  }
+  if (c.body) {
+    EXPECT_EQ(second->body(), *c.body);
+  }
+  if (c.accepted) {
+    EXPECT_EQ(server.accepted(), *c.accepted);
+  }
+  if (c.requests_read) {
+    EXPECT_EQ(probe.requests_read.load(), *c.requests_read);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Pooled, UpstreamClientPooledTest, testing::ValuesIn(pooled_cases),
+                         [](const auto& info) { return info.param.name; });
 
 // Reads one request and answers nothing: says when the request came, and when and how the
 // client's side of the socket ended.
@@ -920,61 +912,102 @@ TEST_F(UpstreamClientTest, RefusedConnectionFailsAsConnectFailed) {
   EXPECT_THAT(events->failure_message(), HasSubstr("connection refused"));
 }
 
-TEST_F(UpstreamClientTest, GarbageStatusLineFailsAsMalformed) {
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (!read_request(s, b)) return;
-    send(s, "HELLO THERE\r\nContent-Length: 0\r\n\r\n");
-    wait_for_eof(s);
-  });
-  upstream_client client(io_, local_endpoint(server.port()));
-  auto events = std::make_shared<recorder>();
-  auto exchange = client.start(simple_request(), events);
-  ASSERT_TRUE(events->wait_closed());
-  EXPECT_THAT(events->log(), ElementsAre("connected:new", "failure", "closed"));
-  EXPECT_EQ(events->failure(), upstream_failure::malformed);
-  EXPECT_EQ(client.idle_connections(), 0u);
+// One exchange on a new connection, as the upstream answers it: what the caller is told, and
+// what is left of the connection.
+struct exchange_case {
+  std::string name{};
+  script_server::script upstream{};
+  std::vector<std::string> log{};
+  // The checks only some cases make (unset: not checked).
+  std::optional<upstream_failure> failure{};
+  std::optional<std::string> body{};
+  std::optional<std::size_t> idle{};  // connections the pool keeps after the exchange
+  std::optional<int> accepted{};      // connections the upstream accepted
+};
+
+void PrintTo(const exchange_case& c, std::ostream* os) {
+  *os << c.name;
 }
 
-TEST_F(UpstreamClientTest, ConnectionClosedMidBodyFailsAsResetAfterTheBytesSoFar) {
-  script_server server{
-      sends_then_closes("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")};
+const exchange_case exchange_cases[] = {
+    // Half a head and then the end of the connection: the server broke, it did not send garbage.
+    {.name = "AHeadCutShortFailsAsResetNotMalformed",
+     .upstream = sends_then_closes("HTTP/1.1 200 OK\r\nContent-Le"),
+     .log = {"connected:new", "failure", "closed"},
+     .failure = upstream_failure::reset,
+     .accepted = 1},
+    {.name = "GarbageStatusLineFailsAsMalformed",
+     .upstream =
+         [](tcp::socket& s, int) {
+           beast::flat_buffer b;
+           if (!read_request(s, b)) return;
+           send(s, "HELLO THERE\r\nContent-Length: 0\r\n\r\n");
+           wait_for_eof(s);
+         },
+     .log = {"connected:new", "failure", "closed"},
+     .failure = upstream_failure::malformed,
+     .idle = 0},
+    {.name = "ConnectionClosedMidBodyFailsAsResetAfterTheBytesSoFar",
+     .upstream = sends_then_closes("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789"),
+     .log = {"connected:new", "head:200", "body", "failure", "closed"},
+     .failure = upstream_failure::reset,
+     .body = "0123456789",
+     .idle = 0},
+    // A new connection is never retried: the request may have been acted on.
+    {.name = "ServerClosedBeforeAnyResponseFailsAsReset",
+     .upstream =
+         [](tcp::socket& s, int) {
+           beast::flat_buffer b;
+           if (read_request(s, b)) s.close();
+         },
+     .log = {"connected:new", "failure", "closed"},
+     .failure = upstream_failure::reset,
+     .accepted = 1},
+    // The close that makes a pooled connection stale (the request left unread), on a new
+    // connection: a failure like any other, as only a pooled connection can be stale.
+    {.name = "ANewConnectionTheServerClosesWithTheRequestUnreadIsAReset",
+     .upstream =
+         [](tcp::socket& s, int) {
+           s.wait(tcp::socket::wait_read);
+           s.shutdown(tcp::socket::shutdown_both);
+           s.close();
+         },
+     .log = {"connected:new", "failure", "closed"},
+     .failure = upstream_failure::reset},
+    {.name = "ConnectionCloseResponseReadToEofIsNotPooled",
+     .upstream = sends_then_closes("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end"),
+     .log = {"connected:new", "head:200", "body", "end", "closed"},
+     .body = "until the end",
+     .idle = 0},
+};
+
+class UpstreamClientExchangeTest : public UpstreamClientTest,
+                                   public testing::WithParamInterface<exchange_case> {};
+
+TEST_P(UpstreamClientExchangeTest, TheCallerSeesWhatTheUpstreamDid) {
+  const auto& c = GetParam();
+  script_server server(c.upstream);
   upstream_client client(io_, local_endpoint(server.port()));
   auto events = std::make_shared<recorder>();
   auto exchange = client.start(simple_request(), events);
   ASSERT_TRUE(events->wait_closed());
-  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "failure", "closed"));
-  EXPECT_EQ(events->body(), "0123456789");
-  EXPECT_EQ(events->failure(), upstream_failure::reset);
-  EXPECT_EQ(client.idle_connections(), 0u);
+  EXPECT_THAT(events->log(), ElementsAreArray(c.log));
+  if (c.failure) {
+    EXPECT_EQ(events->failure(), *c.failure) << events->failure_message();
+  }
+  if (c.body) {
+    EXPECT_EQ(events->body(), *c.body);
+  }
+  if (c.idle) {
+    EXPECT_EQ(client.idle_connections(), *c.idle);
+  }
+  if (c.accepted) {
+    EXPECT_EQ(server.accepted(), *c.accepted);
+  }
 }
 
-TEST_F(UpstreamClientTest, ServerClosedBeforeAnyResponseFailsAsReset) {
-  script_server server([&](tcp::socket& s, int) {
-    beast::flat_buffer b;
-    if (read_request(s, b)) s.close();
-  });
-  upstream_client client(io_, local_endpoint(server.port()));
-  auto events = std::make_shared<recorder>();
-  auto exchange = client.start(simple_request(), events);
-  ASSERT_TRUE(events->wait_closed());
-  // A new connection is never retried: the request may have been acted on.
-  EXPECT_THAT(events->log(), ElementsAre("connected:new", "failure", "closed"));
-  EXPECT_EQ(events->failure(), upstream_failure::reset);
-  EXPECT_EQ(server.accepted(), 1);
-}
-
-TEST_F(UpstreamClientTest, ConnectionCloseResponseReadToEofIsNotPooled) {
-  script_server server{
-      sends_then_closes("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")};
-  upstream_client client(io_, local_endpoint(server.port()));
-  auto events = std::make_shared<recorder>();
-  auto exchange = client.start(simple_request(), events);
-  ASSERT_TRUE(events->wait_closed());
-  EXPECT_THAT(events->log(), ElementsAre("connected:new", "head:200", "body", "end", "closed"));
-  EXPECT_EQ(events->body(), "until the end");
-  EXPECT_EQ(client.idle_connections(), 0u);
-}
+INSTANTIATE_TEST_SUITE_P(OneExchange, UpstreamClientExchangeTest, testing::ValuesIn(exchange_cases),
+                         [](const auto& info) { return info.param.name; });
 
 // A connection that served its response and is not kept alive is closed politely: the server
 // reads an orderly end of stream, not a reset.
