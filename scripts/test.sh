@@ -61,6 +61,10 @@ require_suites() {
     echo "test.sh: $1 does not register the engine tests (EngineTest.*); refusing to pass without them" >&2
     exit 1
   fi
+  if ! grep -qE "^ *Test +#[0-9]+: EngineMetricsLlamaTest\." <<<"$listed"; then
+    echo "test.sh: $1 does not register the engine metrics tests (EngineMetricsLlamaTest.*); refusing to pass without them" >&2
+    exit 1
+  fi
   if ! (cd "$1" && ctest --show-only=json-v1) | python3 -c '
 import json, sys
 tests = json.load(sys.stdin)["tests"]
