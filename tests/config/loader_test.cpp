@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -1102,6 +1103,80 @@ TEST(LoaderTest, AKeyNoDeclarationNamesIsUnknownInEverySection) {
                            section::models, section::keys, section::telemetry, section::cluster}) {
     expect_error(file_with(where, "no_such_key = 1\n"),
                  fmt::format("test.toml: {}: unknown key", path_in(where, "no_such_key")));
+  }
+}
+
+// The settings the loader reads by hand (text, lists, several fields): each written with a value
+// other than its default is read and printed as written. A declaration without a case here
+// fails, so a new hand-read setting cannot be left unread.
+TEST(LoaderTest, EveryHandReadSettingIsReadAndPrinted) {
+  struct written {
+    section where;
+    std::string_view key;
+    std::string value;    // as written in the file
+    std::string printed;  // as tether check prints it: "key = ..."
+  };
+  const std::string digest(64, 'c');
+  const std::vector<written> cases{
+      {section::server, "listen", "\"[::1]:9\"", "listen = \"[::1]:9\""},
+      {section::upstreams, "name", "\"other\"", "name = \"other\""},
+      {section::upstreams, "base_url", "\"https://h:8443/p\"",
+       "base_url = \"https://h:8443/p\"\n"
+       "# resolved: https://h:8443, path prefix \"/p\""},
+      {section::upstreams, "api_key_env", "\"K\"", "api_key_env = \"K\"  # key: set"},
+      {section::upstreams, "surfaces", "[\"embeddings\"]", "surfaces = [\"embeddings\"]"},
+      {section::upstreams, "health_path", "\"/h\"", "health_path = \"/h\""},
+      {section::upstreams, "metrics_path", "\"/m\"\nengine = \"vllm\"", "metrics_path = \"/m\""},
+      {section::upstreams, "metrics_running_series", "\"r:s\"", "metrics_running_series = \"r:s\""},
+      {section::upstreams, "metrics_queued_series", "\"q_s\"", "metrics_queued_series = \"q_s\""},
+      {section::models, "name", "\"n\"", "name = \"n\""},
+      {section::models, "upstream", "\"b\"\n" + second_upstream.substr(minimal.size()),
+       "upstream = \"b\""},
+      {section::models, "upstream_model", "\"vendor/m\"", "upstream_model = \"vendor/m\""},
+      {section::models, "fallbacks", "[\"z\"]\n[[models]]\nname = \"z\"\nupstream = \"a\"",
+       "fallbacks = [\"z\"]"},
+      {section::keys, "name", "\"team\"", "name = \"team\""},
+      {section::keys, "sha256", "\"" + digest + "\"", "sha256 = \"<masked>\""},
+      {section::keys, "models", "[\"m\"]", "models = [\"m\"]"},
+      {section::cluster, "budget_listen", "\"127.0.0.1:7\"", "budget_listen = \"127.0.0.1:7\""},
+      {section::cluster, "budget_host", "\"h:7\"", "budget_host = \"h:7\""},
+      {section::telemetry, "otlp_endpoint", "\"http://c:4318/v1/traces\"",
+       "otlp_endpoint = \"http://c:4318/v1/traces\""},
+      {section::telemetry, "service_name", "\"edge\"", "service_name = \"edge\""},
+  };
+  for (const auto& s : all_settings()) {
+    if (s.type != setting_type::text && s.type != setting_type::list &&
+        s.type != setting_type::custom)
+      continue;
+    const auto it = std::find_if(cases.begin(), cases.end(), [&](const written& w) {
+      return w.where == s.where && w.key == s.key;
+    });
+    if (it == cases.end()) {
+      ADD_FAILURE() << name_of(s.where) << "." << s.key << " is read by hand and has no case here";
+      continue;
+    }
+    SCOPED_TRACE(path_in(s.where, s.key));
+    // A [[models]] or [[keys]] entry's key replaces the one the test file already writes.
+    std::string text;
+    if (s.where == section::models) {
+      text = "[[upstreams]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:8000\"\n[[models]]\n" +
+             std::string(s.key == "name" ? "" : "name = \"m\"\n") +
+             std::string(s.key == "upstream" ? "" : "upstream = \"a\"\n") + std::string(s.key) +
+             " = " + it->value + "\n";
+    } else if (s.where == section::keys) {
+      text = minimal + "[[keys]]\n" + std::string(s.key == "name" ? "" : "name = \"k\"\n") +
+             std::string(s.key == "sha256" ? "" : "sha256 = \"" + std::string(64, 'a') + "\"\n") +
+             std::string(s.key == "models" ? "" : "models = [\"*\"]\n") + std::string(s.key) +
+             " = " + it->value + "\n";
+    } else if (s.where == section::upstreams) {
+      text = minimal + "[[upstreams]]\n" + std::string(s.key == "name" ? "" : "name = \"b\"\n") +
+             std::string(s.key == "base_url" ? "" : "base_url = \"http://h\"\n") +
+             std::string(s.key) + " = " + it->value + "\n";
+    } else {
+      text = file_with(s.where, std::string(s.key) + " = " + it->value + "\n");
+    }
+    const auto cfg = expect_ok(text, {{"K", "secret"}});
+    EXPECT_THAT(render_effective(cfg), HasSubstr(it->printed + "\n")) << text;
   }
 }
 }  // namespace
