@@ -31,9 +31,6 @@
 namespace tether::config {
 namespace {
 
-// Timers are armed as now() + value; a week is longer than any request or connection should
-// live and keeps every sum of deadlines far from overflowing steady_clock arithmetic.
-constexpr std::int64_t max_duration_ms = 7LL * 24 * 60 * 60 * 1000;
 constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 
 const char* type_name(toml::node_type t) {

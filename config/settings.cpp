@@ -15,9 +15,6 @@
 namespace tether::config {
 namespace {
 
-// Timers are armed as now() + value; a week is longer than any request or connection should
-// live and keeps every sum of deadlines far from overflowing steady_clock arithmetic.
-constexpr std::int64_t week_ms = 7LL * 24 * 60 * 60 * 1000;
 constexpr std::int64_t u32_max = std::numeric_limits<std::uint32_t>::max();
 constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 // Token counts (caps, per-minute limits): far beyond any model server, far from overflowing a sum.
@@ -157,7 +154,7 @@ constexpr setting integer(std::string_view key, std::string_view unit, std::int6
 }
 template <auto M>
 constexpr setting duration(std::string_view key, std::int64_t min, std::string_view doc,
-                           std::int64_t max = week_ms) {
+                           std::int64_t max = max_duration_ms) {
   auto s = declare<M>(key, setting_type::duration, doc);
   s.unit = "ms";
   s.min = min;
@@ -605,7 +602,7 @@ std::string range_text(const setting& s) {
     case setting_type::integer:
     case setting_type::duration: {
       const bool unbounded = s.max == i64_max || s.max == u32_max ||
-                             (s.type == setting_type::duration && s.max == week_ms);
+                             (s.type == setting_type::duration && s.max == max_duration_ms);
       if (unbounded) return fmt::format("{}, ≥ {}", s.unit, s.min);
       return fmt::format("{}, {}–{}", s.unit, s.min, s.max);
     }

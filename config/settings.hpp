@@ -18,6 +18,11 @@
 
 namespace tether::config {
 
+// Timers are armed as now() + value; a week is longer than any request or connection should
+// live and keeps every sum of deadlines far from overflowing steady_clock arithmetic. The
+// bound of every duration unless its declaration says less.
+inline constexpr std::int64_t max_duration_ms = 7LL * 24 * 60 * 60 * 1000;
+
 // A table of the file; each one's settings live in one struct of config.hpp (server_config, ...,
 // upstream_config for one [[upstreams]] entry).
 enum class section : std::uint8_t {
