@@ -1,5 +1,7 @@
 #include "config/config.hpp"
 
+#include "config/settings.hpp"
+
 namespace tether::config {
 
 std::string_view name_of(upstream_api api) {
@@ -41,19 +43,10 @@ bool gateway_config::requires_keys() const {
 // The loader rejects deployments of one name that disagree on overrides, so the first one
 // speaks for all of them.
 request_config gateway_config::effective_request(const std::string& model_name) const {
-  request_config r = request;
   for (const auto& m : models) {
-    if (m.name != model_name) continue;
-    const auto& o = m.overrides;
-    if (o.deadline) r.deadline = *o.deadline;
-    if (o.attempt_timeout) r.attempt_timeout = *o.attempt_timeout;
-    if (o.stream_idle_timeout) r.stream_idle_timeout = *o.stream_idle_timeout;
-    if (o.max_retries) r.max_retries = *o.max_retries;
-    if (o.retry_backoff) r.retry_backoff = *o.retry_backoff;
-    if (o.max_response_bytes) r.max_response_bytes = *o.max_response_bytes;
-    break;
+    if (m.name == model_name) return apply_overrides(m.overrides, request);
   }
-  return r;
+  return request;
 }
 
 }  // namespace tether::config

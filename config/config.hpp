@@ -56,14 +56,14 @@ struct request_config {
   bool operator==(const request_config&) const = default;
 };
 
+// A model's overrides of [request]: the values its entry writes (the settings declared
+// model_override in config/settings.cpp); the others come from [request]. Merged by
+// apply_overrides (config/settings.hpp), the one place that does it.
 struct request_overrides {
-  std::optional<millis> deadline;
-  std::optional<millis> attempt_timeout;
-  std::optional<millis> stream_idle_timeout;
-  std::optional<std::uint32_t> max_retries;
-  std::optional<millis> retry_backoff;
-  std::optional<std::uint64_t> max_response_bytes;
-  bool operator==(const request_overrides&) const = default;
+  request_config values;
+  std::uint32_t written = 0;  // one bit per [request] setting, by its place in the table
+  // Equal when the same settings are written with the same values.
+  bool operator==(const request_overrides&) const;
 };
 
 struct budget_config {

@@ -25,18 +25,12 @@
 #include <sstream>
 #include <string_view>
 
+#include "config/settings.hpp"
 #include "config/toml_guard.hpp"
 
 namespace tether::config {
 namespace {
 
-// Timers are armed as now() + value; a week is longer than any request or connection should
-// live and keeps every sum of deadlines far from overflowing steady_clock arithmetic.
-constexpr std::int64_t max_duration_ms = 7LL * 24 * 60 * 60 * 1000;
-constexpr std::int64_t u32_max = std::numeric_limits<std::uint32_t>::max();
-// Token counts (caps, per-minute limits): far beyond any model server, far from overflowing a sum.
-constexpr std::int64_t max_token_count = std::int64_t{1} << 48;
-constexpr std::int64_t max_key_weight = 1000;
 constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 
 const char* type_name(toml::node_type t) {
@@ -69,12 +63,6 @@ std::string join_path(std::string_view prefix, std::string_view key) {
   if (prefix.empty()) return std::string(key);
   return fmt::format("{}.{}", prefix, key);
 }
-
-// The [request] keys, accepted in [request] and (as overrides) directly in a [[models]] entry.
-constexpr std::string_view request_keys[] = {
-    "deadline_ms", "attempt_timeout_ms", "stream_idle_timeout_ms",
-    "max_retries", "retry_backoff_ms",   "max_response_bytes",
-};
 
 struct host_port {
   std::string host;
@@ -141,9 +129,7 @@ class loader {
   // --- generic readers -------------------------------------------------------------------
 
   void check_keys(const toml::table& t, std::string_view prefix,
-                  std::vector<std::string_view> allowed, bool with_request_keys = false) {
-    if (with_request_keys)
-      allowed.insert(allowed.end(), std::begin(request_keys), std::end(request_keys));
+                  const std::vector<std::string_view>& allowed) {
     for (auto&& [k, v] : t) {
       if (std::find(allowed.begin(), allowed.end(), k.str()) == allowed.end()) {
         error(join_path(prefix, k.str()), "unknown key", &k.source());
@@ -182,6 +168,79 @@ class loader {
     return std::nullopt;
   }
 
+  // The keys a section's table may hold: its declared settings (and, in a [[models]] entry, the
+  // [request] settings a model may override).
+  void check_declared_keys(const toml::table& t, std::string_view prefix, section where) {
+    std::vector<std::string_view> allowed;
+    for (const auto& s : settings_of(where)) allowed.push_back(s.key);
+    if (where == section::models) {
+      for (const auto& s : settings_of(section::request))
+        if (s.model_override) allowed.push_back(s.key);
+    }
+    check_keys(t, prefix, allowed);
+  }
+
+  // Reads one declared setting into `owner` (its section's struct) when `t` holds it and its
+  // type is read here; text, lists and custom settings are read by the sections' own code.
+  // Returns whether a value was taken; a refused one is reported and remembered in refused_.
+  bool read_setting(const toml::table& t, std::string_view prefix, const setting& s, void* owner) {
+    const toml::node* n = t.get(s.key);
+    if (n == nullptr) return false;
+    bool taken = false;
+    switch (s.type) {
+      case setting_type::integer:
+      case setting_type::duration:
+        if (auto v = read_int(t, s.key, prefix, s.min, s.max)) {
+          s.ops->set_int(owner, *v);
+          taken = true;
+        }
+        break;
+      case setting_type::boolean:
+        if (auto v = read_bool(t, s.key, prefix)) {
+          s.ops->set_int(owner, *v ? 1 : 0);
+          taken = true;
+        }
+        break;
+      case setting_type::choice:
+        if (auto v = read_string(t, s.key, prefix)) {
+          const bool listed = std::find(s.choices.begin(), s.choices.end(), *v) != s.choices.end();
+          if (listed && s.ops->set_choice(owner, *v)) {
+            taken = true;
+          } else {
+            error(join_path(prefix, s.key), fmt::format("{} \"{}\"", expected(s), *v), *n);
+          }
+        }
+        break;
+      case setting_type::text:
+      case setting_type::list:
+      case setting_type::custom:
+        return false;
+    }
+    if (!taken) refused_.push_back(s.key);
+    return taken;
+  }
+
+  // `expected "a", "b" or "c", got` (a long list: `expected one of a, b, c; got`).
+  static std::string expected(const setting& s) {
+    const bool few = s.choices.size() <= 4;
+    std::string out = few ? "expected " : "expected one of ";
+    for (std::size_t i = 0; i < s.choices.size(); ++i) {
+      if (i > 0) out += few && i + 1 == s.choices.size() ? " or " : ", ";
+      out += few ? fmt::format("\"{}\"", s.choices[i]) : std::string(s.choices[i]);
+    }
+    return out + (few ? ", got" : "; got");
+  }
+
+  // Every setting of `where` that the generic reader handles; refused_ lists the refused ones.
+  void read_declared(const toml::table& t, std::string_view prefix, section where, void* owner) {
+    refused_.clear();
+    for (const auto& s : settings_of(where)) read_setting(t, prefix, s, owner);
+  }
+
+  bool refused(std::string_view key) const {
+    return std::find(refused_.begin(), refused_.end(), key) != refused_.end();
+  }
+
   // Integers within [min, max]; the bounds are the caller's documented judgement.
   std::optional<std::int64_t> read_int(const toml::table& t, std::string_view key,
                                        std::string_view prefix, std::int64_t min,
@@ -208,17 +267,6 @@ class loader {
       return std::nullopt;
     }
     return v;
-  }
-
-  template <class T>
-  void read_into(const toml::table& t, std::string_view key, std::string_view prefix, T& out,
-                 std::int64_t min, std::int64_t max) {
-    if (auto v = read_int(t, key, prefix, min, max)) out = static_cast<T>(*v);
-  }
-
-  void read_ms(const toml::table& t, std::string_view key, std::string_view prefix, millis& out,
-               std::int64_t min) {
-    if (auto v = read_int(t, key, prefix, min, max_duration_ms)) out = millis(*v);
   }
 
   std::optional<std::vector<std::string>> read_string_list(const toml::table& t,
@@ -314,10 +362,7 @@ class loader {
 
   void read_server(const toml::table& t) {
     const std::string_view p = "server";
-    check_keys(t, p,
-               {"listen", "max_request_bytes", "max_header_bytes", "max_header_fields",
-                "max_json_depth", "max_connections", "header_timeout_ms", "keepalive_timeout_ms",
-                "drain_timeout_ms", "sched_batch", "malloc_tcache_count", "threads"});
+    check_declared_keys(t, p, section::server);
     auto& s = cfg_.server;
     if (auto listen = read_string(t, "listen", p)) {
       if (auto hp = parse_host_port(*listen, "server.listen", t.get("listen"), 0)) {
@@ -325,75 +370,17 @@ class loader {
         s.listen_port = hp->port;
       }
     }
-    // Sizes and counts of zero would refuse every request or connection: at least 1.
-    read_into(t, "max_request_bytes", p, s.max_request_bytes, 1, i64_max);
-    read_into(t, "max_header_bytes", p, s.max_header_bytes, 1, i64_max);
-    read_into(t, "max_header_fields", p, s.max_header_fields, 1, u32_max);
-    read_into(t, "max_json_depth", p, s.max_json_depth, 1, u32_max);
-    read_into(t, "max_connections", p, s.max_connections, 1, u32_max);
-    // A zero header timeout would time out every request before its first byte.
-    read_ms(t, "header_timeout_ms", p, s.header_timeout, 1);
-    // 0 = no keep-alive (close after each response); 0 drain = cancel in-flight at once.
-    read_ms(t, "keepalive_timeout_ms", p, s.keepalive_timeout, 0);
-    read_ms(t, "drain_timeout_ms", p, s.drain_timeout, 0);
-    if (auto b = read_bool(t, "sched_batch", p)) s.sched_batch = *b;
-    // glibc refuses a tcache_count above 65535 (and keeps its default).
-    read_into(t, "malloc_tcache_count", p, s.malloc_tcache_count, 0, 65535);
-    // 0 = one per usable CPU. More than 1024 io threads is a typo, not a machine.
-    read_into(t, "threads", p, s.threads, 0, 1024);
-  }
-
-  // Reads whichever [request] keys `t` has; shared by [request] and the model overrides.
-  request_overrides read_request_keys(const toml::table& t, std::string_view p) {
-    request_overrides o;
-    const auto ms = [&](std::string_view key, std::optional<millis>& out, std::int64_t min) {
-      if (auto v = read_int(t, key, p, min, max_duration_ms)) out = millis(*v);
-    };
-    // deadline 0 = off (contract). The attempt and idle timeouts have no "off" in the contract;
-    // a zero would fail every attempt / every stream, so it is refused rather than guessed at.
-    ms("deadline_ms", o.deadline, 0);
-    ms("attempt_timeout_ms", o.attempt_timeout, 1);
-    ms("stream_idle_timeout_ms", o.stream_idle_timeout, 1);
-    // More than 100 retries of one model is a misconfiguration, not a policy.
-    if (auto v = read_int(t, "max_retries", p, 0, 100))
-      o.max_retries = static_cast<std::uint32_t>(*v);
-    ms("retry_backoff_ms", o.retry_backoff, 0);
-    if (auto v = read_int(t, "max_response_bytes", p, 1, i64_max)) {
-      o.max_response_bytes = static_cast<std::uint64_t>(*v);
-    }
-    return o;
-  }
-
-  static void apply(const request_overrides& o, request_config& r) {
-    if (o.deadline) r.deadline = *o.deadline;
-    if (o.attempt_timeout) r.attempt_timeout = *o.attempt_timeout;
-    if (o.stream_idle_timeout) r.stream_idle_timeout = *o.stream_idle_timeout;
-    if (o.max_retries) r.max_retries = *o.max_retries;
-    if (o.retry_backoff) r.retry_backoff = *o.retry_backoff;
-    if (o.max_response_bytes) r.max_response_bytes = *o.max_response_bytes;
+    read_declared(t, p, section::server, &s);
   }
 
   void read_request(const toml::table& t) {
-    check_keys(t, "request",
-               {"min_retry_concurrency", "retry_budget_percent", "response_affinity_max"}, true);
-    apply(read_request_keys(t, "request"), cfg_.request);
-    // 0 and 0 admit no retry at all, a policy an operator may want; above 100 % a retry budget
-    // would admit more retries than requests, which is no budget.
-    read_into(t, "min_retry_concurrency", "request", cfg_.request.min_retry_concurrency, 0,
-              u32_max);
-    read_into(t, "retry_budget_percent", "request", cfg_.request.retry_budget_percent, 0, 100);
-    // Each entry is an id and an index: ten million is a few hundred MiB, past any real need.
-    read_into(t, "response_affinity_max", "request", cfg_.request.response_affinity_max, 0,
-              10000000);
+    check_declared_keys(t, "request", section::request);
+    read_declared(t, "request", section::request, &cfg_.request);
   }
 
   void read_budget(const toml::table& t) {
-    const std::string_view p = "budget";
-    check_keys(t, p, {"max_in_flight", "queue_max", "queue_timeout_ms"});
-    auto& b = cfg_.budget;
-    read_into(t, "max_in_flight", p, b.max_in_flight, 1, u32_max);  // 0 would admit nothing
-    read_into(t, "queue_max", p, b.queue_max, 0, u32_max);          // 0 = no queueing
-    read_ms(t, "queue_timeout_ms", p, b.queue_timeout, 0);          // 0 = until the deadline
+    check_declared_keys(t, "budget", section::budget);
+    read_declared(t, "budget", section::budget, &cfg_.budget);
   }
 
   static bool valid_env_name(std::string_view s) {
@@ -472,29 +459,7 @@ class loader {
     std::map<std::string, std::size_t> seen;
     for (const auto& [i, t] : tables) {
       const auto p = fmt::format("upstreams[{}]", i);
-      check_keys(*t, p,
-                 {"name",
-                  "base_url",
-                  "api_key_env",
-                  "max_in_flight",
-                  "connect_timeout_ms",
-                  "idle_timeout_ms",
-                  "weight",
-                  "eject_after_failures",
-                  "eject_base_ms",
-                  "eject_max_ms",
-                  "health_path",
-                  "health_interval_ms",
-                  "api",
-                  "surfaces",
-                  "max_tokens_in_flight",
-                  "engine",
-                  "upstream_stream",
-                  "metrics_path",
-                  "metrics_interval_ms",
-                  "metrics_running_series",
-                  "metrics_queued_series",
-                  "release_grace_max_ms"});
+      check_declared_keys(*t, p, section::upstreams);
       upstream_config u;
       if (auto name = read_string(*t, "name", p)) {
         u.name = *name;
@@ -537,30 +502,17 @@ class loader {
           }
         }
       }
-      read_api(*t, p, u);
-      read_into(*t, "max_in_flight", p, u.max_in_flight, 1, u32_max);
-      read_into(*t, "max_tokens_in_flight", p, u.max_tokens_in_flight, 0, max_token_count);
-      read_ms(*t, "connect_timeout_ms", p, u.connect_timeout, 1);
-      read_ms(*t, "idle_timeout_ms", p, u.idle_timeout, 1);
+      read_declared(*t, p, section::upstreams, &u);
+      read_surfaces(*t, p, u);
       read_health(*t, p, u);
       read_engine(*t, p, u);
       cfg_.upstreams.push_back(std::move(u));
     }
   }
 
-  // `api` and `surfaces`: what the upstream's deployments serve. An OpenAI-API server may list
+  // `surfaces` (after `api`): what the upstream's deployments serve. An OpenAI-API server may list
   // any surface (vLLM and llama.cpp serve /v1/messages too); an Anthropic one only its own.
-  void read_api(const toml::table& t, const std::string& p, upstream_config& u) {
-    if (auto api = read_string(t, "api", p)) {
-      if (*api == "openai") {
-        u.api = upstream_api::openai;
-      } else if (*api == "anthropic") {
-        u.api = upstream_api::anthropic;
-      } else {
-        error(p + ".api", fmt::format("expected \"openai\" or \"anthropic\", got \"{}\"", *api),
-              *t.get("api"));
-      }
-    }
+  void read_surfaces(const toml::table& t, const std::string& p, upstream_config& u) {
     u.surfaces = default_surfaces(u.api);
     const toml::node* at = t.get("surfaces");
     if (at == nullptr) return;
@@ -595,35 +547,9 @@ class loader {
 
   // The engine keys (docs/contract.md, "The work ends in the engine").
   void read_engine(const toml::table& t, const std::string& p, upstream_config& u) {
-    if (auto engine = read_string(t, "engine", p)) {
-      constexpr engine_kind all[] = {engine_kind::openai, engine_kind::llamacpp, engine_kind::vllm,
-                                     engine_kind::sglang};
-      const auto* found = std::find_if(std::begin(all), std::end(all),
-                                       [&](engine_kind e) { return name_of(e) == *engine; });
-      if (found == std::end(all)) {
-        error(p + ".engine",
-              fmt::format("expected \"openai\", \"llamacpp\", \"vllm\" or \"sglang\", got \"{}\"",
-                          *engine),
-              *t.get("engine"));
-      } else {
-        u.engine = *found;
-      }
-    }
-    u.upstream_stream = default_upstream_stream(u.engine);
-    if (auto mode = read_string(t, "upstream_stream", p)) {
-      if (*mode == "always") {
-        u.upstream_stream = upstream_stream_mode::always;
-      } else if (*mode == "as_requested") {
-        u.upstream_stream = upstream_stream_mode::as_requested;
-      } else {
-        error(p + ".upstream_stream",
-              fmt::format("expected \"always\" or \"as_requested\", got \"{}\"", *mode),
-              *t.get("upstream_stream"));
-      }
-    }
+    // Not written: the engine's default (read above).
+    if (t.get("upstream_stream") == nullptr) u.upstream_stream = default_upstream_stream(u.engine);
     if (auto path = read_request_path(t, "metrics_path", p, "not polled")) u.metrics_path = *path;
-    // Polled more often than every 100 ms, the poll would be the engine's load, not its account.
-    read_ms(t, "metrics_interval_ms", p, u.metrics_interval, 100);
     for (auto [key, out] : {std::pair{"metrics_running_series", &u.metrics_running_series},
                             std::pair{"metrics_queued_series", &u.metrics_queued_series}}) {
       auto name = read_string(t, key, p);
@@ -642,8 +568,6 @@ class loader {
         *out = *name;
       }
     }
-    if (auto ms = read_int(t, "release_grace_max_ms", p, 0, 60000))
-      u.release_grace_max = millis(*ms);
     // Polled, an "openai" engine's text would never be read: no series is known for it.
     if (!u.metrics_path.empty() && u.engine == engine_kind::openai &&
         u.metrics_running_series.empty()) {
@@ -687,19 +611,10 @@ class loader {
 
   // The health keys (docs/contract.md, "Upstream health and load-aware routing").
   void read_health(const toml::table& t, const std::string& p, upstream_config& u) {
-    // A weight of 0 would be a deployment that never gets traffic (remove it instead); past
-    // 1000 the ratio between two deployments is no longer a share anyone means.
-    read_into(t, "weight", p, u.weight, 1, 1000);
-    read_into(t, "eject_after_failures", p, u.eject_after_failures, 0, 1000);  // 0 = never
-    // An ejection of 0 ms is no ejection; eject_after_failures = 0 is how to ask for none.
-    const auto base = read_int(t, "eject_base_ms", p, 1, max_duration_ms);
-    const auto max = read_int(t, "eject_max_ms", p, 1, max_duration_ms);
-    if (base) u.eject_base = millis(*base);
-    if (max) u.eject_max = millis(*max);
     // Compared only when neither was refused above (a refused one has its own error).
     const toml::node* max_at = t.get("eject_max_ms");
     const toml::node* base_at = t.get("eject_base_ms");
-    if ((max || max_at == nullptr) && (base || base_at == nullptr) && u.eject_max < u.eject_base) {
+    if (!refused("eject_max_ms") && !refused("eject_base_ms") && u.eject_max < u.eject_base) {
       const toml::node* at = max_at != nullptr ? max_at : base_at;
       error(p + ".eject_max_ms",
             fmt::format("{}{} is below eject_base_ms ({}): an ejection doubles from "
@@ -710,14 +625,6 @@ class loader {
     }
     if (auto path = read_request_path(t, "health_path", p, "no active check"))
       u.health_path = *path;
-    // Checks more often than every 100 ms would be load on the upstream, not a health signal.
-    read_ms(t, "health_interval_ms", p, u.health_interval, 100);
-  }
-
-  static bool same(const request_overrides& a, const request_overrides& b) {
-    return a.deadline == b.deadline && a.attempt_timeout == b.attempt_timeout &&
-           a.stream_idle_timeout == b.stream_idle_timeout && a.max_retries == b.max_retries &&
-           a.retry_backoff == b.retry_backoff && a.max_response_bytes == b.max_response_bytes;
   }
 
   struct model_entry {
@@ -735,8 +642,7 @@ class loader {
     std::vector<model_entry> entries;
     for (const auto& [i, t] : tables) {
       const auto p = fmt::format("models[{}]", i);
-      check_keys(*t, p, {"name", "upstream", "upstream_model", "fallbacks", "default_max_tokens"},
-                 true);
+      check_declared_keys(*t, p, section::models);
       model_config m;
       if (auto name = read_string(*t, "name", p)) {
         m.name = *name;
@@ -774,8 +680,11 @@ class loader {
           entry.fallbacks_ok = false;
         }
       }
-      m.overrides = read_request_keys(*t, p);
-      read_into(*t, "default_max_tokens", p, m.default_max_tokens, 0, u32_max);
+      read_declared(*t, p, section::models, &m);
+      for (const auto& s : settings_of(section::request)) {
+        if (s.model_override && read_setting(*t, p, s, &m.overrides.values))
+          mark_written(m.overrides, s);
+      }
       cfg_.models.push_back(std::move(m));
       entries.push_back(entry);
     }
@@ -802,7 +711,7 @@ class loader {
                           m.name, entries[it->second].index),
               &entries[k].table->source());
       }
-      if (!same(m.overrides, f.overrides)) {
+      if (!(m.overrides == f.overrides)) {
         error(p,
               fmt::format("deployments of \"{}\" disagree on request overrides (see "
                           "models[{}]); give every deployment the same values",
@@ -887,9 +796,7 @@ class loader {
     std::map<std::string, std::size_t> digests;
     for (const auto& [i, t] : array_of_tables(root, "keys")) {
       const auto p = fmt::format("keys[{}]", i);
-      check_keys(
-          *t, p,
-          {"name", "sha256", "models", "max_in_flight", "rpm", "tpm", "weight", "max_priority"});
+      check_declared_keys(*t, p, section::keys);
       key_config k;
       if (auto name = read_string(*t, "name", p)) {
         k.name = *name;
@@ -943,51 +850,16 @@ class loader {
       } else if (t->get("models") == nullptr) {
         error(p + ".models", "missing required key (use [\"*\"] for every model)", &t->source());
       }
-      read_into(*t, "max_in_flight", p, k.max_in_flight, 0, u32_max);  // 0 = no per-key cap
-      read_into(*t, "rpm", p, k.rpm, 0, max_token_count);              // 0 = unlimited
-      read_into(*t, "tpm", p, k.tpm, 0, max_token_count);
-      // A share of 0 would never be served; the bound keeps one key's turn from dwarfing the
-      // others' beyond what a ratio can mean.
-      read_into(*t, "weight", p, k.weight, 1, max_key_weight);
-      if (auto name = read_string(*t, "max_priority", p)) {
-        // Exact spelling in a config file, unlike the header.
-        if (auto v = priority_named(*name); v && name_of(*v) == *name) {
-          k.max_priority = *v;
-        } else {
-          error(p + ".max_priority",
-                fmt::format("expected \"high\", \"normal\" or \"low\", got \"{}\"", *name),
-                *t->get("max_priority"));
-        }
-      }
+      read_declared(*t, p, section::keys, &k);
       cfg_.keys.push_back(std::move(k));
     }
   }
 
   void read_telemetry(const toml::table& t) {
     const std::string_view p = "telemetry";
-    check_keys(t, p, {"log_format", "log_level", "otlp_endpoint", "service_name"});
+    check_declared_keys(t, p, section::telemetry);
     auto& tel = cfg_.telemetry;
-    if (auto v = read_string(t, "log_format", p)) {
-      if (*v != "json" && *v != "text") {
-        error("telemetry.log_format", fmt::format("expected \"json\" or \"text\", got \"{}\"", *v),
-              *t.get("log_format"));
-      } else {
-        tel.log_format = *v;
-      }
-    }
-    if (auto v = read_string(t, "log_level", p)) {
-      static constexpr std::string_view levels[] = {"trace", "debug",    "info", "warn",
-                                                    "error", "critical", "off"};
-      if (std::find(std::begin(levels), std::end(levels), *v) == std::end(levels)) {
-        error("telemetry.log_level",
-              fmt::format("expected one of trace, debug, info, warn, error, critical, off; "
-                          "got \"{}\"",
-                          *v),
-              *t.get("log_level"));
-      } else {
-        tel.log_level = *v;
-      }
-    }
+    read_declared(t, p, section::telemetry, &tel);
     if (auto v = read_string(t, "otlp_endpoint", p)) {
       if (!v->empty()) {
         auto r = boost::urls::parse_uri(*v);
@@ -1014,7 +886,7 @@ class loader {
 
   void read_cluster(const toml::table& t) {
     const std::string_view p = "cluster";
-    check_keys(t, p, {"budget_listen", "budget_host", "lease_idle_ms"});
+    check_declared_keys(t, p, section::cluster);
     auto& c = cfg_.cluster;
     for (auto [key, out] :
          {std::pair{"budget_listen", &c.budget_listen}, std::pair{"budget_host", &c.budget_host}}) {
@@ -1023,7 +895,7 @@ class loader {
         *out = *v;
       }
     }
-    read_ms(t, "lease_idle_ms", p, c.lease_idle, 0);
+    read_declared(t, p, section::cluster, &c);
     if (!c.budget_listen.empty() && !c.budget_host.empty()) {
       error("cluster",
             "budget_listen and budget_host are both set: a node either hosts the shared budget "
@@ -1083,6 +955,7 @@ class loader {
   const env_lookup& env_;
   gateway_config cfg_;
   std::vector<std::string> errors_;
+  std::vector<std::string_view> refused_;  // keys read_declared refused, of the table last read
 };
 
 }  // namespace

@@ -2,70 +2,80 @@
 
 #include <algorithm>
 #include <set>
+#include <type_traits>
 
 #include <fmt/format.h>
+
+#include "config/settings.hpp"
 
 namespace tether::config {
 namespace {
 
+// Whether any setting of the section differs between two of its entries.
+bool differs(section where, const void* a, const void* b) {
+  for (const auto& s : settings_of(where)) {
+    if (!s.ops->same(a, b)) return true;
+  }
+  return false;
+}
+
 // What an upstream's pool is built from (net::upstream_endpoint): a change here needs new
 // connections; a change of its key or its health settings does not.
 bool same_endpoint(const upstream_config& a, const upstream_config& b) {
-  return a.url.tls == b.url.tls && a.url.host == b.url.host && a.url.port == b.url.port &&
-         a.connect_timeout == b.connect_timeout && a.idle_timeout == b.idle_timeout &&
-         a.max_in_flight == b.max_in_flight;
-}
-
-// Its share of traffic, its token cap and when it is ejected or checked: not part of the pool,
-// so a change needs no new connections (it is reported as "upstream X changed").
-bool same_health(const upstream_config& a, const upstream_config& b) {
-  return a.weight == b.weight && a.eject_after_failures == b.eject_after_failures &&
-         a.eject_base == b.eject_base && a.eject_max == b.eject_max &&
-         a.health_path == b.health_path && a.health_interval == b.health_interval &&
-         a.max_tokens_in_flight == b.max_tokens_in_flight;
-}
-
-// What tether knows of the engine behind it: read by each new attempt and by the metrics poll.
-bool same_engine(const upstream_config& a, const upstream_config& b) {
-  return a.engine == b.engine && a.upstream_stream == b.upstream_stream &&
-         a.metrics_path == b.metrics_path && a.metrics_interval == b.metrics_interval &&
-         a.metrics_running_series == b.metrics_running_series &&
-         a.metrics_queued_series == b.metrics_queued_series &&
-         a.release_grace_max == b.release_grace_max;
+  for (const auto& s : settings_of(section::upstreams)) {
+    if (s.reload != on_reload::new_connections) continue;
+    const auto same = s.ops->same_endpoint != nullptr ? s.ops->same_endpoint : s.ops->same;
+    if (!same(&a, &b)) return false;
+  }
+  return true;
 }
 
 bool same_upstream(const upstream_config& a, const upstream_config& b) {
-  return same_endpoint(a, b) && same_health(a, b) && same_engine(a, b) &&
-         a.base_url == b.base_url && a.api_key == b.api_key && a.api_key_env == b.api_key_env &&
-         a.api == b.api && a.surfaces == b.surfaces;
+  return !differs(section::upstreams, &a, &b);
 }
 
-void compare_server(const server_config& a, const server_config& b, std::vector<std::string>& out) {
-  if (a.listen_host != b.listen_host || a.listen_port != b.listen_port)
-    out.emplace_back("server.listen");
-  const std::pair<bool, const char*> keys[] = {
-      {a.max_request_bytes != b.max_request_bytes, "server.max_request_bytes"},
-      {a.max_header_bytes != b.max_header_bytes, "server.max_header_bytes"},
-      {a.max_header_fields != b.max_header_fields, "server.max_header_fields"},
-      {a.max_json_depth != b.max_json_depth, "server.max_json_depth"},
-      {a.max_connections != b.max_connections, "server.max_connections"},
-      {a.header_timeout != b.header_timeout, "server.header_timeout_ms"},
-      {a.keepalive_timeout != b.keepalive_timeout, "server.keepalive_timeout_ms"},
-      {a.drain_timeout != b.drain_timeout, "server.drain_timeout_ms"},
-      {a.sched_batch != b.sched_batch, "server.sched_batch"},
-      {a.malloc_tcache_count != b.malloc_tcache_count, "server.malloc_tcache_count"},
-      {a.threads != b.threads, "server.threads"},
-  };
-  for (const auto& [changed, key] : keys) {
-    if (changed) out.emplace_back(key);
+// The struct of a one-table section; the [[...]] sections have none (and no restart setting:
+// tests/config/settings_test.cpp holds the table to that).
+template <class G>
+auto* table_of(G& cfg, section where) {
+  using ptr = std::conditional_t<std::is_const_v<G>, const void*, void*>;
+  switch (where) {
+    case section::server:
+      return static_cast<ptr>(&cfg.server);
+    case section::request:
+      return static_cast<ptr>(&cfg.request);
+    case section::budget:
+      return static_cast<ptr>(&cfg.budget);
+    case section::cluster:
+      return static_cast<ptr>(&cfg.cluster);
+    case section::telemetry:
+      return static_cast<ptr>(&cfg.telemetry);
+    case section::upstreams:
+    case section::models:
+    case section::keys:
+      break;
   }
+  return static_cast<ptr>(nullptr);
 }
 
-void compare_telemetry(const telemetry_config& a, const telemetry_config& b,
-                       std::vector<std::string>& out) {
-  if (a.log_format != b.log_format) out.emplace_back("telemetry.log_format");
-  if (a.otlp_endpoint != b.otlp_endpoint) out.emplace_back("telemetry.otlp_endpoint");
-  if (a.service_name != b.service_name) out.emplace_back("telemetry.service_name");
+// The settings a reload leaves for a restart: named in the plan ("server.listen"; [cluster]'s as
+// one, "cluster": its keys are one decision, host or member), their running values kept.
+void keep_for_restart(const gateway_config& running, gateway_config& loaded,
+                      std::vector<std::string>& out) {
+  bool cluster_named = false;
+  for (const auto& s : all_settings()) {
+    if (s.reload != on_reload::restart) continue;
+    const void* was = table_of(running, s.where);
+    void* now = table_of(loaded, s.where);
+    if (was == nullptr || s.ops->same(was, now)) continue;
+    if (s.where != section::cluster) {
+      out.push_back(fmt::format("{}.{}", name_of(s.where), s.key));
+    } else if (!cluster_named) {
+      out.emplace_back(name_of(s.where));
+      cluster_named = true;
+    }
+    s.ops->copy(now, was);
+  }
 }
 
 std::set<std::string> model_names(const gateway_config& cfg) {
@@ -140,9 +150,7 @@ void arrange_keys(const gateway_config& running, gateway_config& loaded, reload_
     taken[static_cast<std::size_t>(it - loaded.keys.begin())] = true;
     if (old.retired) {
       plan.changes.push_back("key " + old.name + " added back");
-    } else if (old.sha256_hex != it->sha256_hex || old.models != it->models ||
-               old.max_in_flight != it->max_in_flight || old.rpm != it->rpm || old.tpm != it->tpm ||
-               old.weight != it->weight || old.max_priority != it->max_priority) {
+    } else if (differs(section::keys, &old, &*it)) {
       plan.changes.push_back("key " + old.name + " changed");
     }
     arranged.push_back(std::move(*it));
@@ -159,18 +167,10 @@ void arrange_keys(const gateway_config& running, gateway_config& loaded, reload_
 
 reload_plan plan_reload(const gateway_config& running, gateway_config loaded) {
   reload_plan plan;
-  compare_server(running.server, loaded.server, plan.needs_restart);
-  if (!(running.cluster == loaded.cluster)) plan.needs_restart.emplace_back("cluster");
-  compare_telemetry(running.telemetry, loaded.telemetry, plan.needs_restart);
-  // Those stay as they run; the log level applies at once.
-  loaded.server = running.server;
-  loaded.cluster = running.cluster;
-  const auto level = loaded.telemetry.log_level;
-  loaded.telemetry = running.telemetry;
-  if (level != running.telemetry.log_level) {
-    loaded.telemetry.log_level = level;
-    plan.changes.push_back("telemetry.log_level " + level);
-  }
+  keep_for_restart(running, loaded, plan.needs_restart);
+  // The log level applies at once.
+  if (loaded.telemetry.log_level != running.telemetry.log_level)
+    plan.changes.push_back("telemetry.log_level " + loaded.telemetry.log_level);
 
   arrange_upstreams(running, loaded, plan);
   if (loaded.upstreams.size() > max_upstreams) {

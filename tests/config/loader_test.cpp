@@ -1,13 +1,19 @@
 #include "config/loader.hpp"
 
+#include <fmt/format.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "config/settings.hpp"
 
 namespace tether::config {
 namespace {
@@ -215,27 +221,6 @@ health_path = ""
   EXPECT_EQ(render_effective(again), out);
 }
 
-TEST(LoaderTest, UpstreamHealthKeysOutOfRangeAreNamed) {
-  const std::string u = minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
-  expect_error(minimal + "weight = 1\n", "models[0].weight: unknown key");  // an upstream's key
-  expect_error(u + "weight = 0\n",
-               "test.toml: upstreams[1].weight: must be between 1 and 1000, "
-               "got 0 (line");
-  expect_error(u + "weight = 1001\n", "upstreams[1].weight: must be between 1 and 1000, got 1001");
-  expect_error(u + "weight = 1.5\n", "upstreams[1].weight: expected an integer, got a float");
-  expect_error(u + "eject_after_failures = -1\n",
-               "upstreams[1].eject_after_failures: must not be negative, got -1");
-  expect_error(u + "eject_after_failures = 1001\n",
-               "upstreams[1].eject_after_failures: must be between 0 and 1000, got 1001");
-  expect_error(u + "eject_base_ms = 0\n", "upstreams[1].eject_base_ms: must be between 1 and");
-  expect_error(u + "eject_max_ms = 0\n", "upstreams[1].eject_max_ms: must be between 1 and");
-  expect_error(u + "eject_max_ms = 604800001\n", "upstreams[1].eject_max_ms");
-  expect_error(u + "health_interval_ms = 99\n",
-               "upstreams[1].health_interval_ms: must be between 100 and");
-  expect_error(u + "health_interval_ms = \"5s\"\n",
-               "upstreams[1].health_interval_ms: expected an integer, got a string");
-}
-
 TEST(LoaderTest, EjectMaxBelowEjectBaseIsNamedOnEjectMax) {
   const std::string u = minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
   expect_error(u + "eject_base_ms = 2000\neject_max_ms = 1000\n",
@@ -356,34 +341,6 @@ TEST(LoaderTest, MissingFileIsNamed) {
   EXPECT_THAT(r.errors, Contains(HasSubstr("/nonexistent/tether.toml: cannot read the file")));
 }
 
-TEST(LoaderTest, UnknownTopLevelKeyIsNamed) {
-  expect_error("bogus = 1\n" + minimal, "test.toml: bogus: unknown key (line 1)");
-}
-
-TEST(LoaderTest, UnknownKeyInNestedTableIsNamed) {
-  expect_error(minimal + "[server]\nlisten_addr = \"x\"\n",
-               "test.toml: server.listen_addr: unknown key");
-}
-
-TEST(LoaderTest, UnknownKeyInArrayTableIsNamedWithIndex) {
-  expect_error(minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\ntimeout = 3\n",
-               "test.toml: upstreams[1].timeout: unknown key");
-  expect_error(minimal + "[[keys]]\nname=\"k\"\nsha256=\"" + std::string(64, 'a') +
-                   "\"\nmodels=[\"*\"]\nrole=\"admin\"\n",
-               "test.toml: keys[0].role: unknown key");
-}
-
-TEST(LoaderTest, WrongTypeNamesTheExpectedType) {
-  expect_error(minimal + "[server]\nmax_request_bytes = \"big\"\n",
-               "server.max_request_bytes: expected an integer, got a string");
-  expect_error(minimal + "[telemetry]\nlog_level = 3\n",
-               "telemetry.log_level: expected a string, got an integer");
-  expect_error("server = 1\n" + minimal, "server: expected a table, got an integer");
-  expect_error("upstreams = 1\n[[models]]\nname=\"m\"\nupstream=\"a\"\n",
-               "upstreams: expected an array of tables ([[upstreams]])");
-  expect_error(minimal + "fallbacks = [\"x\", 2]\n", "models[0].fallbacks[1]: expected a string");
-}
-
 // Token-aware admission: the upstream's token cap (0 = off) and each deployment's default output.
 TEST(LoaderTest, TokenCapAndDefaultMaxTokensAreReadAndChecked) {
   const auto defaults = expect_ok(minimal);
@@ -412,24 +369,6 @@ default_max_tokens = 256
   expect_error(minimal + "default_max_token = 5\n", "models[0].default_max_token");
 }
 
-TEST(LoaderTest, NegativeAndOutOfRangeNumbersAreRejected) {
-  expect_error(minimal + "[request]\ndeadline_ms = -1\n",
-               "request.deadline_ms: must not be negative, got -1");
-  expect_error(minimal + "[request]\nattempt_timeout_ms = 0\n", "request.attempt_timeout_ms");
-  expect_error(minimal + "[budget]\nmax_in_flight = 0\n", "budget.max_in_flight");
-  expect_error(minimal + "[server]\nmax_connections = 5000000000\n", "server.max_connections");
-  expect_error(minimal + "[request]\nmax_retries = 1000\n",
-               "request.max_retries: must be between 0 and 100, got 1000");
-}
-
-TEST(LoaderTest, BadListenIsRejected) {
-  expect_error(minimal + "[server]\nlisten = \"localhost\"\n",
-               "server.listen: expected \"host:port\"");
-  expect_error(minimal + "[server]\nlisten = \"localhost:http\"\n", "server.listen");
-  expect_error(minimal + "[server]\nlisten = \"127.0.0.1:70000\"\n", "server.listen");
-  expect_error(minimal + "[server]\nlisten = \":8080\"\n", "missing host");
-}
-
 TEST(LoaderTest, ListenAcceptsPortZeroAndBracketedIpv6) {
   auto cfg = expect_ok(minimal + "[server]\nlisten = \"127.0.0.1:0\"\n");
   EXPECT_EQ(cfg.server.listen_port, 0);
@@ -441,27 +380,6 @@ TEST(LoaderTest, ListenAcceptsPortZeroAndBracketedIpv6) {
 std::string with_base_url(const std::string& url) {
   return "[[upstreams]]\nname = \"a\"\nbase_url = \"" + url +
          "\"\n[[models]]\nname = \"m\"\nupstream = \"a\"\n";
-}
-
-TEST(LoaderTest, BaseUrlWithOtherSchemeIsRejected) {
-  expect_error(with_base_url("ftp://h.example"),
-               "upstreams[0].base_url: \"ftp://h.example\": scheme must be http or https");
-  expect_error(with_base_url("127.0.0.1:8000"), "upstreams[0].base_url");
-  expect_error(with_base_url("not a url"), "upstreams[0].base_url");
-}
-
-TEST(LoaderTest, BaseUrlEndingInV1IsRejectedWithTheReason) {
-  expect_error(with_base_url("https://api.openai.com/v1"), "must not end in /v1");
-  expect_error(with_base_url("https://api.openai.com/v1/"), "must not end in /v1");
-  expect_error(with_base_url("http://h/openai/v1"), "must not end in /v1");
-}
-
-TEST(LoaderTest, BaseUrlWithQueryFragmentOrUserinfoIsRejected) {
-  expect_error(with_base_url("http://h/?a=1"), "a query is not allowed");
-  expect_error(with_base_url("http://h/#x"), "a fragment is not allowed");
-  expect_error(with_base_url("http://user:pw@h/"), "credentials in the URL are not allowed");
-  expect_error(with_base_url("http:///path"), "a host is required");
-  expect_error(with_base_url("http://h:0"), "the port must be between 1 and 65535");
 }
 
 TEST(LoaderTest, BaseUrlDefaultsPortAndStripsTrailingSlash) {
@@ -480,21 +398,6 @@ TEST(LoaderTest, BaseUrlDefaultsPortAndStripsTrailingSlash) {
   cfg = expect_ok(with_base_url("http://[::1]:8000"));
   EXPECT_EQ(cfg.upstreams.at(0).url.host, "::1");
   EXPECT_EQ(cfg.upstreams.at(0).url.port, 8000);
-}
-
-TEST(LoaderTest, DanglingUpstreamReferenceIsNamed) {
-  expect_error(minimal + "[[models]]\nname = \"n\"\nupstream = \"nope\"\n",
-               "test.toml: models[1].upstream: \"nope\" is not a configured upstream");
-}
-
-TEST(LoaderTest, DanglingFallbackIsNamed) {
-  expect_error(minimal + "fallbacks = [\"gpt-x\"]\n",
-               "test.toml: models[0].fallbacks: \"gpt-x\" is not a configured model");
-}
-
-TEST(LoaderTest, SelfFallbackIsRejected) {
-  expect_error(minimal + "fallbacks = [\"m\"]\n",
-               "models[0].fallbacks: \"m\" names the model itself");
 }
 
 TEST(LoaderTest, FallbackCycleIsNamed) {
@@ -565,21 +468,6 @@ upstream = "oai"
   EXPECT_EQ(names_of(cfg.upstreams[2].surfaces), "chat, messages, count_tokens");
 }
 
-TEST(LoaderTest, BadApiOrSurfacesAreNamed) {
-  const std::string up = "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
-  expect_error(minimal + up + "api = \"gemini\"\n",
-               "upstreams[1].api: expected \"openai\" or \"anthropic\", got \"gemini\"");
-  expect_error(minimal + up + "surfaces = [\"chat\", \"images\"]\n",
-               "upstreams[1].surfaces: \"images\" is not a surface (expected one of chat, "
-               "completions, embeddings, responses, messages, count_tokens)");
-  expect_error(minimal + up + "surfaces = []\n", "upstreams[1].surfaces: must list at least one");
-  expect_error(minimal + up + "surfaces = [\"chat\", \"chat\"]\n",
-               "upstreams[1].surfaces: \"chat\" is listed twice");
-  expect_error(minimal + up + "api = \"anthropic\"\nsurfaces = [\"chat\"]\n",
-               "upstreams[1].surfaces: \"chat\" is not served by an api = \"anthropic\" upstream "
-               "(it serves messages, count_tokens)");
-}
-
 // A request falls back on its own surface: a fallback that cannot answer there is refused.
 TEST(LoaderTest, FallbackChainAcrossSurfacesIsRejected) {
   const std::string two = R"(
@@ -617,23 +505,11 @@ upstream = "oai"
 )");
 }
 
-TEST(LoaderTest, DuplicateUpstreamNameIsRejected) {
-  expect_error(minimal + "[[upstreams]]\nname = \"a\"\nbase_url = \"http://other\"\n",
-               "upstreams[1].name: duplicate upstream name \"a\" (first at upstreams[0])");
-}
-
 TEST(LoaderTest, MissingUpstreamsAndModelsAreRequired) {
   const auto r = load("[server]\nlisten = \"127.0.0.1:1\"\n");
   EXPECT_FALSE(r.config);
   EXPECT_THAT(r.errors, Contains(HasSubstr("test.toml: upstreams: at least one")));
   EXPECT_THAT(r.errors, Contains(HasSubstr("test.toml: models: at least one")));
-}
-
-TEST(LoaderTest, MissingRequiredKeysAreNamed) {
-  expect_error("[[upstreams]]\nname = \"a\"\n[[models]]\nupstream = \"a\"\n",
-               "upstreams[0].base_url: missing required key");
-  expect_error("[[upstreams]]\nname = \"a\"\n[[models]]\nupstream = \"a\"\n",
-               "models[0].name: missing required key");
 }
 
 const std::string with_key_env = R"(
@@ -673,12 +549,6 @@ std::string with_key(const std::string& digest, const std::string& models = R"([
          "\nmax_in_flight = 4\n";
 }
 
-TEST(LoaderTest, BadSha256IsRejected) {
-  expect_error(with_key("abc"), "keys[0].sha256: expected the 64 hex digits");
-  expect_error(with_key(std::string(63, 'a') + "g"), "keys[0].sha256");
-  expect_error(minimal + "[[keys]]\nname=\"k\"\nmodels=[\"*\"]\n", "keys[0].sha256: missing");
-}
-
 TEST(LoaderTest, Sha256IsStoredLowerCase) {
   const auto cfg = expect_ok(with_key(std::string(32, 'A') + std::string(32, 'f')));
   ASSERT_EQ(cfg.keys.size(), 1u);
@@ -698,33 +568,10 @@ TEST(LoaderTest, AKeysQueueShareAndHighestPriorityDefaultAndAreRead) {
   EXPECT_EQ(set.keys[0].max_priority, priority::high);
 }
 
-TEST(LoaderTest, ABadKeyWeightOrPriorityIsNamed) {
-  expect_error(with_key(std::string(64, 'a')) + "weight = 0\n", "keys[0].weight");
-  expect_error(with_key(std::string(64, 'a')) + "weight = 1001\n", "keys[0].weight");
-  expect_error(with_key(std::string(64, 'a')) + "max_priority = \"urgent\"\n",
-               "keys[0].max_priority: expected \"high\", \"normal\" or \"low\", got \"urgent\"");
-  // The header's value may be in any case; a config file is written one way.
-  expect_error(with_key(std::string(64, 'a')) + "max_priority = \"High\"\n",
-               "keys[0].max_priority");
-}
-
 TEST(LoaderTest, UnknownModelInKeyIsNamed) {
   expect_error(with_key(std::string(64, 'a'), R"(["m", "ghost"])"),
                "keys[0].models: \"ghost\" is not a configured model");
   expect_ok(with_key(std::string(64, 'a'), R"(["m"])"));
-}
-
-TEST(LoaderTest, BadLogFormatAndLevelAreRejected) {
-  expect_error(minimal + "[telemetry]\nlog_format = \"xml\"\n",
-               "telemetry.log_format: expected \"json\" or \"text\", got \"xml\"");
-  expect_error(minimal + "[telemetry]\nlog_level = \"verbose\"\n", "telemetry.log_level");
-}
-
-TEST(LoaderTest, ClusterHostingAndUsingAtOnceIsRejected) {
-  expect_error(minimal + "[cluster]\nbudget_listen = \"0.0.0.0:4242\"\nbudget_host = \"h:4242\"\n",
-               "cluster: budget_listen and budget_host are both set");
-  expect_error(minimal + "[cluster]\nbudget_host = \"h\"\n", "cluster.budget_host");
-  expect_error(minimal + "[cluster]\nlease_idle_ms = -1\n", "cluster.lease_idle_ms");
 }
 
 TEST(LoaderTest, EnvOverridesDeadlineAndAttemptTimeoutInSeconds) {
@@ -1004,28 +851,333 @@ metrics_queued_series = "my_queued"
   EXPECT_EQ(render_effective(expect_ok(out)), out);
 }
 
-TEST(LoaderTest, BadEngineKeysAreNamed) {
-  const std::string u = minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
-  expect_error(u + "engine = \"tgi\"\n",
-               "upstreams[1].engine: expected \"openai\", \"llamacpp\", \"vllm\" or \"sglang\", "
-               "got \"tgi\"");
-  expect_error(
-      u + "upstream_stream = \"yes\"\n",
-      "upstreams[1].upstream_stream: expected \"always\" or \"as_requested\", got \"yes\"");
-  expect_error(u + "metrics_path = \"metrics\"\n",
-               "upstreams[1].metrics_path: expected \"\" (not polled) or a path starting with");
-  expect_error(u + "metrics_path = \"/m etrics\"\n", "upstreams[1].metrics_path: must not contain");
-  expect_error(u + "metrics_interval_ms = 99\n",
-               "upstreams[1].metrics_interval_ms: must be between 100 and");
-  expect_error(u + "metrics_running_series = \"1abc\"\n",
-               "upstreams[1].metrics_running_series: must be a Prometheus metric name");
-  expect_error(u + "metrics_queued_series = \"a-b\"\n",
-               "upstreams[1].metrics_queued_series: must be a Prometheus metric name");
-  expect_error(u + "release_grace_max_ms = 60001\n",
-               "upstreams[1].release_grace_max_ms: must be between 0 and 60000, got 60001");
-  expect_error(minimal + "engine = \"llamacpp\"\n", "models[0].engine: unknown key");
-  expect_error(u + "metrics_path = \"/metrics\"\n",
-               "upstreams[1].metrics_path: engine \"openai\" names no series of running requests");
+// A file the loader refuses, and what its error says (the file, the key, the problem).
+struct refused_case {
+  std::string text;
+  std::string message;
+};
+
+// The second upstream of a file, where its keys are written.
+const std::string second_upstream =
+    minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\n";
+
+TEST(LoaderTest, EachRefusedValueIsNamedWithItsFileKeyAndProblem) {
+  const std::vector<refused_case> cases{
+      // Unknown top level key is named.
+      {"bogus = 1\n" + minimal, "test.toml: bogus: unknown key (line 1)"},
+      // Unknown key in nested table is named.
+      {minimal + "[server]\nlisten_addr = \"x\"\n", "test.toml: server.listen_addr: unknown key"},
+      // Unknown key in array table is named with index.
+      {minimal + "[[upstreams]]\nname = \"b\"\nbase_url = \"http://h\"\ntimeout = 3\n",
+       "test.toml: upstreams[1].timeout: unknown key"},
+      {minimal + "[[keys]]\nname=\"k\"\nsha256=\"" + std::string(64, 'a') +
+           "\"\nmodels=[\"*\"]\nrole=\"admin\"\n",
+       "test.toml: keys[0].role: unknown key"},
+      // Wrong type names the expected type.
+      {minimal + "[server]\nmax_request_bytes = \"big\"\n",
+       "server.max_request_bytes: expected an integer, got a string"},
+      {minimal + "[telemetry]\nlog_level = 3\n",
+       "telemetry.log_level: expected a string, got an integer"},
+      {"server = 1\n" + minimal, "server: expected a table, got an integer"},
+      {"upstreams = 1\n[[models]]\nname=\"m\"\nupstream=\"a\"\n",
+       "upstreams: expected an array of tables ([[upstreams]])"},
+      {minimal + "fallbacks = [\"x\", 2]\n", "models[0].fallbacks[1]: expected a string"},
+      // Negative and out of range numbers are rejected.
+      {minimal + "[request]\ndeadline_ms = -1\n",
+       "request.deadline_ms: must not be negative, got -1"},
+      {minimal + "[request]\nattempt_timeout_ms = 0\n", "request.attempt_timeout_ms"},
+      {minimal + "[budget]\nmax_in_flight = 0\n", "budget.max_in_flight"},
+      {minimal + "[server]\nmax_connections = 5000000000\n", "server.max_connections"},
+      {minimal + "[request]\nmax_retries = 1000\n",
+       "request.max_retries: must be between 0 and 100, got 1000"},
+      // Bad listen is rejected.
+      {minimal + "[server]\nlisten = \"localhost\"\n", "server.listen: expected \"host:port\""},
+      {minimal + "[server]\nlisten = \"localhost:http\"\n", "server.listen"},
+      {minimal + "[server]\nlisten = \"127.0.0.1:70000\"\n", "server.listen"},
+      {minimal + "[server]\nlisten = \":8080\"\n", "missing host"},
+      // Upstream health keys out of range are named.
+      {minimal + "weight = 1\n", "models[0].weight: unknown key"},  // an upstream's key
+      {second_upstream + "weight = 0\n",
+       "test.toml: upstreams[1].weight: must be between 1 and 1000, "
+       "got 0 (line"},
+      {second_upstream + "weight = 1001\n",
+       "upstreams[1].weight: must be between 1 and 1000, got 1001"},
+      {second_upstream + "weight = 1.5\n", "upstreams[1].weight: expected an integer, got a float"},
+      {second_upstream + "eject_after_failures = -1\n",
+       "upstreams[1].eject_after_failures: must not be negative, got -1"},
+      {second_upstream + "eject_after_failures = 1001\n",
+       "upstreams[1].eject_after_failures: must be between 0 and 1000, got 1001"},
+      {second_upstream + "eject_base_ms = 0\n",
+       "upstreams[1].eject_base_ms: must be between 1 and"},
+      {second_upstream + "eject_max_ms = 0\n", "upstreams[1].eject_max_ms: must be between 1 and"},
+      {second_upstream + "eject_max_ms = 604800001\n", "upstreams[1].eject_max_ms"},
+      {second_upstream + "health_interval_ms = 99\n",
+       "upstreams[1].health_interval_ms: must be between 100 and"},
+      {second_upstream + "health_interval_ms = \"5s\"\n",
+       "upstreams[1].health_interval_ms: expected an integer, got a string"},
+      // Bad engine keys are named.
+      {second_upstream + "engine = \"tgi\"\n",
+       "upstreams[1].engine: expected \"openai\", \"llamacpp\", \"vllm\" or \"sglang\", "
+       "got \"tgi\""},
+      {second_upstream + "upstream_stream = \"yes\"\n",
+       "upstreams[1].upstream_stream: expected \"always\" or \"as_requested\", got \"yes\""},
+      {second_upstream + "metrics_path = \"metrics\"\n",
+       "upstreams[1].metrics_path: expected \"\" (not polled) or a path starting with"},
+      {second_upstream + "metrics_path = \"/m etrics\"\n",
+       "upstreams[1].metrics_path: must not contain"},
+      {second_upstream + "metrics_interval_ms = 99\n",
+       "upstreams[1].metrics_interval_ms: must be between 100 and"},
+      {second_upstream + "metrics_running_series = \"1abc\"\n",
+       "upstreams[1].metrics_running_series: must be a Prometheus metric name"},
+      {second_upstream + "metrics_queued_series = \"a-b\"\n",
+       "upstreams[1].metrics_queued_series: must be a Prometheus metric name"},
+      {second_upstream + "release_grace_max_ms = 60001\n",
+       "upstreams[1].release_grace_max_ms: must be between 0 and 60000, got 60001"},
+      {minimal + "engine = \"llamacpp\"\n", "models[0].engine: unknown key"},
+      {second_upstream + "metrics_path = \"/metrics\"\n",
+       "upstreams[1].metrics_path: engine \"openai\" names no series of running requests"},
+      // Bad api or surfaces are named.
+      {second_upstream + "api = \"gemini\"\n",
+       "upstreams[1].api: expected \"openai\" or \"anthropic\", got \"gemini\""},
+      {second_upstream + "surfaces = [\"chat\", \"images\"]\n",
+       "upstreams[1].surfaces: \"images\" is not a surface (expected one of chat, "
+       "completions, embeddings, responses, messages, count_tokens)"},
+      {second_upstream + "surfaces = []\n", "upstreams[1].surfaces: must list at least one"},
+      {second_upstream + "surfaces = [\"chat\", \"chat\"]\n",
+       "upstreams[1].surfaces: \"chat\" is listed twice"},
+      {second_upstream + "api = \"anthropic\"\nsurfaces = [\"chat\"]\n",
+       "upstreams[1].surfaces: \"chat\" is not served by an api = \"anthropic\" upstream "
+       "(it serves messages, count_tokens)"},
+      // Base url with other scheme is rejected.
+      {with_base_url("ftp://h.example"),
+       "upstreams[0].base_url: \"ftp://h.example\": scheme must be http or https"},
+      {with_base_url("127.0.0.1:8000"), "upstreams[0].base_url"},
+      {with_base_url("not a url"), "upstreams[0].base_url"},
+      // Base url ending in /v1 is rejected with the reason.
+      {with_base_url("https://api.openai.com/v1"), "must not end in /v1"},
+      {with_base_url("https://api.openai.com/v1/"), "must not end in /v1"},
+      {with_base_url("http://h/openai/v1"), "must not end in /v1"},
+      // Base url with query fragment or userinfo is rejected.
+      {with_base_url("http://h/?a=1"), "a query is not allowed"},
+      {with_base_url("http://h/#x"), "a fragment is not allowed"},
+      {with_base_url("http://user:pw@h/"), "credentials in the URL are not allowed"},
+      {with_base_url("http:///path"), "a host is required"},
+      {with_base_url("http://h:0"), "the port must be between 1 and 65535"},
+      // Dangling upstream reference is named.
+      {minimal + "[[models]]\nname = \"n\"\nupstream = \"nope\"\n",
+       "test.toml: models[1].upstream: \"nope\" is not a configured upstream"},
+      // Dangling fallback is named.
+      {minimal + "fallbacks = [\"gpt-x\"]\n",
+       "test.toml: models[0].fallbacks: \"gpt-x\" is not a configured model"},
+      // Self fallback is rejected.
+      {minimal + "fallbacks = [\"m\"]\n", "models[0].fallbacks: \"m\" names the model itself"},
+      // Duplicate upstream name is rejected.
+      {minimal + "[[upstreams]]\nname = \"a\"\nbase_url = \"http://other\"\n",
+       "upstreams[1].name: duplicate upstream name \"a\" (first at upstreams[0])"},
+      // Missing required keys are named.
+      {"[[upstreams]]\nname = \"a\"\n[[models]]\nupstream = \"a\"\n",
+       "upstreams[0].base_url: missing required key"},
+      {"[[upstreams]]\nname = \"a\"\n[[models]]\nupstream = \"a\"\n",
+       "models[0].name: missing required key"},
+      // Bad sha256 is rejected.
+      {with_key("abc"), "keys[0].sha256: expected the 64 hex digits"},
+      {with_key(std::string(63, 'a') + "g"), "keys[0].sha256"},
+      {minimal + "[[keys]]\nname=\"k\"\nmodels=[\"*\"]\n", "keys[0].sha256: missing"},
+      // A bad key weight or priority is named.
+      {with_key(std::string(64, 'a')) + "weight = 0\n", "keys[0].weight"},
+      {with_key(std::string(64, 'a')) + "weight = 1001\n", "keys[0].weight"},
+      {with_key(std::string(64, 'a')) + "max_priority = \"urgent\"\n",
+       "keys[0].max_priority: expected \"high\", \"normal\" or \"low\", got \"urgent\""},
+      // The header's value may be in any case; a config file is written one way.
+      {with_key(std::string(64, 'a')) + "max_priority = \"High\"\n", "keys[0].max_priority"},
+      // Bad log format and level are rejected.
+      {minimal + "[telemetry]\nlog_format = \"xml\"\n",
+       "telemetry.log_format: expected \"json\" or \"text\", got \"xml\""},
+      {minimal + "[telemetry]\nlog_level = \"verbose\"\n", "telemetry.log_level"},
+      // Cluster hosting and using at once is rejected.
+      {minimal + "[cluster]\nbudget_listen = \"0.0.0.0:4242\"\nbudget_host = \"h:4242\"\n",
+       "cluster: budget_listen and budget_host are both set"},
+      {minimal + "[cluster]\nbudget_host = \"h\"\n", "cluster.budget_host"},
+      {minimal + "[cluster]\nlease_idle_ms = -1\n", "cluster.lease_idle_ms"},
+  };
+  for (const auto& c : cases) expect_error(c.text, c.message);
+}
+
+// Where a test writes a key of a section: in its own table, in a second [[upstreams]] entry, in
+// the first [[models]] entry (minimal's last table) or in a [[keys]] entry.
+std::string file_with(section where, const std::string& lines) {
+  switch (where) {
+    case section::upstreams:
+      return second_upstream + lines;
+    case section::models:
+      return minimal + lines;
+    case section::keys:
+      return minimal + "[[keys]]\nname = \"k\"\nsha256 = \"" + std::string(64, 'a') +
+             "\"\nmodels = [\"*\"]\n" + lines;
+    default:
+      return minimal + "[" + std::string(name_of(where)) + "]\n" + lines;
+  }
+}
+
+std::string path_in(section where, std::string_view key) {
+  switch (where) {
+    case section::upstreams:
+      return fmt::format("upstreams[1].{}", key);
+    case section::models:
+      return fmt::format("models[0].{}", key);
+    case section::keys:
+      return fmt::format("keys[0].{}", key);
+    default:
+      return fmt::format("{}.{}", name_of(where), key);
+  }
+}
+
+// A setting checked against another needs that one written beside it.
+std::string beside(std::string_view key) {
+  if (key == "eject_base_ms") return "eject_max_ms = 604800000\n";
+  if (key == "eject_max_ms") return "eject_base_ms = 1\n";
+  return "";
+}
+
+// Each declared number (and each [request] override, in a [[models]] entry) at its bounds: read
+// and printed at both, refused one past them with the message the bounds make.
+TEST(LoaderTest, EveryDeclaredNumberIsReadAtItsBoundsAndRefusedPastThem) {
+  std::vector<std::pair<section, const setting*>> numbers;
+  for (const auto& s : all_settings()) {
+    if (s.type != setting_type::integer && s.type != setting_type::duration) continue;
+    numbers.emplace_back(s.where, &s);
+    if (s.model_override) numbers.emplace_back(section::models, &s);
+  }
+  ASSERT_GT(numbers.size(), 40U);
+  constexpr auto i64_max = std::numeric_limits<std::int64_t>::max();
+  for (const auto& [where, s] : numbers) {
+    SCOPED_TRACE(path_in(where, s->key));
+    for (const auto v : {s->min, s->max}) {
+      const auto cfg =
+          expect_ok(file_with(where, fmt::format("{} = {}\n{}", s->key, v, beside(s->key))));
+      EXPECT_THAT(render_effective(cfg), HasSubstr(fmt::format("\n{} = {}", s->key, v)));
+    }
+    expect_error(
+        file_with(where, fmt::format("{} = {}\n", s->key, s->min - 1)),
+        s->min == 0 ? fmt::format("{}: must not be negative, got -1", path_in(where, s->key))
+        : s->max == i64_max ? fmt::format("{}: must be at least {}, got {}", path_in(where, s->key),
+                                          s->min, s->min - 1)
+                            : fmt::format("{}: must be between {} and {}, got {}",
+                                          path_in(where, s->key), s->min, s->max, s->min - 1));
+    if (s->max < i64_max) {
+      expect_error(file_with(where, fmt::format("{} = {}\n", s->key, s->max + 1)),
+                   fmt::format("{}: must be between {} and {}, got {}", path_in(where, s->key),
+                               s->min, s->max, s->max + 1));
+    }
+    expect_error(file_with(where, fmt::format("{} = \"1\"\n", s->key)),
+                 fmt::format("{}: expected an integer, got a string", path_in(where, s->key)));
+  }
+}
+
+// Each declared choice and boolean: every value read and printed; another refused, named.
+TEST(LoaderTest, EveryDeclaredChoiceAndBooleanIsReadAndAnythingElseNamed) {
+  for (const auto& s : all_settings()) {
+    SCOPED_TRACE(path_in(s.where, s.key));
+    if (s.type == setting_type::boolean) {
+      for (const char* v : {"true", "false"}) {
+        const auto cfg = expect_ok(file_with(s.where, fmt::format("{} = {}\n", s.key, v)));
+        EXPECT_THAT(render_effective(cfg), HasSubstr(fmt::format("\n{} = {}\n", s.key, v)));
+      }
+      expect_error(file_with(s.where, fmt::format("{} = 1\n", s.key)),
+                   fmt::format("{}: expected a boolean, got an integer", path_in(s.where, s.key)));
+    } else if (s.type == setting_type::choice) {
+      for (const auto v : s.choices) {
+        const auto cfg = expect_ok(file_with(s.where, fmt::format("{} = \"{}\"\n", s.key, v)));
+        EXPECT_THAT(render_effective(cfg), HasSubstr(fmt::format("\n{} = \"{}\"\n", s.key, v)));
+      }
+      expect_error(file_with(s.where, fmt::format("{} = \"Nope\"\n", s.key)),
+                   fmt::format("{}: expected ", path_in(s.where, s.key)));
+      expect_error(file_with(s.where, fmt::format("{} = \"Nope\"\n", s.key)), "got \"Nope\"");
+    }
+  }
+}
+
+// A key a section does not declare is named as unknown, in every section.
+TEST(LoaderTest, AKeyNoDeclarationNamesIsUnknownInEverySection) {
+  for (const auto where : {section::server, section::request, section::budget, section::upstreams,
+                           section::models, section::keys, section::telemetry, section::cluster}) {
+    expect_error(file_with(where, "no_such_key = 1\n"),
+                 fmt::format("test.toml: {}: unknown key", path_in(where, "no_such_key")));
+  }
+}
+
+// The settings the loader reads by hand (text, lists, several fields): each written with a value
+// other than its default is read and printed as written. A declaration without a case here
+// fails, so a new hand-read setting cannot be left unread.
+TEST(LoaderTest, EveryHandReadSettingIsReadAndPrinted) {
+  struct written {
+    section where;
+    std::string_view key;
+    std::string value;    // as written in the file
+    std::string printed;  // as tether check prints it: "key = ..."
+  };
+  const std::string digest(64, 'c');
+  const std::vector<written> cases{
+      {section::server, "listen", "\"[::1]:9\"", "listen = \"[::1]:9\""},
+      {section::upstreams, "name", "\"other\"", "name = \"other\""},
+      {section::upstreams, "base_url", "\"https://h:8443/p\"",
+       "base_url = \"https://h:8443/p\"\n"
+       "# resolved: https://h:8443, path prefix \"/p\""},
+      {section::upstreams, "api_key_env", "\"K\"", "api_key_env = \"K\"  # key: set"},
+      {section::upstreams, "surfaces", "[\"embeddings\"]", "surfaces = [\"embeddings\"]"},
+      {section::upstreams, "health_path", "\"/h\"", "health_path = \"/h\""},
+      {section::upstreams, "metrics_path", "\"/m\"\nengine = \"vllm\"", "metrics_path = \"/m\""},
+      {section::upstreams, "metrics_running_series", "\"r:s\"", "metrics_running_series = \"r:s\""},
+      {section::upstreams, "metrics_queued_series", "\"q_s\"", "metrics_queued_series = \"q_s\""},
+      {section::models, "name", "\"n\"", "name = \"n\""},
+      {section::models, "upstream", "\"b\"\n" + second_upstream.substr(minimal.size()),
+       "upstream = \"b\""},
+      {section::models, "upstream_model", "\"vendor/m\"", "upstream_model = \"vendor/m\""},
+      {section::models, "fallbacks", "[\"z\"]\n[[models]]\nname = \"z\"\nupstream = \"a\"",
+       "fallbacks = [\"z\"]"},
+      {section::keys, "name", "\"team\"", "name = \"team\""},
+      {section::keys, "sha256", "\"" + digest + "\"", "sha256 = \"<masked>\""},
+      {section::keys, "models", "[\"m\"]", "models = [\"m\"]"},
+      {section::cluster, "budget_listen", "\"127.0.0.1:7\"", "budget_listen = \"127.0.0.1:7\""},
+      {section::cluster, "budget_host", "\"h:7\"", "budget_host = \"h:7\""},
+      {section::telemetry, "otlp_endpoint", "\"http://c:4318/v1/traces\"",
+       "otlp_endpoint = \"http://c:4318/v1/traces\""},
+      {section::telemetry, "service_name", "\"edge\"", "service_name = \"edge\""},
+  };
+  for (const auto& s : all_settings()) {
+    if (s.type != setting_type::text && s.type != setting_type::list &&
+        s.type != setting_type::custom)
+      continue;
+    const auto it = std::find_if(cases.begin(), cases.end(), [&](const written& w) {
+      return w.where == s.where && w.key == s.key;
+    });
+    if (it == cases.end()) {
+      ADD_FAILURE() << name_of(s.where) << "." << s.key << " is read by hand and has no case here";
+      continue;
+    }
+    SCOPED_TRACE(path_in(s.where, s.key));
+    // A [[models]] or [[keys]] entry's key replaces the one the test file already writes.
+    std::string text;
+    if (s.where == section::models) {
+      text = "[[upstreams]]\nname = \"a\"\nbase_url = \"http://127.0.0.1:8000\"\n[[models]]\n" +
+             std::string(s.key == "name" ? "" : "name = \"m\"\n") +
+             std::string(s.key == "upstream" ? "" : "upstream = \"a\"\n") + std::string(s.key) +
+             " = " + it->value + "\n";
+    } else if (s.where == section::keys) {
+      text = minimal + "[[keys]]\n" + std::string(s.key == "name" ? "" : "name = \"k\"\n") +
+             std::string(s.key == "sha256" ? "" : "sha256 = \"" + std::string(64, 'a') + "\"\n") +
+             std::string(s.key == "models" ? "" : "models = [\"*\"]\n") + std::string(s.key) +
+             " = " + it->value + "\n";
+    } else if (s.where == section::upstreams) {
+      text = minimal + "[[upstreams]]\n" + std::string(s.key == "name" ? "" : "name = \"b\"\n") +
+             std::string(s.key == "base_url" ? "" : "base_url = \"http://h\"\n") +
+             std::string(s.key) + " = " + it->value + "\n";
+    } else {
+      text = file_with(s.where, std::string(s.key) + " = " + it->value + "\n");
+    }
+    const auto cfg = expect_ok(text, {{"K", "secret"}});
+    EXPECT_THAT(render_effective(cfg), HasSubstr(it->printed + "\n")) << text;
+  }
 }
 }  // namespace
 }  // namespace tether::config
