@@ -48,11 +48,12 @@ std::string chat_request(bool stream, int max_tokens) {
 // One upstream "llama" (llama-server, engine = "llamacpp") serving chat and completions, one
 // model "tiny" on it.
 std::string engine_config(const llama_engine& engine, const std::string& request_keys,
-                          int max_in_flight = 64, const std::string& server_keys = "") {
+                          int max_in_flight = 64, const std::string& server_keys = "",
+                          const std::string& upstream_keys = "") {
   return "[server]\nlisten = \"127.0.0.1:0\"\n" + server_keys + "\n\n[request]\n" + request_keys +
          "\n\n[[upstreams]]\nname = \"llama\"\nbase_url = \"" + engine.url() +
-         "\"\nengine = \"llamacpp\"\nsurfaces = [\"chat\", \"completions\"]\nmax_in_flight = " +
-         std::to_string(max_in_flight) +
+         "\"\nengine = \"llamacpp\"\nsurfaces = [\"chat\", \"completions\"]\n" + upstream_keys +
+         "\nmax_in_flight = " + std::to_string(max_in_flight) +
          "\n\n[[models]]\nname = \"tiny\"\nupstream = \"llama\"\nupstream_model = \"tiny\"\n"
          "\n[telemetry]\nlog_format = \"json\"\n";
 }
@@ -71,6 +72,8 @@ class EngineTest : public ::testing::Test {
   }
 
   llama_engine& engine() { return *engine_; }
+  // max_in_flight = 2 in front of a 2-slot engine, with callers leaving mid-generation (below).
+  void concurrency_with_aborts(const std::string& upstream_keys);
 
   // The first task the engine launched at or after event `from` (an index into its events)
   // whose id is not in `except`; bounded.
@@ -286,7 +289,7 @@ std::string chat_request_of(int words, bool stream, int max_tokens) {
 // them: the engine must never hold more of tether's requests (decoding, plus deferred for want
 // of a slot) than the 2 tether admitted. Sampled from the engine's log at every moment its count
 // can grow (a task launched or deferred); every task of this engine is tether's.
-TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) {
+void EngineTest::concurrency_with_aborts(const std::string& upstream_keys) {
   constexpr int max_in_flight = 2;
   constexpr int callers = 6;
   constexpr int rounds = 4;
@@ -305,8 +308,8 @@ TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) 
       << "each caller needs a prompt length of its own";
   const auto workload_from = engine().events().size();
 
-  gateway_process gw{
-      engine_config(engine(), "deadline_ms = 60000\nmax_retries = 0", max_in_flight)};
+  gateway_process gw{engine_config(engine(), "deadline_ms = 60000\nmax_retries = 0", max_in_flight,
+                                   "", upstream_keys)};
   std::atomic<int> left{0};
   std::atomic<int> answered{0};
   std::atomic<int> off_plan{0};
@@ -396,6 +399,31 @@ TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) 
   EXPECT_EQ(tasks.size(), static_cast<std::size_t>(callers * rounds));
   EXPECT_EQ(over, 0) << "the engine held more of tether's requests than max_in_flight in " << over
                      << " of " << samples << " samples (most: " << most << ")";
+  // How long the left requests' slots were held after tether's close, as the access log says.
+  std::vector<double> held_ms;
+  for (const auto& line : access_lines(gw)) {
+    if (str(line.at("outcome")) != "client_disconnected") continue;
+    for (const auto& a : line.at("attempts").as_array()) {
+      if (!a.at("engine_released_ms").is_null() && !a.at("end_ms").is_null())
+        held_ms.push_back(num(a.at("engine_released_ms")) - num(a.at("end_ms")));
+    }
+  }
+  std::sort(held_ms.begin(), held_ms.end());
+  if (!held_ms.empty()) {
+    std::printf("[engine] slots held after the close: min %.1f, median %.1f, max %.1f ms (%s)\n",
+                held_ms.front(), held_ms[held_ms.size() / 2], held_ms.back(),
+                upstream_keys.empty() ? "decode steps' grace" : "the engine's count");
+  }
+}
+
+TEST_F(EngineTest, ConcurrencyWithAbortsTheEngineNeverHoldsMoreThanMaxInFlight) {
+  concurrency_with_aborts("");
+}
+
+// The same with the engine's metrics read: a left request's slot goes back when the engine's own
+// running count says it let go, not after the decode steps' grace.
+TEST_F(EngineTest, ConcurrencyWithAbortsReleasedByTheEnginesCountHoldsNoMoreThanMaxInFlight) {
+  concurrency_with_aborts("metrics_path = \"/metrics\"\nmetrics_interval_ms = 1000\n");
 }
 
 // ---- hand-over on the engine's connection close -------------------------------------------
