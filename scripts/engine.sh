@@ -4,7 +4,8 @@
 # prints what the tests read from their environment, as shell assignments to eval:
 #   TETHER_LLAMA_SERVER=/…/build/bin/llama-server
 #   TETHER_ENGINE_MODEL=MODEL_DIR/model.gguf
-# Usage: engine.sh MODEL_DIR   (progress goes to stderr; stdout is only those two lines)
+#   TETHER_ENGINE_TOOL_MODEL=MODEL_DIR/tools.gguf
+# Usage: engine.sh MODEL_DIR   (progress goes to stderr; stdout is only those three lines)
 #
 # What it needs:
 # - the engines folder: llama.cpp's source snapshot with build-llama-server.sh and make_model.py
@@ -57,4 +58,15 @@ if [ ! -s "$model" ] || [ "$(cat "$model.recipe" 2>/dev/null)" != "$recipe" ]; t
 fi
 model="$(cd "$model_dir" && pwd)/model.gguf"
 
-printf 'TETHER_LLAMA_SERVER=%q\nTETHER_ENGINE_MODEL=%q\n' "$server" "$model"
+# The same model rewritten to start every answer with "{" (scripts/tool_model.py): the tool-call
+# cases of a surface whose requests cannot carry logit_bias. Made again with the model.
+tools="$model_dir/tools.gguf"
+if [ ! -s "$tools" ] || [ "$tools" -ot "$model" ] || [ "$tools" -ot "$here/scripts/tool_model.py" ]; then
+  echo "engine.sh: making the tool-calling test model" >&2
+  PYTHONPATH="$cache/src/gguf-py" /usr/bin/python3 "$here/scripts/tool_model.py" "$model" "$tools.tmp" >&2
+  mv "$tools.tmp" "$tools"
+fi
+tools="$(cd "$model_dir" && pwd)/tools.gguf"
+
+printf 'TETHER_LLAMA_SERVER=%q\nTETHER_ENGINE_MODEL=%q\nTETHER_ENGINE_TOOL_MODEL=%q\n' "$server" \
+  "$model" "$tools"

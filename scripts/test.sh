@@ -34,7 +34,7 @@ mkdir -p "$here/build"
 # status of an assignment's command substitution, not of one inside eval's argument).
 engine_env="$(bash "$here/scripts/engine.sh" "$here/build/engine")"
 eval "$engine_env"
-export TETHER_LLAMA_SERVER TETHER_ENGINE_MODEL TETHER_REQUIRE_ENGINE=1
+export TETHER_LLAMA_SERVER TETHER_ENGINE_MODEL TETHER_ENGINE_TOOL_MODEL TETHER_REQUIRE_ENGINE=1
 echo "test.sh: engine ready ($((SECONDS - started)) s)"
 
 started=$SECONDS
@@ -59,6 +59,10 @@ require_suites() {
   done
   if ! grep -qE "^ *Test +#[0-9]+: EngineTest\." <<<"$listed"; then
     echo "test.sh: $1 does not register the engine tests (EngineTest.*); refusing to pass without them" >&2
+    exit 1
+  fi
+  if ! grep -qE "^ *Test +#[0-9]+: UpstreamStreamLlamaMessagesToolsTest\." <<<"$listed"; then
+    echo "test.sh: $1 does not register the Messages tool_use engine test (UpstreamStreamLlamaMessagesToolsTest.*); refusing to pass without it" >&2
     exit 1
   fi
   if ! grep -qE "^ *Test +#[0-9]+: EngineMetricsLlamaTest\." <<<"$listed"; then

@@ -278,7 +278,7 @@ class UpstreamStreamLlamaToolsTest : public ::testing::Test {
 
 // The engine's tool calls (chat's tool_calls, Responses' function_call items), several in one
 // answer and one cut short, assembled from its stream, equal its whole answer field by field.
-// llama-server's /v1/messages does not pass logit_bias on, so no call can be forced there.
+// Messages' tool_use blocks are below (another model: its requests cannot carry logit_bias).
 TEST_F(UpstreamStreamLlamaToolsTest, TheAssembledToolCallsAreTheEnginesWholeAnswerFieldByField) {
   for (const auto& c : tool_cases()) {
     SCOPED_TRACE(c.name);
@@ -309,6 +309,57 @@ TEST_F(UpstreamStreamLlamaToolsTest, TheAssembledToolCallsAreTheEnginesWholeAnsw
       EXPECT_EQ(calls.at(0).at("function").at("name"), "w") << whole.body;
     }
   }
+}
+
+// Messages' tool_use blocks. llama-server's /v1/messages passes no logit_bias on, so the engine
+// runs the tool-calling test model instead (scripts/tool_model.py: "{" is its first choice
+// everywhere, and the tool's enum parameter lets the grammar force the rest of each call): two
+// whole calls, then a third cut short by max_tokens.
+class UpstreamStreamLlamaMessagesToolsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto env = engine_from_env();
+    const char* tools = std::getenv("TETHER_ENGINE_TOOL_MODEL");
+    if (!env || tools == nullptr || *tools == '\0') {
+      const char* required = std::getenv("TETHER_REQUIRE_ENGINE");
+      if (required != nullptr && std::string(required) == "1")
+        FAIL() << "TETHER_REQUIRE_ENGINE=1, but TETHER_LLAMA_SERVER or TETHER_ENGINE_TOOL_MODEL is "
+                  "not set (scripts/engine.sh prints them)";
+      GTEST_SKIP() << "TETHER_LLAMA_SERVER and TETHER_ENGINE_TOOL_MODEL are not set";
+    }
+    engine_ = std::make_unique<llama_engine>(
+        env->first, tools, std::vector<std::string>{"--chat-template", tool_template});
+    gw_ = std::make_unique<gateway_process>(gateway_toml(*engine_));
+  }
+  std::unique_ptr<llama_engine> engine_;
+  std::unique_ptr<gateway_process> gw_;
+};
+
+TEST_F(UpstreamStreamLlamaMessagesToolsTest, TheAssembledToolUseBlocksAreTheEnginesWholeAnswer) {
+  const std::string tool =
+      R"({"name":"w","description":"w","input_schema":{"type":"object","properties":{"c":{"type":"string","enum":["a","b"]}},"required":["c"],"additionalProperties":false}})";
+  const std::string body =
+      R"({"model":"m","max_tokens":60,"messages":[{"role":"user","content":"Weather?"}],"tools":[)" +
+      tool + R"(],"tool_choice":{"type":"any"},)" + determinism + "}";
+  // Anthropic's surface ignores cache_prompt: a first answer fills the slot's cache, so that the
+  // two compared see the same cached prefix.
+  ASSERT_EQ(request("POST", engine_->port(), "/v1/messages", body, {}, 120s).status, 200);
+  auto whole = request("POST", engine_->port(), "/v1/messages", body, {}, 120s);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  auto assembled = request("POST", gw_->port(), "/v1/messages", body, {}, 120s);
+  ASSERT_EQ(assembled.status, 200) << assembled.body;
+  auto expected = masked(whole.json(), "/v1/messages");
+  auto got = masked(assembled.json(), "/v1/messages");
+  EXPECT_EQ(got, expected) << "assembled: " << assembled.body << "\nwhole: " << whole.body;
+  // The case covers what it names: tool_use blocks, the first whole, and the cut.
+  const auto& content = expected.at("content").as_array();
+  const auto uses = std::ranges::count_if(
+      content, [](const json::value& b) { return b.at("type") == "tool_use"; });
+  EXPECT_GE(uses, 2) << whole.body;
+  ASSERT_FALSE(content.empty());
+  EXPECT_EQ(content.at(0).at("name"), "w") << whole.body;
+  EXPECT_TRUE(content.at(0).at("input").at("c").is_string()) << whole.body;
+  EXPECT_EQ(expected.at("stop_reason"), "max_tokens") << whole.body;
 }
 
 // ---- a non-streaming caller's abort, while another client streams ------------------------------
