@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <ctime>
 
-#include "actors/policy/json_text.hpp"
+#include "actors/policy/wire/json_text.hpp"
 #include "net/io_runtime.hpp"
 
 namespace tether {

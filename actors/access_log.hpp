@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/policy/outcome.hpp"
+#include "actors/policy/request/outcome.hpp"
 
 namespace tether {
 

@@ -10,12 +10,12 @@
 #include "actors/engine_abort.hpp"
 #include "actors/messages.hpp"
 #include "actors/one_way.hpp"
-#include "actors/policy/decode_step.hpp"
-#include "actors/policy/idle_watch.hpp"
-#include "actors/policy/release_grace.hpp"
-#include "actors/policy/retry_policy.hpp"
-#include "actors/policy/slot_refusal.hpp"
-#include "actors/policy/stream_assembly.hpp"
+#include "actors/policy/admission/slot_refusal.hpp"
+#include "actors/policy/engine/decode_step.hpp"
+#include "actors/policy/engine/release_grace.hpp"
+#include "actors/policy/request/idle_watch.hpp"
+#include "actors/policy/request/retry_policy.hpp"
+#include "actors/policy/wire/stream_assembly.hpp"
 #include "actors/relay_events.hpp"
 #include "net/sse_framer.hpp"
 
@@ -120,7 +120,7 @@ void attempt_state::on_idle_timer() {
 }
 
 // A decode step is the gap between two reads that brought token events, shared among them; the
-// gap before the first is the prefill (actors/policy/decode_step.hpp).
+// gap before the first is the prefill (actors/policy/engine/decode_step.hpp).
 void attempt_state::observe_steps(const net::sse_events& events) {
   std::size_t tokens = 0;
   for (std::size_t i = 0; i < events.size(); ++i) tokens += is_token_event(events[i]) ? 1 : 0;

@@ -25,14 +25,15 @@ namespace tether {
 struct connection_spec {
   std::size_t upstream = 0;
   std::int64_t key = -1;  // gateway key index, -1 = none
-  std::int64_t rank = 0;  // its place in its key's lane (actors/policy/queue_priority.hpp)
+  std::int64_t rank =
+      0;  // its place in its key's lane (actors/policy/admission/queue_priority.hpp)
   // The token weight the budget holds with the slot: 0 where the upstream has no token cap.
   std::uint64_t tokens = 0;
   net::upstream_request request;
   // 0 = none. Enforced as the body arrives, on the io thread (relay_events), so the socket is
   // closed at the limit however far behind the actors run; an event stream relayed to a caller
   // who asked for one is not limited, and one assembled into a whole answer is limited by its
-  // attempt (actors/policy/stream_assembly.hpp).
+  // attempt (actors/policy/wire/stream_assembly.hpp).
   std::uint64_t max_response_bytes = 0;
   bool stream = false;  // the upstream was asked for an event stream
   // The caller connection's executor (opaque): the exchange runs on the caller's io thread, where

@@ -6,9 +6,9 @@
 
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
-#include "actors/policy/health_bulletin.hpp"
-#include "actors/policy/rate_book.hpp"
-#include "actors/policy/slot_book.hpp"
+#include "actors/policy/admission/rate_book.hpp"
+#include "actors/policy/admission/slot_book.hpp"
+#include "actors/policy/routing/health_bulletin.hpp"
 
 namespace tether {
 

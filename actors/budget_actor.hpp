@@ -49,29 +49,27 @@ using health_news_atom = caf::atom_constant<caf::atom("h_news")>;
 
 // Protocol: (acquire_atom, upstream: uint64, key: int64 (-1 = none), rank: int64, tokens:
 // uint64) from the connection actor (tokens: the token weight held with the slot, 0 where the
-// upstream has no token cap; rank: its place in its key's lane, actors/policy/queue_priority.hpp);
-// answered later with (grant_atom, refusal: int32, reason: string): a slot_refusal, none (0)
-// for a slot
-// sent to it.
-// (slots_atom) → the number of slots held (for drain's leak report).
-// (limits_atom, global, per_upstream: vector<uint32>, per_key: vector<uint32>, queue_max,
-// queue_timeout_ms: int64, tokens_per_upstream: vector<uint64>, rpm: vector<uint64>, tpm:
-// vector<uint64>, weight: vector<uint32>) → true: a reload's caps, from now on
-// (slot_book::set_caps); from this node only. (drain_now_atom), from the supervisor at the drain's
-// end: this node's waiters are refused and its later asks too ("the gateway is shutting down");
-// members' leases are served as before. (holders_atom) → (vector<actor> holders, vector<uint64>
-// upstreams, vector<int64> keys, vector<uint64> tokens): who holds a slot now (a cluster member
-// that rejoins its budget host registers them there). Leases, from a lessee (a cluster member's
-// link actor, an io thread's budget shard), which may hold many slots: (lease_atom, upstream, key,
-// rank, tokens, lease: uint64) asks for one
-// slot under that id, answered with (lease_grant_atom, lease, refusal: int32 (slot_refusal, none =
-// granted), reason) sent to the link; (lease_return_atom, lease) gives a held slot back or
-// withdraws a queued ask. The link is monitored: its down_msg frees all it holds. Recalls
-// (slot_book::update_recalls): (recall_atom, on: bool, scope: int32 (recall_scope), index: int64) —
-// all its slots while anyone but that lessee waits in the queue or the global cap is reached, its
-// slots of an upstream or a key while that cap is reached; the same with on = false when that is no
-// longer so. Rates (actors/policy/rate_book.hpp): (rate_atom, key: int64, tokens: uint64) from a
-// request actor whose key has an rpm or tpm → (admitted: bool, never: bool, retry_after_ms: int64,
+// upstream has no token cap; rank: its place in its key's lane,
+// actors/policy/admission/queue_priority.hpp); answered later with (grant_atom, refusal: int32,
+// reason: string): a slot_refusal, none (0) for a slot sent to it. (slots_atom) → the number of
+// slots held (for drain's leak report). (limits_atom, global, per_upstream: vector<uint32>,
+// per_key: vector<uint32>, queue_max, queue_timeout_ms: int64, tokens_per_upstream: vector<uint64>,
+// rpm: vector<uint64>, tpm: vector<uint64>, weight: vector<uint32>) → true: a reload's caps, from
+// now on (slot_book::set_caps); from this node only. (drain_now_atom), from the supervisor at the
+// drain's end: this node's waiters are refused and its later asks too ("the gateway is shutting
+// down"); members' leases are served as before. (holders_atom) → (vector<actor> holders,
+// vector<uint64> upstreams, vector<int64> keys, vector<uint64> tokens): who holds a slot now (a
+// cluster member that rejoins its budget host registers them there). Leases, from a lessee (a
+// cluster member's link actor, an io thread's budget shard), which may hold many slots:
+// (lease_atom, upstream, key, rank, tokens, lease: uint64) asks for one slot under that id,
+// answered with (lease_grant_atom, lease, refusal: int32 (slot_refusal, none = granted), reason)
+// sent to the link; (lease_return_atom, lease) gives a held slot back or withdraws a queued ask.
+// The link is monitored: its down_msg frees all it holds. Recalls (slot_book::update_recalls):
+// (recall_atom, on: bool, scope: int32 (recall_scope), index: int64) — all its slots while anyone
+// but that lessee waits in the queue or the global cap is reached, its slots of an upstream or a
+// key while that cap is reached; the same with on = false when that is no longer so. Rates
+// (actors/policy/admission/rate_book.hpp): (rate_atom, key: int64, tokens: uint64) from a request
+// actor whose key has an rpm or tpm → (admitted: bool, never: bool, retry_after_ms: int64,
 // charged_second: int64, reason: string); the request is charged one request and `tokens`.
 // (rate_fix_atom, key, charged_second, estimate: uint64, actual: uint64) when it has ended: its
 // tokens are corrected to what the upstream reported it used. Upstream health across the cluster

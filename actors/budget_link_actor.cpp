@@ -12,8 +12,8 @@
 #include "actors/actor_timers.hpp"
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
-#include "actors/policy/health_bulletin.hpp"
-#include "actors/policy/lease_book.hpp"
+#include "actors/policy/admission/lease_book.hpp"
+#include "actors/policy/routing/health_bulletin.hpp"
 
 namespace tether {
 namespace {

@@ -6,7 +6,7 @@
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/one_way.hpp"
-#include "actors/policy/lease_book.hpp"
+#include "actors/policy/admission/lease_book.hpp"
 
 namespace tether {
 namespace {

@@ -45,7 +45,7 @@ void send_engine_abort(const gateway_runtime& rt, std::size_t upstream, std::str
   req.target = "/abort_request";
   req.headers.push_back({"content-type", "application/json"});
   add_upstream_auth(req.headers, up);
-  // tether's rids are [A-Za-z0-9._-] (actors/policy/request_id.hpp): quoted as they are.
+  // tether's rids are [A-Za-z0-9._-] (actors/policy/request/request_id.hpp): quoted as they are.
   std::string body{R"({"rid":")"};
   body.append(rid);
   body += "\"}";

@@ -9,9 +9,9 @@
 #include "actors/access_log.hpp"
 #include "actors/actor_timers.hpp"
 #include "actors/messages.hpp"
-#include "actors/policy/engine_metrics.hpp"
-#include "actors/policy/engine_release.hpp"
-#include "actors/policy/orphan_watch.hpp"
+#include "actors/policy/engine/engine_metrics.hpp"
+#include "actors/policy/engine/engine_release.hpp"
+#include "actors/policy/engine/orphan_watch.hpp"
 #include "actors/upstream_auth.hpp"
 
 namespace tether {

@@ -9,7 +9,7 @@
 #include "actors/actor_timers.hpp"
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
-#include "actors/policy/upstream_health.hpp"
+#include "actors/policy/routing/upstream_health.hpp"
 #include "actors/upstream_auth.hpp"
 
 namespace tether {

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "actors/policy/slot_refusal.hpp"
-#include "actors/policy/stop_reason.hpp"
+#include "actors/policy/admission/slot_refusal.hpp"
+#include "actors/policy/request/stop_reason.hpp"
 #include "net/http_types.hpp"
 #include "net/sse_framer.hpp"
 
@@ -59,7 +59,7 @@ constexpr std::int32_t up_fail_too_heavy = -4;      // the budget refused a slot
 // upstream connection actor → request actor, as it exits: the socket is gone, the slot is about
 // to be freed (work_ended, upstream, attempt_index, closed_ns, held_slot, queue_wait_ns, head_ns,
 // released_ns): released_ns is when the slot goes back, later than closed_ns by a cut attempt's
-// release grace (actors/policy/release_grace.hpp)
+// release grace (actors/policy/engine/release_grace.hpp)
 using work_ended_atom = caf::atom_constant<caf::atom("work_ended")>;
 // upstream connection actor → itself, or the engine metrics actor → it: a cut attempt's release
 // grace is over (or the engine's count says it let go), the slot goes back
@@ -104,7 +104,7 @@ using health_result_atom = caf::atom_constant<caf::atom("result")>;
 using adopt_runtime_atom = caf::atom_constant<caf::atom("adopt")>;
 
 // Why a tree is stopped, as the exit reason it carries down the links
-// (actors/policy/stop_reason.hpp).
+// (actors/policy/request/stop_reason.hpp).
 inline caf::error stop_error(stop_reason r) {
   return caf::error{static_cast<std::uint8_t>(r), caf::atom("stop")};
 }

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/policy/outcome.hpp"
-#include "actors/policy/upstream_health.hpp"
+#include "actors/policy/request/outcome.hpp"
+#include "actors/policy/routing/upstream_health.hpp"
 #include "config/config.hpp"
 
 namespace tether {

@@ -63,7 +63,7 @@ class relay_events final : public net::upstream_events {
   std::int64_t head_ns_ = 0;
   // Passed on with the close as "cut": the request went out (the connection was made) and the
   // exchange closed before the answer's end and without the upstream's failure, so the engine
-  // may still be working on it (actors/policy/release_grace.hpp).
+  // may still be working on it (actors/policy/engine/release_grace.hpp).
   bool connected_ = false;
   bool answer_over_ = false;
   net::header_list headers_;

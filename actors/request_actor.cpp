@@ -1,8 +1,9 @@
 // The request actor: one caller's model request, from arrival to the end of its last upstream
-// socket. What to do is decided by its request_lifecycle (actors/policy/request_lifecycle.hpp,
-// where the states are drawn); this file turns messages into the lifecycle's events and carries
-// out the commands it returns: it spawns and cancels attempts, arms the deadline and backoff
-// timers, writes to the caller's channel, and logs. It never touches a socket.
+// socket. What to do is decided by its request_lifecycle
+// (actors/policy/request/request_lifecycle.hpp, where the states are drawn); this file turns
+// messages into the lifecycle's events and carries out the commands it returns: it spawns and
+// cancels attempts, arms the deadline and backoff timers, writes to the caller's channel, and logs.
+// It never touches a socket.
 //
 // The tree: the gateway spawns this actor and the supervisor links to it; this actor spawns its
 // attempts linked (each spawns its connection actor linked). Cancellation travels down as an
@@ -21,12 +22,12 @@
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/one_way.hpp"
-#include "actors/policy/model_request.hpp"
-#include "actors/policy/queue_priority.hpp"
-#include "actors/policy/request_lifecycle.hpp"
-#include "actors/policy/response_affinity.hpp"
-#include "actors/policy/token_weight.hpp"
-#include "actors/policy/usage.hpp"
+#include "actors/policy/admission/queue_priority.hpp"
+#include "actors/policy/admission/token_weight.hpp"
+#include "actors/policy/request/request_lifecycle.hpp"
+#include "actors/policy/routing/response_affinity.hpp"
+#include "actors/policy/wire/model_request.hpp"
+#include "actors/policy/wire/usage.hpp"
 #include "actors/request_trace.hpp"
 #include "actors/response_headers.hpp"
 #include "actors/upstream_auth.hpp"

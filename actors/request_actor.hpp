@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/policy/surface.hpp"
+#include "actors/policy/wire/surface.hpp"
 #include "actors/runtime.hpp"
 #include "net/downstream.hpp"
 
@@ -33,8 +33,8 @@ struct request_spec {
   std::string anthropic_beta;
   // The upstream that made the response this one continues (previous_response_id), if known.
   std::optional<std::size_t> prefer_upstream;
-  // The token weight's parts (actors/policy/token_weight.hpp): each attempt's weight adds its
-  // deployment's default_max_tokens when the body names no output limit.
+  // The token weight's parts (actors/policy/admission/token_weight.hpp): each attempt's weight adds
+  // its deployment's default_max_tokens when the body names no output limit.
   std::uint64_t prompt_tokens = 0;
   std::optional<std::uint64_t> max_output_tokens;
   // The key has an rpm or tpm: no attempt starts before the budget admits the request, charged

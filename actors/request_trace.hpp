@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/policy/outcome.hpp"
-#include "actors/policy/trace_context.hpp"
+#include "actors/policy/request/outcome.hpp"
+#include "actors/policy/request/trace_context.hpp"
 #include "net/otlp_exporter.hpp"
 
 namespace tether {

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "actors/policy/retry_advice.hpp"
-#include "actors/policy/retry_policy.hpp"
+#include "actors/policy/request/retry_advice.hpp"
+#include "actors/policy/request/retry_policy.hpp"
 
 namespace tether {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/policy/outcome.hpp"
+#include "actors/policy/request/outcome.hpp"
 #include "net/http_types.hpp"
 
 namespace tether {

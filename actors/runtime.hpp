@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "actors/metrics.hpp"
-#include "actors/policy/decode_step.hpp"
-#include "actors/policy/response_affinity.hpp"
-#include "actors/policy/retry_budget.hpp"
-#include "actors/policy/retry_policy.hpp"
-#include "actors/policy/router.hpp"
-#include "actors/policy/upstream_health.hpp"
+#include "actors/policy/engine/decode_step.hpp"
+#include "actors/policy/request/retry_budget.hpp"
+#include "actors/policy/request/retry_policy.hpp"
+#include "actors/policy/routing/response_affinity.hpp"
+#include "actors/policy/routing/router.hpp"
+#include "actors/policy/routing/upstream_health.hpp"
 #include "config/config.hpp"
 #include "net/io_group.hpp"
 #include "net/otlp_exporter.hpp"
@@ -35,9 +35,9 @@ struct gateway_runtime {
   std::shared_ptr<response_affinity> affinity;
   // By upstream index (a retired upstream's entry stays, so that indices stay).
   std::vector<std::shared_ptr<net::upstream_transport>> upstreams;
-  // By upstream index: its engine's observed decode step (actors/policy/decode_step.hpp), which
-  // sizes a cancelled attempt's release grace. Null for engine = "openai": nothing is measured.
-  // Kept across reloads while the upstream keeps its index and names an engine.
+  // By upstream index: its engine's observed decode step (actors/policy/engine/decode_step.hpp),
+  // which sizes a cancelled attempt's release grace. Null for engine = "openai": nothing is
+  // measured. Kept across reloads while the upstream keeps its index and names an engine.
   std::vector<std::shared_ptr<decode_step>> decode_steps;
   std::shared_ptr<net::timer_service> timers;  // cancellable timers for the request actors
   // The backoffs' jitter draw; empty = the random one (the actor tests pin it).

@@ -1,6 +1,6 @@
 // A request's place in its key's admission queue, by name: the vocabulary of a key's
 // `max_priority` (the config checks it) and of the caller's X-Priority header (the gateway reads
-// it). How a class orders the queue is actors/policy/queue_priority.hpp's.
+// it). How a class orders the queue is actors/policy/admission/queue_priority.hpp's.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The model APIs a caller may speak to the gateway, by name: the vocabulary an upstream's
 // `surfaces` list is written in, shared by the config (which checks it) and the router (which
-// routes by it). What differs between surfaces at run time is actors/policy/surface.hpp's.
+// routes by it). What differs between surfaces at run time is actors/policy/wire/surface.hpp's.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // mock-kv-<budget>-<ms>: a model server's KV cache as a token budget. Each request's demand is
-// what tether's token weight estimates (actors/policy/token_weight.hpp: body bytes / 4 plus the
-// output limit it names, else 1024), so a bench can compare what tether admitted with what the
-// server could hold, exactly. Not thread-safe: the mock runs one io thread.
+// what tether's token weight estimates (actors/policy/admission/token_weight.hpp: body bytes / 4
+// plus the output limit it names, else 1024), so a bench can compare what tether admitted with what
+// the server could hold, exactly. Not thread-safe: the mock runs one io thread.
 #pragma once
 
 #include <cstddef>

@@ -1,12 +1,12 @@
 // The budget actor alone, in a real actor system: slots are granted within the caps, queued
 // beyond them, and released only by the holder's exit (its down_msg), never by a message.
 #include "actors/budget_actor.hpp"
-#include "actors/policy/slot_refusal.hpp"
+#include "actors/policy/admission/slot_refusal.hpp"
 
 #include <gtest/gtest.h>
 
 #include "actors/messages.hpp"
-#include "actors/policy/recall_scope.hpp"
+#include "actors/policy/admission/recall_scope.hpp"
 
 namespace tether {
 namespace {

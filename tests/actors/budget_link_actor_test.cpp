@@ -11,7 +11,7 @@
 
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
-#include "actors/policy/upstream_health.hpp"
+#include "actors/policy/routing/upstream_health.hpp"
 #include "tests/actors/manual_timers.hpp"
 
 namespace tether {

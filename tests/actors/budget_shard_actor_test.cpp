@@ -14,7 +14,7 @@
 
 #include "actors/budget_actor.hpp"
 #include "actors/messages.hpp"
-#include "actors/policy/slot_refusal.hpp"
+#include "actors/policy/admission/slot_refusal.hpp"
 #include "tests/actors/coordinator_fixture.hpp"
 
 namespace tether {

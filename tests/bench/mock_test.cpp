@@ -456,8 +456,8 @@ std::string kv_body(std::string_view model, std::string_view limit_key = {},
   return json::serialize(body);
 }
 
-// tether's token weight of a request (actors/policy/token_weight.hpp), which the mock's KV
-// demand must equal.
+// tether's token weight of a request (actors/policy/admission/token_weight.hpp), which the mock's
+// KV demand must equal.
 std::int64_t kv_demand(const std::string& body, std::int64_t max_output) {
   return static_cast<std::int64_t>(body.size() / 4) + max_output;
 }

@@ -1,13 +1,13 @@
-// An engine's metrics text (actors/policy/engine_metrics.hpp), read for each engine's series.
-// Beyond "no crash": every count is a whole number within [0, max_engine_requests]; comment lines
-// put before the text change nothing; a well-formed sample of the running series appended on a
-// line of its own makes any text within the size cap readable.
+// An engine's metrics text (actors/policy/engine/engine_metrics.hpp), read for each engine's
+// series. Beyond "no crash": every count is a whole number within [0, max_engine_requests]; comment
+// lines put before the text change nothing; a well-formed sample of the running series appended on
+// a line of its own makes any text within the size cap readable.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-#include "actors/policy/engine_metrics.hpp"
+#include "actors/policy/engine/engine_metrics.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 namespace {

@@ -23,7 +23,7 @@
 #include <string>
 #include <string_view>
 
-#include "actors/policy/model_request.hpp"
+#include "actors/policy/wire/model_request.hpp"
 #include "config/config.hpp"
 #include "net/buffered_parse.hpp"
 #include "net/downstream_request_parser.hpp"

@@ -1,4 +1,4 @@
-// Request-body inspection and the model rewrite (actors/policy/model_request.hpp). Beyond "no
+// Request-body inspection and the model rewrite (actors/policy/wire/model_request.hpp). Beyond "no
 // crash": inspect answers as the document-building reference below does, to the letter of its
 // error messages; whatever inspect accepts, rewrite_model must change the `model` value and
 // nothing else — byte for byte outside that one token — and the result must inspect to the new
@@ -13,9 +13,9 @@
 #include <variant>
 #include <vector>
 
-#include "actors/policy/model_request.hpp"
-#include "actors/policy/response_affinity.hpp"
-#include "actors/policy/usage.hpp"
+#include "actors/policy/routing/response_affinity.hpp"
+#include "actors/policy/wire/model_request.hpp"
+#include "actors/policy/wire/usage.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 namespace {

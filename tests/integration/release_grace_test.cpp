@@ -21,7 +21,7 @@ using namespace std::chrono_literals;
 
 constexpr double step_ms = 100;  // the mock's event gap (mock-stream-40x100)
 // What the slot is held for after the close: three of those steps and the slack
-// (actors/policy/release_grace.hpp).
+// (actors/policy/engine/release_grace.hpp).
 constexpr double grace_ms = 3 * step_ms + 50;
 
 // One upstream of one slot, with the engine and grace bound given; the stream's model "slow"
