@@ -8,18 +8,6 @@
 
 namespace tether {
 
-std::string_view to_string(stop_reason r) {
-  switch (r) {
-    case stop_reason::deadline:
-      return "deadline";
-    case stop_reason::client_gone:
-      return "client_gone";
-    case stop_reason::drain:
-      return "drain";
-  }
-  return "unknown";
-}
-
 namespace {
 using kind = lifecycle_command::kind;
 

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
 namespace tether {
 
@@ -16,7 +15,5 @@ enum class stop_reason : std::uint8_t {
   client_gone,   // the caller closed its connection
   drain,         // the gateway is shutting down and the drain timeout passed
 };
-
-std::string_view to_string(stop_reason r);
 
 }  // namespace tether
