@@ -11,10 +11,10 @@
 # Its checks are in the engine's own tokens: through tether, after each caller's leave that the
 # engine was running (or launched later), the engine decodes at most 2 more tokens for that
 # request (its `n_decoded = k` lines stamped after the leave, up to its `stop processing`), for
-# streamed and non-streamed requests each, over at least 3 leaves of each. The short run is one
-# round of 20 s per target with twice the shares of leavers. Exit 0: every check met; 3: some
-# missed; else the run failed. The short run loads the engine through tether alone (direct to the
-# engine only for its clock probe; no nginx): about 1 min on an idle 2-core machine.
+# streamed and non-streamed requests each, over at least 3 leaves of each. Exit 0: every check
+# met; 3: some missed; else the run failed. The short run loads the engine through tether alone
+# (direct to the engine only for its clock probe; no nginx): 40 requests from 2 callers with
+# twice the shares of leavers, at most 90 s of load; about 30 s on an idle 2-core machine.
 #
 # The engine is llama.cpp's llama-server, built from the source snapshot in TETHER_ENGINES_DIR
 # (default ../shared/engines beside the repository) into TETHER_ENGINE_CACHE (default

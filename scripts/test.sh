@@ -139,9 +139,9 @@ rm -f "$bench_err"
 echo "test.sh: cancellation, upstream-health and token-budget bench scenarios checked ($((SECONDS - started)) s)"
 
 started=$SECONDS
-# Scenario 12, abandon, short (bench/abandon.sh --quick: one round of 20 s per target, direct to
-# the engine, through nginx and through tether): callers leave llama-server mid-generation or at
-# a deadline while the engine serves the others. Every check decides, as each is a count in the
+# Scenario 12, abandon, short (bench/abandon.sh --quick: 40 requests through tether, 2 callers,
+# at most 90 s of load): callers leave llama-server mid-generation or at a deadline while the
+# engine serves the other caller. Every check decides, as each is a count in the
 # engine's own log, not a time: through tether the engine decodes at most 2 tokens after each
 # leave it was running, streamed and non-streamed, and each kind had leaves enough to judge. The
 # engine and model are step 1's (TETHER_LLAMA_SERVER, TETHER_ENGINE_MODEL); bounded at 5 min.
