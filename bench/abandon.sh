@@ -6,7 +6,15 @@
 #
 #   bash bench/abandon.sh            ≈ 4 min after the builds: bench/results/<date>-abandon.{md,json}
 #                                    (the previous run's abandon files there are removed)
-#   bash bench/abandon.sh --quick    ≈ 1.5 min, written under /tmp
+#   bash bench/abandon.sh --quick    ≈ 1 min, written under /tmp (scripts/test.sh runs it)
+#
+# Its checks are in the engine's own tokens: through tether, after each caller's leave that the
+# engine was running (or launched later), the engine decodes at most 2 more tokens for that
+# request (its `n_decoded = k` lines stamped after the leave, up to its `stop processing`), for
+# streamed and non-streamed requests each, over at least 3 leaves of each. Exit 0: every check
+# met; 3: some missed; else the run failed. The short run loads the engine through tether alone
+# (direct to the engine only for its clock probe; no nginx): 40 requests from 2 callers with
+# twice the shares of leavers, at most 90 s of load; about 30 s on an idle 2-core machine.
 #
 # The engine is llama.cpp's llama-server, built from the source snapshot in TETHER_ENGINES_DIR
 # (default ../shared/engines beside the repository) into TETHER_ENGINE_CACHE (default
@@ -19,6 +27,8 @@
 # Environment: BUILD_DIR (default build/), ABANDON_ENGINE_PORT / ABANDON_NGINX_PORT /
 # ABANDON_TETHER_PORT (18115..18117), ABANDON_MODEL (the model file; made if missing),
 # SKIP_BUILD=1, BENCH_LOG_DIR=dir (keep the logs, the engine's included), BENCH_STAMP,
+# TETHER_LLAMA_SERVER / TETHER_ENGINE_MODEL (scripts/engine.sh's: that engine and model, with
+# no engine build here; the model is the same recipe),
 # ABANDON_UPSTREAM_KEYS="key = value" lines added to tether's upstream (e.g.
 # 'metrics_path = "/metrics"' to compare the engine features' settings).
 set -euo pipefail
@@ -29,7 +39,7 @@ nginx_port="${ABANDON_NGINX_PORT:-18116}"
 tether_port="${ABANDON_TETHER_PORT:-18117}"
 engines_dir="${TETHER_ENGINES_DIR:-$here/../shared/engines}"
 engine_cache="${TETHER_ENGINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/engines}"
-model="${ABANDON_MODEL:-$build/engine-models/abandon-8x1024-seed1.gguf}"
+model="${ABANDON_MODEL:-${TETHER_ENGINE_MODEL:-$build/engine-models/abandon-8x1024-seed1.gguf}}"
 
 quick=0
 bench_args=()
@@ -40,16 +50,18 @@ if [ "$quick" = 1 ]; then
   out_dir="${TMPDIR:-/tmp}/tether-bench-quick"
   stamp="$(date -u +%Y-%m-%d)-abandon-quick"
   bench_args+=(--quick)
+  time_limit=200
 else
   out_dir="$here/bench/results"
   stamp="${BENCH_STAMP:-$(date -u +%Y-%m-%d)}-abandon"
+  time_limit=540
 fi
 mkdir -p "$out_dir"
 
 log() { echo "bench abandon: $*" >&2; }
 
 # ---- what it needs -------------------------------------------------------------------------
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+if [ "$quick" = 0 ] && ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   log "installing nginx"
   apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
 fi
@@ -60,12 +72,16 @@ if ! /usr/bin/python3 -c 'import numpy, yaml' 2>/dev/null; then
     python3-yaml >/dev/null
 fi
 
-[ -f "$engines_dir/build-llama-server.sh" ] || {
+[ -n "${TETHER_LLAMA_SERVER:-}" ] || [ -f "$engines_dir/build-llama-server.sh" ] || {
   log "no engine source at $engines_dir (set TETHER_ENGINES_DIR)"
   exit 1
 }
-log "llama-server (cached in $engine_cache/llama; ≈ 6 min when cold)"
-engine_bin="$(bash "$engines_dir/build-llama-server.sh" "$engine_cache/llama" | tail -1)"
+if [ -n "${TETHER_LLAMA_SERVER:-}" ]; then
+  engine_bin="$TETHER_LLAMA_SERVER"
+else
+  log "llama-server (cached in $engine_cache/llama; ≈ 6 min when cold)"
+  engine_bin="$(bash "$engines_dir/build-llama-server.sh" "$engine_cache/llama" | tail -1)"
+fi
 [ -x "$engine_bin" ] || { log "no llama-server: $engine_bin"; exit 1; }
 if [ ! -s "$model" ]; then
   log "making the model $model"
@@ -135,13 +151,17 @@ engine_pid=$!
 pids+=("$engine_pid")
 wait_ready "http://127.0.0.1:$engine_port/health" 600
 
-mkdir -p "$work/nginx-tmp"
-sed -e "s|@WORKDIR@|$work|g" -e "s|@MOCK_PORT@|$engine_port|g" -e "s|@NGINX_PORT@|$nginx_port|g" \
-  "$here/bench/nginx.conf.template" >"$work/nginx.conf"
-"${proxy_cpus[@]}" "$nginx_bin" -p "$work" -c "$work/nginx.conf" >"$work/nginx.out" 2>&1 &
-nginx_pid=$!
-pids+=("$nginx_pid")
-wait_ready "http://127.0.0.1:$nginx_port/health"
+targets=(--target "direct=127.0.0.1:$engine_port@$engine_pid")
+if [ "$quick" = 0 ]; then
+  mkdir -p "$work/nginx-tmp"
+  sed -e "s|@WORKDIR@|$work|g" -e "s|@MOCK_PORT@|$engine_port|g" -e "s|@NGINX_PORT@|$nginx_port|g" \
+    "$here/bench/nginx.conf.template" >"$work/nginx.conf"
+  "${proxy_cpus[@]}" "$nginx_bin" -p "$work" -c "$work/nginx.conf" >"$work/nginx.out" 2>&1 &
+  nginx_pid=$!
+  pids+=("$nginx_pid")
+  wait_ready "http://127.0.0.1:$nginx_port/health"
+  targets+=(--target "nginx=127.0.0.1:$nginx_port@$nginx_pid")
+fi
 
 # One model on the engine's 2 slots: tether admits 2 requests at a time to it.
 cat >"$work/tether.toml" <<EOF
@@ -172,7 +192,9 @@ rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!bench/results' 2>/dev/null)" ]; then
   rev="$rev + uncommitted changes"
 fi
-placement="$placement Source: $rev; nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||'); llama-server from $(cat "$engine_cache/llama/.snapshot" 2>/dev/null || echo "an unknown snapshot")."
+nginx_version="none (short run)"
+[ "$quick" = 1 ] || nginx_version="$("$nginx_bin" -v 2>&1 | sed 's|.*/||')"
+placement="$placement Source: $rev; nginx $nginx_version; llama-server from $(cat "$(dirname "$engine_bin")/../../.snapshot" 2>/dev/null || echo "an unknown snapshot")."
 if [ "$quick" = 0 ]; then
   # Only the latest run's abandon files are kept.
   rm -f "$out_dir"/*-abandon.json "$out_dir"/*-abandon.md "$out_dir"/*-abandon.svg
@@ -180,15 +202,13 @@ fi
 log "engine :$engine_port (pid $engine_pid), nginx :$nginx_port, tether :$tether_port"
 status=0
 started=$(date +%s)
-"${proxy_cpus[@]}" timeout --kill-after=10 600 "$build/bench/tether-bench" --scenarios 12 \
+"${proxy_cpus[@]}" timeout --kill-after=10 $((time_limit + 60)) "$build/bench/tether-bench" --scenarios 12 \
   --engine-log "$engine_log" \
-  --target "direct=127.0.0.1:$engine_port@$engine_pid" \
-  --target "nginx=127.0.0.1:$nginx_port@$nginx_pid" \
-  --target "tether=127.0.0.1:$tether_port@$tether_pid" \
-  --time-limit-s 540 --placement "$placement" \
+  "${targets[@]}" --target "tether=127.0.0.1:$tether_port@$tether_pid" \
+  --time-limit-s "$time_limit" --placement "$placement" \
   --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
 rm -f "$out_dir/$stamp.svg"  # the latency chart is the other scenarios'
-for pid in "$engine_pid" "$nginx_pid" "$tether_pid"; do
+for pid in "${pids[@]}"; do
   kill -0 "$pid" 2>/dev/null || { log "a process died during the run (pid $pid)"; status=1; }
 done
 log "results: $out_dir/$stamp.md (load $(($(date +%s) - started)) s; exit $status: 0 all targets met, 3 some missed)"

@@ -18,7 +18,8 @@
 # starts a second nginx (a worker per CPU) and a second tether, both unpinned.
 # Scenario 12, abandon (issue #60), runs against a real engine instead of the mock and only when
 # asked for: `bash bench/run.sh --scenarios 12` (or `bash bench/run.sh abandon`) hands over to
-# bench/abandon.sh (≈ 4 min; results bench/results/<date>-abandon.{md,json}).
+# bench/abandon.sh (≈ 4 min; results bench/results/<date>-abandon.{md,json}); with --quick, its
+# short run (CI's, through tether alone; judged in the engine's tokens after each leave).
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
 # the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share

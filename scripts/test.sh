@@ -9,7 +9,8 @@
 #     (3: callers who leave cost the upstream no orphaned work), upstream health (8: every
 #     request answered with one replica dead, the attempts the dead one wastes bounded) and
 #     token budget (9: with max_tokens_in_flight at a mock server's KV budget, no request is
-#     over it and every one is answered);
+#     over it and every one is answered), and abandon (12, short: in front of llama-server, the
+#     engine decodes at most 2 tokens after each caller leaves);
 #  3. builds again with AddressSanitizer + UBSan (build-asan/) and runs the same suite there;
 #  4. runs each libFuzzer target for TETHER_FUZZ_SECONDS (default 60) from its seed corpus.
 # Every test has a time limit of its own (tests/CMakeLists.txt: scaled up in the sanitizer build),
@@ -136,6 +137,26 @@ if [ "$bench_failed" = 1 ]; then
 fi
 rm -f "$bench_err"
 echo "test.sh: cancellation, upstream-health and token-budget bench scenarios checked ($((SECONDS - started)) s)"
+
+started=$SECONDS
+# Scenario 12, abandon, short (bench/abandon.sh --quick: 40 requests through tether, 2 callers,
+# at most 90 s of load): callers leave llama-server mid-generation or at a deadline while the
+# engine serves the other caller. Every check decides, as each is a count in the
+# engine's own log, not a time: through tether the engine decodes at most 2 tokens after each
+# leave it was running, streamed and non-streamed, and each kind had leaves enough to judge. The
+# engine and model are step 1's (TETHER_LLAMA_SERVER, TETHER_ENGINE_MODEL); bounded at 5 min.
+abandon_err="$(mktemp)"
+abandon_status=0
+SKIP_BUILD=1 BUILD_DIR="$here/build-release" timeout --kill-after=10 300 \
+  bash "$here/bench/abandon.sh" --quick >/dev/null 2>"$abandon_err" || abandon_status=$?
+grep -E '^  (met|MISSED) ' "$abandon_err" || true
+if [ "$abandon_status" != 0 ] || ! grep -qE '^  (met|MISSED) +abandon: ' "$abandon_err"; then
+  echo "test.sh: the abandon bench scenario failed (exit $abandon_status)" >&2
+  tail -20 "$abandon_err" >&2
+  exit 1
+fi
+rm -f "$abandon_err"
+echo "test.sh: abandon bench scenario checked ($((SECONDS - started)) s)"
 
 started=$SECONDS
 # The bench harness is not part of the suite; the mock it shares with the tests is built.

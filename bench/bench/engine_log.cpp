@@ -1,5 +1,6 @@
 #include "bench/bench/engine_log.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 namespace tether::bench {
@@ -39,6 +40,11 @@ std::optional<double> engine_log_ms(std::string_view text) {
   }
   return static_cast<double>(parts[0]) * 60000.0 + static_cast<double>(parts[1]) * 1000.0 +
          static_cast<double>(parts[2]) + static_cast<double>(parts[3]) / 1000.0;
+}
+
+std::size_t tokens_after(const engine_task& task, double at_ms) {
+  return static_cast<std::size_t>(std::count_if(task.token_ms.begin(), task.token_ms.end(),
+                                                [&](double ms) { return ms > at_ms; }));
 }
 
 engine_log::engine_log(std::string path) : path_(std::move(path)) {}

@@ -54,6 +54,10 @@ class engine_log {
   std::map<int, engine_task> tasks_;
 };
 
+// The tokens the engine decoded for `task` after `at_ms` (its log time): its `n_decoded = k`
+// lines stamped later (a token stamped at `at_ms` was decoded before it).
+std::size_t tokens_after(const engine_task& task, double at_ms);
+
 // "M.SS.mmm.uuu" (the log's timestamp) in ms; nullopt when `text` does not start with one.
 std::optional<double> engine_log_ms(std::string_view text);
 

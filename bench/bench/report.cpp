@@ -568,26 +568,38 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
     auto cfg = [&](std::string_view k, int d = 0) {
       return num(root, {"scenarios", "abandon", "config", k}, d);
     };
+    auto share = [&](std::string_view k) {
+      const auto* v = at_path(root, {"scenarios", "abandon", "config", k});
+      return v != nullptr && v->is_number() ? fmt::format("{:.0f}%", v->to_number<double>() * 100)
+                                            : std::string("–");
+    };
     md << "\n## 12. Abandon — callers leaving a real engine (llama-server, 2 slots)\n\n"
        << "Closed loop of " << cfg("callers")
        << " callers per target, `max_tokens` "
           "24–55, "
-       << cfg("rounds") << " round(s) of " << cfg("phase_ms")
-       << " ms per target. Of the requests, 10% leave a stream after 3–20 events, 10% leave a "
-          "non-stream request 150–500 ms after sending, 10% have a deadline of 200–600 ms "
-          "(half streams; through tether `x-request-deadline-ms`, elsewhere the caller's own "
-          "timeout). Figures from the engine's own log (`-v --log-timestamps`); its clock is "
-          "mapped to the bench's within ±"
+       << cfg("rounds") << " round(s) of "
+       << (cfg("requests_per_phase") != "–"
+               ? cfg("requests_per_phase") + " requests (at most " + cfg("phase_ms") + " ms)"
+               : cfg("phase_ms") + " ms")
+       << " per target. Of the requests, " << share("share_stream_abort")
+       << " leave a stream after 3–20 events, " << share("share_nonstream_abort")
+       << " leave a non-stream request 150–500 ms after sending, " << share("share_deadline_stream")
+       << " and " << share("share_deadline_nonstream")
+       << " (streams, non-streams) have a deadline of 200–600 ms (through tether "
+          "`x-request-deadline-ms`, elsewhere the caller's own timeout). Figures from the "
+          "engine's own log (`-v --log-timestamps`); its clock is mapped to the bench's within ±"
        << num(root, {"scenarios", "abandon", "clock", "uncertainty_ms"}, 3)
        << " ms. Times in ms; steps: the engine's median decode step on that target. A caller "
           "who left before the engine ran the request (held in tether's queue, or deferred in "
           "the engine and cancelled there) has no time to idle; tokens for nobody count every "
-          "request.\n\n"
+          "request. Tokens after a leave: for each leave the engine was running (or launched "
+          "later), its `n_decoded = k` lines stamped after the leave; max (leaves), streamed "
+          "and not.\n\n"
        << "| target | requests | answered | failed | left (of them before the engine ran them) "
-          "| left → engine idle p50 / p99 / max | "
-          "p50 / p99 in steps | engine noticed the leave | tokens for nobody / 1,000 requests "
+          "| tokens after a leave: streamed / non-streamed | left → engine idle p50 / p99 / max "
+          "| p50 / p99 in steps | engine noticed the leave | tokens for nobody / 1,000 requests "
           "| queued inside the engine p50 / p99 / max (deferred) | decode step p50 | answered "
-          "p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+          "p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const char* t : target_names) {
       if (at_path(root, {"scenarios", "abandon", "targets", t}) == nullptr) continue;
       auto v = [&](std::string_view a, std::string_view b = "", int d = 0) {
@@ -602,6 +614,9 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
                           (queued != nullptr ? queued->to_number<double>() : 0);
       md << "| " << t << " | " << v("requests") << " | " << v("answered") << " | " << v("failed")
          << " | " << v("left") << " (" << fmt::format("{:.0f}", before) << ") | "
+         << v("tokens_after_streamed_leave", "max") << " (" << v("tokens_after_streamed_leave", "n")
+         << ") / " << v("tokens_after_nonstreamed_leave", "max") << " ("
+         << v("tokens_after_nonstreamed_leave", "n") << ") | "
          << v("leave_to_engine_idle_ms", "p50") << " / " << v("leave_to_engine_idle_ms", "p99")
          << " / " << v("leave_to_engine_idle_ms", "max") << " | "
          << v("leave_to_engine_idle_p50_steps", "", 1) << " / "

@@ -48,6 +48,11 @@ TEST(EngineLog, ATaskFromDeferToStop) {
   EXPECT_EQ(*t.max_tokens, 40u);
   ASSERT_EQ(t.token_ms.size(), 3u);
   EXPECT_DOUBLE_EQ(t.token_ms.back(), 5280.0);
+  // Tokens after a moment: those stamped later (the scenario's verdict on each leave).
+  EXPECT_EQ(tokens_after(t, 5100.0), 3u);
+  EXPECT_EQ(tokens_after(t, 5200.0), 2u);  // the token stamped at that moment came before
+  EXPECT_EQ(tokens_after(t, 5250.0), 1u);
+  EXPECT_EQ(tokens_after(t, 5280.0), 0u);
   // The cancel task itself (posted to the front) is no work of a request.
   EXPECT_FALSE(log.tasks().count(9));
   EXPECT_TRUE(log.idle());

@@ -191,19 +191,6 @@ class EngineMetricsLlamaTest : public ::testing::Test {
         timeout);
   }
 
-  // Each caller's prompt length in the engine's tokens, asked of the engine itself.
-  std::vector<int> prompt_tokens_of(int callers) {
-    std::vector<int> out;
-    for (int c = 0; c < callers; ++c) {
-      auto r = request("POST", engine().port(), "/v1/chat/completions",
-                       chat_request(false, 1, 4 + 3 * c), {}, 30s);
-      EXPECT_EQ(r.status, 200) << r.body;
-      if (r.status != 200) return {};
-      out.push_back(static_cast<int>(r.json().at("usage").at("prompt_tokens").to_number<double>()));
-    }
-    return out;
-  }
-
   std::unique_ptr<llama_engine> engine_;
 };
 
@@ -218,7 +205,8 @@ TEST_F(EngineMetricsLlamaTest, TethersOwnRequestsStreamedOrNotLeftOrNotAreNeverO
   constexpr int callers = 3;
   constexpr int rounds = 4;
   constexpr int max_tokens = 20;
-  const auto prompt_tokens = prompt_tokens_of(callers);
+  const auto prompt_tokens =
+      prompt_tokens_of(engine(), callers, [](int c) { return chat_request(false, 1, 4 + 3 * c); });
   ASSERT_EQ(std::set<int>(prompt_tokens.begin(), prompt_tokens.end()).size(),
             static_cast<std::size_t>(callers))
       << "each caller needs a prompt length of its own";
@@ -228,52 +216,16 @@ TEST_F(EngineMetricsLlamaTest, TethersOwnRequestsStreamedOrNotLeftOrNotAreNeverO
   const auto workload_from = engine().events().size();
 
   gauge_sampler sampler(gw.port());
-  std::atomic<int> left{0};
-  std::atomic<int> answered{0};
-  std::atomic<int> off_plan{0};
-  std::mutex notes_mutex;
-  std::string notes;
-  auto note = [&](int c, int r, const std::string& what) {
-    ++off_plan;
-    std::lock_guard lock(notes_mutex);
-    notes += "\n  caller " + std::to_string(c) + " round " + std::to_string(r) + ": " + what;
-  };
-  std::vector<std::thread> threads;
-  for (int c = 0; c < callers; ++c) {
-    threads.emplace_back([&, c] {
-      for (int r = 0; r < rounds; ++r) {
-        const int kind = (c + r) % 4;  // 0: streamed, read whole; 1: whole; 2/3: left so
-        const bool stream = kind == 0 || kind == 2;
-        try {
-          const auto from = engine().events().size();
-          leaving_client caller(gw.port(), "/v1/chat/completions",
-                                chat_request(stream, max_tokens, 4 + 3 * c));
-          if (kind < 2) {
-            if (caller.wait_end(60s) && caller.status() == 200 && caller.complete()) {
-              ++answered;
-            } else {
-              note(c, r, "status " + std::to_string(caller.status()) + " " + caller.body());
-            }
-            continue;
-          }
-          auto prompt = engine().wait_for(
-              [&](const engine_event& e) {
-                return e.kind == engine_event_kind::prompt && e.n_prompt == prompt_tokens[c];
-              },
-              60s, from);
-          if (prompt && decoded(prompt->task, 5, from) && !caller.complete()) {
-            caller.leave();
-            ++left;
-          } else {
-            note(c, r, "not left mid-generation");
-          }
-        } catch (const http_error& e) {
-          note(c, r, e.what());
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  // Of each caller's four requests in turn: a stream read whole, a whole answer, a stream left
+  // and a whole answer left, once the engine decoded 5 of their tokens.
+  const auto run = run_leaving_callers(
+      engine(), gw.port(),
+      {.callers = callers,
+       .rounds = rounds,
+       .leave_after_tokens = 5,
+       .prompt_tokens = prompt_tokens,
+       .body = [&](int c, bool stream) { return chat_request(stream, max_tokens, 4 + 3 * c); },
+       .leaves = [](int c, int r) { return (c + r) % 4 >= 2; }});
   ASSERT_EQ(await_access_lines(gw, callers * rounds, 30s),
             static_cast<std::size_t>(callers * rounds));
   // The engine let every task go (its gauge reads 0) ...
@@ -298,12 +250,12 @@ TEST_F(EngineMetricsLlamaTest, TethersOwnRequestsStreamedOrNotLeftOrNotAreNeverO
       "[engine metrics] tether's own work: %d requests (%d answered, %d left mid-generation, %d "
       "off-plan); engine: %zu tasks, %d deferred, %d cancelled, %d not released; %.0f polls; "
       "%zu samples of the gauges: running up to %.0f, queued up to %.0f, orphaned up to %.0f\n",
-      callers * rounds, answered.load(), left.load(), off_plan.load(), tasks.size(), deferred,
-      cancelled, unreleased, polls, samples.size(), most(samples, &gauge_sampler::sample::running),
+      callers * rounds, run.answered, run.left, run.off_plan, tasks.size(), deferred, cancelled,
+      unreleased, polls, samples.size(), most(samples, &gauge_sampler::sample::running),
       most(samples, &gauge_sampler::sample::queued),
       most(samples, &gauge_sampler::sample::orphaned));
-  EXPECT_EQ(off_plan.load(), 0) << notes;
-  EXPECT_EQ(left.load(), callers * rounds / 2);
+  EXPECT_EQ(run.off_plan, 0) << run.notes;
+  EXPECT_EQ(run.left, callers * rounds / 2);
   // Every task in the engine was tether's, and each ended.
   // The workload's tasks: those launched or deferred in the window (a probe's task can still log
   // its release after the window opened).
@@ -311,7 +263,7 @@ TEST_F(EngineMetricsLlamaTest, TethersOwnRequestsStreamedOrNotLeftOrNotAreNeverO
                 tasks, [](const auto& t) { return t.second.launched_ms || t.second.deferred_ms; }),
             callers * rounds);
   EXPECT_EQ(unreleased, 0);
-  EXPECT_GE(cancelled, left.load()) << "the engine saw each left request cancelled";
+  EXPECT_GE(cancelled, run.left) << "the engine saw each left request cancelled";
   // The polls saw tether's work in the engine: what follows is not vacuous.
   EXPECT_GE(polls, 10);
   EXPECT_GE(most(samples, &gauge_sampler::sample::running), 2);

@@ -10,15 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <future>
 #include <map>
-#include <mutex>
 #include <set>
-#include <thread>
 
 #include "tests/integration/harness.hpp"
 #include "tests/support/leaving_client.hpp"
@@ -294,15 +290,8 @@ void EngineTest::concurrency_with_aborts(const std::string& upstream_keys) {
   constexpr int callers = 6;
   constexpr int rounds = 4;
   constexpr int max_tokens = 40;
-  // Each caller's prompt length in the engine's tokens, asked of the engine itself (its usage).
-  std::vector<int> prompt_tokens;
-  for (int c = 0; c < callers; ++c) {
-    auto r = request("POST", engine().port(), "/v1/chat/completions",
-                     chat_request_of(4 + 3 * c, false, 1), {}, 30s);
-    ASSERT_EQ(r.status, 200) << r.body;
-    prompt_tokens.push_back(
-        static_cast<int>(r.json().at("usage").at("prompt_tokens").to_number<double>()));
-  }
+  const auto prompt_tokens = prompt_tokens_of(
+      engine(), callers, [](int c) { return chat_request_of(4 + 3 * c, false, 1); });
   ASSERT_EQ(std::set<int>(prompt_tokens.begin(), prompt_tokens.end()).size(),
             static_cast<std::size_t>(callers))
       << "each caller needs a prompt length of its own";
@@ -310,64 +299,16 @@ void EngineTest::concurrency_with_aborts(const std::string& upstream_keys) {
 
   gateway_process gw{engine_config(engine(), "deadline_ms = 60000\nmax_retries = 0", max_in_flight,
                                    "", upstream_keys)};
-  std::atomic<int> left{0};
-  std::atomic<int> answered{0};
-  std::atomic<int> off_plan{0};
-  std::mutex notes_mutex;
-  std::string notes;  // what each off-plan caller saw
-  auto note = [&](int c, int r, const std::string& what) {
-    ++off_plan;
-    std::lock_guard lock(notes_mutex);
-    notes += "\n  caller " + std::to_string(c) + " round " + std::to_string(r) + ": " + what;
-  };
-  std::vector<std::thread> threads;
-  for (int c = 0; c < callers; ++c) {
-    threads.emplace_back([&, c] {
-      for (int r = 0; r < rounds; ++r) {
-        const int kind = (c + r) % 4;  // 0: a stream leaves, 1: a whole answer leaves, 2/3 stay
-        const bool stream = kind == 0 || kind == 2;
-        try {
-          const auto from = engine().events().size();
-          leaving_client caller(gw.port(), "/v1/chat/completions",
-                                chat_request_of(4 + 3 * c, stream, max_tokens));
-          if (kind >= 2) {
-            if (caller.wait_end(60s) && caller.status() == 200) {
-              ++answered;
-            } else {
-              note(c, r, "status " + std::to_string(caller.status()) + " " + caller.body());
-            }
-            continue;
-          }
-          // This caller's task: the first after `from` to start on a prompt of its length (no
-          // other caller's is as long). Left once the engine has decoded 5 of its tokens.
-          auto prompt = engine().wait_for(
-              [&](const engine_event& e) {
-                return e.kind == engine_event_kind::prompt && e.n_prompt == prompt_tokens[c];
-              },
-              60s, from);
-          const bool mid = prompt && engine()
-                                         .wait_for(
-                                             [&](const engine_event& e) {
-                                               return e.kind == engine_event_kind::token &&
-                                                      e.task == prompt->task && e.n_decoded >= 5;
-                                             },
-                                             30s, from)
-                                         .has_value();
-          if (mid && !caller.complete()) {
-            caller.leave();
-            ++left;
-          } else {
-            note(c, r,
-                 "not left mid-generation (task seen: " + std::string(prompt ? "yes" : "no") +
-                     ", status " + std::to_string(caller.status()) + " " + caller.body() + ")");
-          }
-        } catch (const http_error& e) {
-          note(c, r, e.what());
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  // Half the requests are left once the engine decoded 5 of their tokens, a stream or a whole
+  // answer; the others are read whole.
+  const auto run = run_leaving_callers(
+      engine(), gw.port(),
+      {.callers = callers,
+       .rounds = rounds,
+       .leave_after_tokens = 5,
+       .prompt_tokens = prompt_tokens,
+       .body = [&](int c, bool stream) { return chat_request_of(4 + 3 * c, stream, max_tokens); },
+       .leaves = [](int c, int r) { return (c + r) % 4 < 2; }});
   ASSERT_EQ(await_access_lines(gw, callers * rounds, 30s),
             static_cast<std::size_t>(callers * rounds));
 
@@ -392,11 +333,11 @@ void EngineTest::concurrency_with_aborts(const std::string& upstream_keys) {
       "answered, %d off-plan; %zu tasks in the engine's log; %d samples, %d over max_in_flight = "
       "%d "
       "(most held at once: %d, first over at engine time %.1f ms)\n",
-      callers, rounds, left.load(), answered.load(), off_plan.load(), tasks.size(), samples, over,
+      callers, rounds, run.left, run.answered, run.off_plan, tasks.size(), samples, over,
       max_in_flight, most, over_first_ms);
-  EXPECT_EQ(off_plan.load(), 0) << "callers that neither left mid-generation nor got an answer:"
-                                << notes;
-  EXPECT_EQ(left.load(), callers * rounds / 2);
+  EXPECT_EQ(run.off_plan, 0) << "callers that neither left mid-generation nor got an answer:"
+                             << run.notes;
+  EXPECT_EQ(run.left, callers * rounds / 2);
   // The workload's tasks: those launched or deferred in the window. A probe's task can still log
   // its release after the window opened (the log is read as the engine writes it), and is no
   // task of the workload's.

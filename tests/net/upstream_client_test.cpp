@@ -563,6 +563,22 @@ TEST(UpstreamClientGroupTest, EachIoThreadKeepsAndReusesItsOwnConnections) {
   EXPECT_EQ(server.accepted(), 2);
 }
 
+// The checks both tables of cases below make on an exchange: its log, and where the case sets
+// them, its failure, its body and the connections the upstream accepted.
+template <typename Case>
+void expect_exchange_saw(const Case& c, const recorder& events, const script_server& server) {
+  EXPECT_THAT(events.log(), ElementsAreArray(c.log));
+  if (c.failure) {
+    EXPECT_EQ(events.failure(), *c.failure) << events.failure_message();
+  }
+  if (c.body) {
+    EXPECT_EQ(events.body(), *c.body);
+  }
+  if (c.accepted) {
+    EXPECT_EQ(server.accepted(), *c.accepted);
+  }
+}
+
 // --- a pooled connection the upstream has dealt with ------------------------------------------
 
 // What the upstream of a pooled-connection case did, for the test to wait on and count.
@@ -694,16 +710,7 @@ TEST_P(UpstreamClientPooledTest, TheSecondExchangeSeesWhatTheUpstreamDid) {
   auto second = std::make_shared<recorder>();
   auto e2 = client.start(std::move(request), second);
   ASSERT_TRUE(second->wait_closed());
-  EXPECT_THAT(second->log(), ElementsAreArray(c.log));
-  if (c.failure) {
-    EXPECT_EQ(second->failure(), *c.failure) << second->failure_message();
-  }
-  if (c.body) {
-    EXPECT_EQ(second->body(), *c.body);
-  }
-  if (c.accepted) {
-    EXPECT_EQ(server.accepted(), *c.accepted);
-  }
+  expect_exchange_saw(c, *second, server);
   if (c.requests_read) {
     EXPECT_EQ(probe.requests_read.load(), *c.requests_read);
   }
@@ -991,18 +998,9 @@ TEST_P(UpstreamClientExchangeTest, TheCallerSeesWhatTheUpstreamDid) {
   auto events = std::make_shared<recorder>();
   auto exchange = client.start(simple_request(), events);
   ASSERT_TRUE(events->wait_closed());
-  EXPECT_THAT(events->log(), ElementsAreArray(c.log));
-  if (c.failure) {
-    EXPECT_EQ(events->failure(), *c.failure) << events->failure_message();
-  }
-  if (c.body) {
-    EXPECT_EQ(events->body(), *c.body);
-  }
+  expect_exchange_saw(c, *events, server);
   if (c.idle) {
     EXPECT_EQ(client.idle_connections(), *c.idle);
-  }
-  if (c.accepted) {
-    EXPECT_EQ(server.accepted(), *c.accepted);
   }
 }
 

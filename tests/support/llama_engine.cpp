@@ -3,13 +3,17 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "tests/support/http_client.hpp"
+#include "tests/support/leaving_client.hpp"
 #include "tests/support/taken_port.hpp"
 
 namespace tether::test {
@@ -355,6 +359,81 @@ std::optional<engine_event> llama_engine::wait_for(
     // the reading shares the two cores with the engine whose steps the tests measure.
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+std::vector<int> prompt_tokens_of(const llama_engine& engine, int callers,
+                                  const std::function<std::string(int caller)>& body) {
+  std::vector<int> out;
+  for (int c = 0; c < callers; ++c) {
+    auto r = request("POST", engine.port(), "/v1/chat/completions", body(c), {},
+                     std::chrono::seconds(30));
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (r.status != 200) return {};
+    out.push_back(static_cast<int>(r.json().at("usage").at("prompt_tokens").to_number<double>()));
+  }
+  return out;
+}
+
+leaving_callers_result run_leaving_callers(const llama_engine& engine, std::uint16_t port,
+                                           const leaving_callers& plan) {
+  using namespace std::chrono_literals;
+  std::atomic<int> left{0};
+  std::atomic<int> answered{0};
+  std::mutex notes_mutex;
+  leaving_callers_result out;
+  auto note = [&](int c, int r, const std::string& what) {
+    std::lock_guard lock(notes_mutex);
+    ++out.off_plan;
+    out.notes += "\n  caller " + std::to_string(c) + " round " + std::to_string(r) + ": " + what;
+  };
+  std::vector<std::thread> threads;
+  for (int c = 0; c < plan.callers; ++c) {
+    threads.emplace_back([&, c] {
+      for (int r = 0; r < plan.rounds; ++r) {
+        const bool stream = (c + r) % 2 == 0;
+        try {
+          const auto from = engine.events().size();
+          leaving_client caller(port, "/v1/chat/completions", plan.body(c, stream));
+          if (!plan.leaves(c, r)) {
+            if (caller.wait_end(60s) && caller.status() == 200 && caller.complete()) {
+              ++answered;
+            } else {
+              note(c, r, "status " + std::to_string(caller.status()) + " " + caller.body());
+            }
+            continue;
+          }
+          auto prompt = engine.wait_for(
+              [&](const engine_event& e) {
+                return e.kind == engine_event_kind::prompt && e.n_prompt == plan.prompt_tokens[c];
+              },
+              60s, from);
+          const bool mid = prompt && engine
+                                         .wait_for(
+                                             [&](const engine_event& e) {
+                                               return e.kind == engine_event_kind::token &&
+                                                      e.task == prompt->task &&
+                                                      e.n_decoded >= plan.leave_after_tokens;
+                                             },
+                                             30s, from)
+                                         .has_value();
+          if (mid && !caller.complete()) {
+            caller.leave();
+            ++left;
+          } else {
+            note(c, r,
+                 "not left mid-generation (task seen: " + std::string(prompt ? "yes" : "no") +
+                     ", status " + std::to_string(caller.status()) + " " + caller.body() + ")");
+          }
+        } catch (const http_error& e) {
+          note(c, r, e.what());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  out.left = left.load();
+  out.answered = answered.load();
+  return out;
 }
 
 }  // namespace tether::test

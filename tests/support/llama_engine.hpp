@@ -129,4 +129,34 @@ class llama_engine {
   mutable std::vector<engine_event> parsed_;
 };
 
+// ---- callers who leave mid-generation ------------------------------------------------------
+
+// Each caller's prompt length in the engine's tokens, asked of the engine itself (its usage):
+// `body(c)` is caller c's request, with max_tokens 1. Empty, with a test failure recorded, when
+// the engine does not answer one.
+std::vector<int> prompt_tokens_of(const llama_engine& engine, int callers,
+                                  const std::function<std::string(int caller)>& body);
+
+// Callers on threads of their own, through a gateway on `port`, each sending `rounds` requests in
+// turn. Caller c's request of round r streams when c + r is even (`body(c, stream)`); it is read
+// whole, or, when `leaves(c, r)`, left once the engine has decoded `leave_after_tokens` of its
+// task (the first task after it was sent to start on a prompt of `prompt_tokens[c]` tokens: each
+// caller needs a length of its own).
+struct leaving_callers {
+  int callers = 0;
+  int rounds = 0;
+  int leave_after_tokens = 5;
+  std::vector<int> prompt_tokens;
+  std::function<std::string(int caller, bool stream)> body;
+  std::function<bool(int caller, int round)> leaves;
+};
+struct leaving_callers_result {
+  int left = 0;      // left mid-generation, as planned
+  int answered = 0;  // read whole with status 200, as planned
+  int off_plan = 0;  // neither: what each saw is in `notes`
+  std::string notes;
+};
+leaving_callers_result run_leaving_callers(const llama_engine& engine, std::uint16_t port,
+                                           const leaving_callers& plan);
+
 }  // namespace tether::test
