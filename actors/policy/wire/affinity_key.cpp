@@ -138,7 +138,7 @@ class canonical_reader {
         text_.append(s.data(), std::min(s.size(), room - std::min(room, text_.size())));
         has_text_ = true;
         // The record already fills the prefix: the rest of this text, and all after it, is
-        // never read.
+        // not read.
         if (string_kind_ == kind::text && text_.size() >= room) {
           if (part_ == prompt_part::system) emit("system");
           if (part_ == prompt_part::messages && !role_.empty()) emit(role_);
@@ -193,12 +193,22 @@ class canonical_reader {
   bool has_text_ = false;
 };
 
-void read_part(std::string_view value, prompt_part part, std::string& out, std::size_t limit) {
-  if (out.size() >= limit) return;
+// The bytes of `value` the parser read.
+std::size_t read_part(std::string_view value, prompt_part part, std::string& out,
+                      std::size_t limit) {
+  if (out.size() >= limit) return 0;
   boost::json::basic_parser<canonical_reader> parser{boost::json::parse_options{}, &out, limit,
                                                      part};
+  // Fed in pieces, so that a string longer than the prefix reaches the reader in parts and the
+  // parse stops within a piece of where the prefix is complete.
+  constexpr std::size_t piece = 1024;
   boost::system::error_code ec;
-  parser.write_some(false, value.data(), value.size(), ec);
+  std::size_t read = 0;
+  while (read < value.size() && !ec) {
+    const auto n = std::min(piece, value.size() - read);
+    read += parser.write_some(read + n < value.size(), value.data() + read, n, ec);
+  }
+  return read;
 }
 
 // The top-level members that hold the prompt, on the surface: the system part first.
@@ -255,18 +265,26 @@ prompt_members find_members(surface where, std::string_view body) {
   return found;
 }
 
+// The canonical prefix: the system part first, wherever it stands in the body.
+std::string read_prompt(const prompt_members& members, std::string_view body,
+                        std::size_t prefix_bytes, std::size_t* parsed) {
+  std::string out;
+  std::size_t read = 0;
+  for (const auto& [value, part] : {std::pair{members.system, prompt_part::system},
+                                    std::pair{members.list, members.list_part}}) {
+    if (value)
+      read +=
+          read_part(body.substr(value->begin, value->end - value->begin), part, out, prefix_bytes);
+  }
+  if (parsed != nullptr) *parsed = read;
+  return out;
+}
+
 }  // namespace
 
-std::string canonical_prefix(surface where, std::string_view body, std::uint32_t prefix_bytes) {
-  const auto members = find_members(where, body);
-  std::string out;
-  if (members.system)
-    read_part(body.substr(members.system->begin, members.system->end - members.system->begin),
-              prompt_part::system, out, prefix_bytes);
-  if (members.list)
-    read_part(body.substr(members.list->begin, members.list->end - members.list->begin),
-              members.list_part, out, prefix_bytes);
-  return out;
+std::string canonical_prefix(surface where, std::string_view body, std::uint32_t prefix_bytes,
+                             std::size_t* parsed) {
+  return read_prompt(find_members(where, body), body, prefix_bytes, parsed);
 }
 
 std::optional<std::uint64_t> affinity_key(surface where, std::string_view body,
@@ -285,13 +303,7 @@ std::optional<std::uint64_t> affinity_key(surface where, std::string_view body,
   }
   if (session_header != nullptr && !session_header->empty())
     return hash_bytes(*session_header, caller_key_seed);
-  std::string prefix;
-  if (members.system)
-    read_part(body.substr(members.system->begin, members.system->end - members.system->begin),
-              prompt_part::system, prefix, prefix_bytes);
-  if (members.list)
-    read_part(body.substr(members.list->begin, members.list->end - members.list->begin),
-              members.list_part, prefix, prefix_bytes);
+  const auto prefix = read_prompt(members, body, prefix_bytes, nullptr);
   if (prefix.empty()) return std::nullopt;
   return hash_bytes(prefix, prefix_seed);
 }

@@ -20,8 +20,10 @@ namespace tether {
 
 // The first `prefix_bytes` of the canonical prompt (fewer when the prompt is shorter). Reads the
 // body's top-level members by their bytes and parses only the prompt's members, up to where
-// the prefix is complete. Precondition: inspect_model_request accepted the body.
-std::string canonical_prefix(surface where, std::string_view body, std::uint32_t prefix_bytes);
+// the prefix is complete (`parsed`, when given, is told how many bytes were parsed).
+// Precondition: inspect_model_request accepted the body.
+std::string canonical_prefix(surface where, std::string_view body, std::uint32_t prefix_bytes,
+                             std::size_t* parsed = nullptr);
 
 // nullopt: no key (an empty prompt, no cache key, no header): the request goes by least work.
 // `session_header`: the x-session-affinity header's value, null when absent.

@@ -79,9 +79,27 @@ TEST(AffinityKeyTest, OnlyTheFirstPrefixBytesCount) {
             affinity_key(surface::chat, body("a later, longer turn"), nullptr, 256));
 }
 
-// The read stops once the prefix is complete: a prompt whose tail is cut off mid-way (which the
-// validating parse would have refused) reads the same as the whole one.
-TEST(AffinityKeyTest, TheReadStopsOnceThePrefixIsComplete) {
+// The read stops once the prefix is complete: of a long conversation, only its start is parsed.
+TEST(AffinityKeyTest, TheParseStopsOnceThePrefixIsComplete) {
+  std::string body = R"({"model":"m","messages":[)";
+  for (int i = 0; i < 1000; ++i) {
+    body += R"({"role":"user","content":")" + std::string(100, 'q') + R"("},)";
+  }
+  body += R"({"role":"user","content":"last"}]})";
+  std::size_t parsed = 0;
+  EXPECT_EQ(canonical_prefix(surface::chat, body, 256, &parsed).size(), 256u);
+  EXPECT_GT(parsed, 0u);
+  EXPECT_LT(parsed, 400u) << "of " << body.size();
+  // A string longer than the prefix: its rest is not read either.
+  const std::string one_long = R"({"model":"m","messages":[{"role":"user","content":")" +
+                               std::string(100000, 'z') + R"("}]})";
+  EXPECT_EQ(canonical_prefix(surface::chat, one_long, 256, &parsed).size(), 256u);
+  EXPECT_LT(parsed, 100000u);
+}
+
+// A prompt whose tail is cut off mid-way (which the validating parse would have refused) reads
+// the same as the whole one.
+TEST(AffinityKeyTest, WhatFollowsThePrefixChangesNothing) {
   const std::string head = R"({"model":"m","messages":[{"role":"user","content":")" +
                            std::string(300, 'a') + R"("},{"role":"user","content":"b)";
   const std::string whole_body = head + R"("}]})";
