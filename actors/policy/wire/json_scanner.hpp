@@ -6,6 +6,7 @@
 
 #include <boost/json.hpp>
 #include <cstddef>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
@@ -41,15 +42,22 @@ class scanner {
     if (pos_ >= s_.size() || s_[pos_] != '"') return std::nullopt;
     span sp{pos_, 0};
     ++pos_;
+    // From quote to quote with memchr (a long prompt is most of a body's bytes): a quote ends
+    // the string unless an odd run of backslashes escapes it.
     while (pos_ < s_.size()) {
-      char c = s_[pos_++];
-      if (c == '\\') {
-        ++pos_;
-      } else if (c == '"') {
+      const auto* q =
+          static_cast<const char*>(std::memchr(s_.data() + pos_, '"', s_.size() - pos_));
+      if (q == nullptr) break;
+      const auto at = static_cast<std::size_t>(q - s_.data());
+      std::size_t backslashes = 0;
+      while (at - backslashes > sp.begin + 1 && s_[at - backslashes - 1] == '\\') ++backslashes;
+      pos_ = at + 1;
+      if (backslashes % 2 == 0) {
         sp.end = pos_;
         return sp;
       }
     }
+    pos_ = s_.size();
     return std::nullopt;
   }
   // Any JSON value; the text is already validated, so only nesting and strings matter.

@@ -137,6 +137,12 @@ TEST(AffinityKeyTest, EscapedTextIsDecoded) {
                              R"({"model":"m","messages":[{"role":"user","content":"a\"b\u00e9"}]})",
                              whole),
             rec("user", "a\"b\xc3\xa9"));
+  // A string ending in an escaped backslash ends at the quote after it: the members after it
+  // are found (the system prompt after the messages).
+  EXPECT_EQ(
+      canonical_prefix(surface::messages,
+                       R"({"messages":[{"content":"end\\","role":"user"}],"system":"s\\"})", whole),
+      rec("system", "s\\") + rec("user", "end\\"));
 }
 
 }  // namespace
