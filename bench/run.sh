@@ -19,6 +19,9 @@
 # Scenario 12, abandon (issue #60), runs against a real engine instead of the mock and only when
 # asked for: `bash bench/run.sh --scenarios 12` (or `bash bench/run.sh abandon`) hands over to
 # bench/abandon.sh (≈ 4 min; results bench/results/<date>-abandon.{md,json}).
+# Scenario 13, prefix (issue #63), likewise: `bash bench/run.sh prefix` (or `--scenarios 13`) hands
+# over to bench/prefix.sh (two llama-server replicas behind tether least_work, tether prefix and
+# nginx round robin; ≈ 7 min; results bench/results/<date>-prefix.{md,json}).
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
 # the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share
@@ -45,6 +48,18 @@ for i in "${!args[@]}"; do
       fi
     done
     exec bash "$here/bench/abandon.sh" "${rest[@]}"
+  fi
+done
+# Scenario 13 too: bench/prefix.sh starts its replicas, nginx and tether nodes.
+for i in "${!args[@]}"; do
+  if [ "${args[$i]}" = prefix ] || { [ "${args[$i]}" = --scenarios ] && [ "${args[$((i + 1))]:-}" = 13 ]; }; then
+    rest=()
+    for j in "${!args[@]}"; do
+      if [ "$j" != "$i" ] && { [ "${args[$i]}" = prefix ] || [ "$j" != "$((i + 1))" ]; }; then
+        rest+=("${args[$j]}")
+      fi
+    done
+    exec bash "$here/bench/prefix.sh" "${rest[@]}"
   fi
 done
 build="${BUILD_DIR:-$here/build}"
