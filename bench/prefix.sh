@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Scenario 13, "prefix" (issue #63): the fleet's cache. Two llama-server replicas (prompt caching
-# on) serve one model behind three targets, interleaved: tether routing by least live work
+# Scenario 13, "prefix" (issue #63): the fleet's cache. Three llama-server replicas (prompt
+# caching on) serve one model behind three targets, interleaved: tether routing by least live work
 # (`least_work`), tether routing by the prompt's prefix (`prefix`) and nginx round robin
 # (`nginx`). Agents with long system prompts in multi-turn conversations, and unique prompts;
 # judged by time to first token, requests per minute, each replica's share and the engines' own
@@ -14,17 +14,19 @@
 # random-weights model made here once (2 layers, 256 wide: prefill of ≈ 1,300 tokens takes ~1 s
 # with one thread, a cached one a small fraction of that). Each replica: 2 slots, one thread,
 # `--cache-ram` PREFIX_CACHE_RAM_MIB (default 9: the KV of a token is 2 KiB, so three of the
-# workload's prompts of up to ≈ 1,500 tokens fit in host memory besides the 2 slots, i.e. the prompts of ⌈1.25 × 8 agents / 2 replicas⌉ = 5 agents: a replica
-# holds its share of the fleet's prefixes at the bound, not all of them).
+# workload's prompts of up to ≈ 1,500 tokens fit in host memory besides the 2 slots: the prompts
+# of ⌈1.25 × 12 agents / 3 replicas⌉ = 5 agents. A replica holds its share of the fleet's
+# prefixes at the bound, not all of them).
 # Both tether nodes: `engine = "llamacpp"`, max_in_flight 8 per replica (requests queue inside the
 # engines, as they do behind nginx); the prefix node sets `routing = "prefix"`,
 # `prefix_load_factor = 1.25` and `prefix_bytes = 1024`. A tether built without prefix routing
 # (its config check refuses the setting) has no prefix target: the scenario's goals are then
 # reported MISSED.
 #
-# Placement (2 cores): replica a on CPU 0, replica b on CPU 1; the proxies and tether-bench
-# unpinned. Environment: BUILD_DIR (default build/), PREFIX_PORT_BASE (18700: replicas +0, +1,
-# nginx +2, tether least_work +3, tether prefix +4), PREFIX_MODEL (made if missing),
+# Placement: nothing pinned (three one-thread replicas on 2 cores: pinning would give one of them
+# a core of its own).
+# Environment: BUILD_DIR (default build/), PREFIX_REPLICAS (3), PREFIX_PORT_BASE (18700: replicas
+# +0.., nginx +10, tether least_work +11, tether prefix +12), PREFIX_MODEL (made if missing),
 # PREFIX_CACHE_RAM_MIB, PREFIX_ARM_ROUTING (default "prefix"; "least_work" makes the prefix
 # target a second least_work node, which must miss the goals), SKIP_BUILD=1, BENCH_LOG_DIR=dir
 # (keep the logs), BENCH_STAMP.
@@ -32,10 +34,12 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$here/build}"
 base="${PREFIX_PORT_BASE:-18700}"
-replica_ports=("$base" "$((base + 1))")
-nginx_port=$((base + 2))
-least_port=$((base + 3))
-prefix_port=$((base + 4))
+replicas="${PREFIX_REPLICAS:-3}"
+replica_ports=()
+for k in $(seq 0 $((replicas - 1))); do replica_ports+=($((base + k))); done
+nginx_port=$((base + 10))
+least_port=$((base + 11))
+prefix_port=$((base + 12))
 # The engines folder as scripts/engine.sh finds it.
 engines_dir=""
 for candidate in "${TETHER_ENGINES_DIR:-}" "$here/../shared/engines" /work/shared/engines; do
@@ -139,12 +143,9 @@ wait_ready() {
   return 1
 }
 
-cpus="$(nproc)"
 replica_pids=()
 for k in "${!replica_ports[@]}"; do
-  pin=()
-  [ "$cpus" -ge 2 ] && pin=(taskset -c "$((k % cpus))")
-  "${pin[@]}" "$engine_bin" -m "$model" --host 127.0.0.1 --port "${replica_ports[$k]}" -t 1 \
+  "$engine_bin" -m "$model" --host 127.0.0.1 --port "${replica_ports[$k]}" -t 1 \
     -tb 1 -np 2 -c 8192 --no-kv-unified --cache-ram "$cache_ram" --alias "replica-$k" \
     --slots --metrics \
     --log-timestamps --log-prefix --log-colors off >"$work/replica-$k.log" 2>&1 &
@@ -153,19 +154,21 @@ for k in "${!replica_ports[@]}"; do
 done
 for p in "${replica_ports[@]}"; do wait_ready "http://127.0.0.1:$p/health" 600; done
 
-# nginx: the bench template with both replicas in its upstream (round robin, nginx's default).
+# nginx: the bench template with every replica in its upstream (round robin, nginx's default).
 # No kept-alive upstream connections: llama-server closes one after a streamed answer, and nginx
 # reusing it answers 502 and takes the replica out of the rotation (max_fails=0 keeps it in).
 mkdir -p "$work/nginx-tmp"
+servers=""
+for p in "${replica_ports[@]}"; do servers="$servers    server 127.0.0.1:$p max_fails=0;\n"; done
 sed -e "s|@WORKDIR@|$work|g" -e "s|@NGINX_PORT@|$nginx_port|g" -e '/^    keepalive 512;$/d' \
-  -e "s|server 127.0.0.1:@MOCK_PORT@;|server 127.0.0.1:${replica_ports[0]} max_fails=0;\n    server 127.0.0.1:${replica_ports[1]} max_fails=0;|" \
+  -e "s|^    server 127.0.0.1:@MOCK_PORT@;|${servers%\\n}|" \
   "$here/bench/nginx.conf.template" >"$work/nginx.conf"
 "$nginx_bin" -p "$work" -c "$work/nginx.conf" >"$work/nginx.out" 2>&1 &
 nginx_pid=$!
 pids+=("$nginx_pid")
 wait_ready "http://127.0.0.1:$nginx_port/health"
 
-# A tether node: model "prefix" on both replicas, with the given routing lines.
+# A tether node: model "prefix" on every replica, with the given routing lines.
 tether_config() {
   local port="$1" routing="$2"
   cat <<EOF
@@ -227,7 +230,7 @@ rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!bench/results' 2>/dev/null)" ]; then
   rev="$rev + uncommitted changes"
 fi
-placement="Two llama-server replicas (-t 1, -np 2, --cache-ram $cache_ram), pinned to CPU 0 and CPU 1; nginx (1 worker), two tether nodes and tether-bench unpinned. The prefix target's routing: $arm_routing. Source: $rev; nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||'); llama-server from $(cat "$engine_cache/llama/.snapshot" 2>/dev/null || echo "an unknown snapshot")."
+placement="$replicas llama-server replicas (-t 1, -np 2, --cache-ram $cache_ram), nginx (1 worker), two tether nodes and tether-bench: nothing pinned. The prefix target's routing: $arm_routing. Source: $rev; nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||'); llama-server from $(cat "$engine_cache/llama/.snapshot" 2>/dev/null || echo "an unknown snapshot")."
 if [ "$quick" = 0 ]; then
   rm -f "$out_dir"/*-prefix.json "$out_dir"/*-prefix.md "$out_dir"/*-prefix.svg
 fi

@@ -138,6 +138,25 @@ rm -f "$bench_err"
 echo "test.sh: cancellation, upstream-health and token-budget bench scenarios checked ($((SECONDS - started)) s)"
 
 started=$SECONDS
+# Scenario 13, prefix (issue #63), on the Release build: two llama-server replicas behind tether
+# routing by least work, tether routing by prefix and nginx round robin (bench/prefix.sh, ≈ 2.5
+# min in its quick mode). Every goal decides: on the shared-prefix agents prefix routing gives a
+# 3x lower median time to first token than least_work, no replica takes more than the load factor
+# times its share, and on unique prompts prefix routing stays within 10% of least_work.
+prefix_err="$(mktemp)"
+prefix_status=0
+SKIP_BUILD=1 BUILD_DIR="$here/build-release" bash "$here/bench/run.sh" --quick prefix \
+  >/dev/null 2>"$prefix_err" || prefix_status=$?
+grep -E '^  (met|MISSED) ' "$prefix_err" || true
+if [ "$prefix_status" != 0 ] || ! grep -qE '^  met +prefix: ' "$prefix_err"; then
+  echo "test.sh: the prefix-routing bench scenario failed (exit $prefix_status)" >&2
+  tail -20 "$prefix_err" >&2
+  exit 1
+fi
+rm -f "$prefix_err"
+echo "test.sh: prefix-routing bench scenario checked ($((SECONDS - started)) s)"
+
+started=$SECONDS
 # The bench harness is not part of the suite; the mock it shares with the tests is built.
 # -O1 -g1 (line tables only) is what ASan's own docs suggest and compiles in less than half the
 # time of -O2 -g on these CAF/Beast translation units (38 s → 16 s for request_actor.cpp): the

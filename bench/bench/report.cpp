@@ -629,11 +629,13 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << cfg("turns_per_conversation")
        << " turns; unique: a fresh prompt of the same length every time. TTFT in ms. Cached "
           "share: prompt tokens the engines reused (`timings.cache_n`) of all prompt tokens; "
-          "replica shares: the counted answers each replica computed (each names it: "
-          "`--alias replica-<k>`); the replicas' counters: `tokens_predicted_total` / "
+          "replica shares: of the counted answers, those each replica computed (each names it: "
+          "`--alias replica-<k>`), and of their time in flight (the live work the bound of "
+          "`prefix_load_factor` is on); the replicas' counters: `tokens_predicted_total` / "
           "`max_tokens`) over whole phases.\n\n"
        << "| workload | target | answered (warm-up) | TTFT p50 / p99 | requests / min | "
-          "cached share (by replica) | replica shares | the replicas' counters: requests; "
+          "cached share (by replica) | replica shares: answers; live work | the replicas' "
+          "counters: requests; "
           "prompt tokens evaluated |\n|---|---|---|---|---|---|---|---|\n";
     auto list = [&](std::initializer_list<std::string_view> path, int decimals) {
       std::string out;
@@ -657,7 +659,8 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
            << v("ttft_ms", "p99") << " | " << v("requests_per_minute", "", 1) << " | "
            << v("cached_share", "", 3) << " ("
            << list({"scenarios", "prefix", "targets", t, w, "replica_cached_share"}, 2) << ") | "
-           << list({"scenarios", "prefix", "targets", t, w, "replica_share"}, 2) << " | "
+           << list({"scenarios", "prefix", "targets", t, w, "replica_share"}, 2) << "; "
+           << list({"scenarios", "prefix", "targets", t, w, "replica_live_work_share"}, 2) << " | "
            << list({"scenarios", "prefix", "targets", t, w, "engine_requests_by_replica"}, 0)
            << "; "
            << list({"scenarios", "prefix", "targets", t, w,
