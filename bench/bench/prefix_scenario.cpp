@@ -259,11 +259,13 @@ boost::json::object run_prefix(bench_context& ctx) {
   const auto& replicas = ctx.options().engine_replicas;
   if (replicas.empty()) return {{"name", "prefix"}, {"skipped", "no --engine-replica"}};
   const bool quick = ctx.options().quick;
-  const std::size_t rounds = quick ? 1 : 3;
-  const milliseconds phase(quick ? 20000 : 30000);
+  // Two rounds even when quick: the machine's load drifts, and interleaving twice halves what a
+  // drift during one target's phase does to its figures.
+  const std::size_t rounds = quick ? 2 : 3;
+  const milliseconds phase(quick ? 12000 : 30000);
   // The agents' first turns: each agent's prefix is in no cache yet, whatever the routing, and a
   // fleet serving agents all day rarely sees that. Answers sent before its end are not counted.
-  const milliseconds warmup(quick ? 15000 : 20000);
+  const milliseconds warmup(quick ? 10000 : 20000);
   const double factor = ctx.options().prefix_load_factor;
   const auto vocabulary = make_vocabulary();
   const auto callers_n = static_cast<unsigned>(prefix_shape::callers_per_replica * replicas.size());
