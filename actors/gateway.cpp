@@ -14,6 +14,7 @@
 #include "actors/policy/request/deadline.hpp"
 #include "actors/policy/request/request_id.hpp"
 #include "actors/policy/routing/response_affinity.hpp"
+#include "actors/policy/wire/affinity_key.hpp"
 #include "actors/policy/wire/model_request.hpp"
 #include "actors/policy/wire/surface.hpp"
 #include "actors/request_actor.hpp"
@@ -422,6 +423,10 @@ request_spec gateway::make_request_spec(net::incoming_request&& req, std::string
   if (where == surface::responses) {
     if (auto previous = previous_response_id_of(spec.body))
       spec.prefer_upstream = here.affinity->find(*previous);
+  }
+  if (auto bytes = here.routes->affinity_bytes(spec.model)) {
+    spec.affinity =
+        affinity_key(where, spec.body, net::find_header(req.headers, "x-session-affinity"), *bytes);
   }
   if (is_anthropic(where)) {
     if (const auto* v = net::find_header(req.headers, "anthropic-version"))

@@ -101,6 +101,7 @@ void metrics::tally::add_to(tally& sum) const {
   sum.queue_wait += queue_wait;
   for (const auto& [k, v] : attempts) sum.attempts[k] += v;
   for (const auto& [k, v] : stale_attempts) sum.stale_attempts[k] += v;
+  for (const auto& [k, v] : routes) sum.routes[k] += v;
   sum.requests_in_flight.fetch_add(requests_in_flight.load(std::memory_order_relaxed),
                                    std::memory_order_relaxed);
 }
@@ -182,6 +183,12 @@ void metrics::request_done(const std::string& model, outcome o, double seconds) 
   std::lock_guard lock{t.mutex};
   ++t.requests[{model, o}];
   t.durations[{model, o}].observe(seconds);
+}
+
+void metrics::route_decided(const std::string& model, route_kind kind) {
+  auto& t = mine();
+  std::lock_guard lock{t.mutex};
+  ++t.routes[{model, kind}];
 }
 
 void metrics::requests_in_flight_add(int delta) {
@@ -309,6 +316,12 @@ void metrics::render_requests(std::string& out, const tally& sum) const {
     h.render(
         out, "tether_request_duration_seconds",
         fmt::format("model=\"{}\",outcome=\"{}\"", escape_label(k.first), to_string(k.second)));
+  }
+  header(out, "tether_route_decisions_total", "counter",
+         "Attempts' deployments chosen on models with routing = \"prefix\", by how.");
+  for (const auto& [k, v] : sum.routes) {
+    out += fmt::format("tether_route_decisions_total{{model=\"{}\",kind=\"{}\"}} {}\n",
+                       escape_label(k.first), to_string(k.second), v);
   }
   header(out, "tether_rate_limited_total", "counter",
          "Requests refused by their key's rpm or tpm (429 rate_limited), by key name.");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/policy/request/outcome.hpp"
+#include "actors/policy/routing/route_kind.hpp"
 #include "actors/policy/routing/upstream_health.hpp"
 #include "config/config.hpp"
 
@@ -58,6 +59,8 @@ class metrics {
   void upstream_ejected(std::size_t upstream, ejection_reason why);
 
   void request_done(const std::string& model, outcome o, double seconds);
+  // An attempt's deployment chosen on a model with routing = "prefix" (route_kind.hpp).
+  void route_decided(const std::string& model, route_kind kind);
   // Per key name ("" for a gateway without keys): a request refused by the key's rpm or tpm,
   // and the tokens an upstream reported using.
   void rate_limited(const std::string& key);
@@ -135,6 +138,7 @@ class metrics {
     histogram queue_wait;
     std::map<std::pair<std::size_t, outcome>, std::uint64_t> attempts;
     std::map<std::size_t, std::uint64_t> stale_attempts;  // by upstream
+    std::map<std::pair<std::string, route_kind>, std::uint64_t> routes;
     std::atomic<std::int64_t> requests_in_flight{0};
 
     void add_to(tally& sum) const;

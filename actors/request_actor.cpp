@@ -195,6 +195,7 @@ void request_state::start_attempt(const command& c) {
   const auto& dep = rt->routes->at(c.deployment);
   const auto& up = rt->cfg.upstreams[dep.upstream];
   const auto& settings = life->settings();
+  if (c.route != route_kind::none) rt->stats->route_decided(life->model(), c.route);
 
   // A caller who did not ask for a stream, on an upstream that streams always: the engine stops
   // a request's work only when it writes to a connection that has gone (docs/contract.md,
@@ -481,6 +482,7 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
   life.emplace(rt->cfg, *rt->routes, *rt->retries, *rt->health, rt->routes->chain_of(spec.model),
                spec.where, request_deadline{spec.arrival, spec.deadline}, rt->backoff_jitter);
   if (spec.prefer_upstream) life->prefer_upstream(*spec.prefer_upstream);
+  if (spec.affinity) life->set_affinity(*spec.affinity);
   if (spec.check_rate) life->await_admission();
   rt->stats->requests_in_flight_add(1);
 }

@@ -33,6 +33,8 @@ struct request_spec {
   std::string anthropic_beta;
   // The upstream that made the response this one continues (previous_response_id), if known.
   std::optional<std::size_t> prefer_upstream;
+  // The affinity key, when the model's chain has one with routing = "prefix".
+  std::optional<std::uint64_t> affinity;
   // The token weight's parts (actors/policy/admission/token_weight.hpp): each attempt's weight adds
   // its deployment's default_max_tokens when the body names no output limit.
   std::uint64_t prompt_tokens = 0;

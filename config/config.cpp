@@ -26,6 +26,10 @@ std::string_view name_of(upstream_stream_mode mode) {
   return mode == upstream_stream_mode::always ? "always" : "as_requested";
 }
 
+std::string_view name_of(routing_mode mode) {
+  return mode == routing_mode::prefix ? "prefix" : "least_work";
+}
+
 const upstream_config* gateway_config::find_upstream(const std::string& name) const {
   for (const auto& u : upstreams) {
     if (u.name == name && !u.retired) return &u;

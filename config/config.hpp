@@ -102,6 +102,12 @@ std::string_view name_of(engine_kind engine);
 // assembled by tether): some engines notice a closed connection only when they write to it.
 enum class upstream_stream_mode { as_requested, always };
 std::string_view name_of(upstream_stream_mode mode);
+
+// How a model's deployment is chosen: by least live work (two drawn, the lighter taken), or by
+// the request's prompt prefix on a consistent-hash ring with bounded loads, so that a
+// conversation's turns find the engine that holds its prefix in its cache.
+enum class routing_mode { least_work, prefix };
+std::string_view name_of(routing_mode mode);
 // The default for an engine: llama.cpp checks a non-streaming request's connection only when no
 // result was produced for a second, so with other traffic an abandoned one runs to max_tokens.
 constexpr upstream_stream_mode default_upstream_stream(engine_kind engine) {
@@ -162,6 +168,11 @@ struct model_config {
   // The output weight of a request that names no max_tokens / max_completion_tokens /
   // max_output_tokens.
   std::uint32_t default_max_tokens = 1024;
+  routing_mode routing = routing_mode::least_work;
+  // routing = "prefix": how much of the canonical prompt makes the affinity key, and how far
+  // above the mean live work per weight a deployment may take its keys before they spill.
+  std::uint32_t prefix_bytes = 2048;
+  double prefix_load_factor = 1.25;
   bool operator==(const model_config&) const = default;
 };
 

@@ -681,6 +681,7 @@ class loader {
         }
       }
       read_declared(*t, p, section::models, &m);
+      read_load_factor(*t, p, m);
       for (const auto& s : settings_of(section::request)) {
         if (s.model_override && read_setting(*t, p, s, &m.overrides.values))
           mark_written(m.overrides, s);
@@ -689,6 +690,24 @@ class loader {
       entries.push_back(entry);
     }
     check_model_graph(entries);
+  }
+
+  // A float (an integer is taken too): above 1, or the bound would leave no room for a key's
+  // home to take it ahead of the mean; at most 100, past which it bounds nothing.
+  void read_load_factor(const toml::table& t, std::string_view prefix, model_config& m) {
+    const toml::node* n = t.get("prefix_load_factor");
+    if (n == nullptr) return;
+    std::optional<double> v;
+    if (const auto* f = n->as_floating_point()) v = f->get();
+    if (const auto* i = n->as_integer()) v = static_cast<double>(i->get());
+    const auto where = join_path(prefix, "prefix_load_factor");
+    if (!v) {
+      error(where, fmt::format("expected a number, got {}", type_name(n->type())), *n);
+    } else if (!(*v > 1.0 && *v <= 100.0)) {
+      error(where, fmt::format("must be above 1 and at most 100, got {}", *v), *n);
+    } else {
+      m.prefix_load_factor = *v;
+    }
   }
 
   // Deployments agree, fallbacks name real models, and the fallback graph has no cycle
@@ -708,6 +727,16 @@ class loader {
         error(p + ".fallbacks",
               fmt::format("deployments of \"{}\" disagree on fallbacks (see models[{}]); "
                           "give every deployment the same list",
+                          m.name, entries[it->second].index),
+              &entries[k].table->source());
+      }
+      // One ring per model: its deployments route alike.
+      if (m.routing != f.routing || m.prefix_bytes != f.prefix_bytes ||
+          m.prefix_load_factor != f.prefix_load_factor) {
+        error(p,
+              fmt::format("deployments of \"{}\" disagree on routing, prefix_bytes or "
+                          "prefix_load_factor (see models[{}]); give every deployment the same "
+                          "values",
                           m.name, entries[it->second].index),
               &entries[k].table->source());
       }

@@ -354,7 +354,22 @@ const field_ops omitted_when_empty{
     nullptr,
 };
 
+// [[models]] prefix_load_factor: a float, which the generic reader does not take (the loader's
+// read_models reads it).
+const field_ops load_factor_ops{
+    nullptr,
+    nullptr,
+    nullptr,
+    [](const void* o) {
+      return fmt::format("{}", static_cast<const model_config*>(o)->prefix_load_factor);
+    },
+    member<&model_config::prefix_load_factor>::same,
+    member<&model_config::prefix_load_factor>::copy,
+    nullptr,
+};
+
 constexpr std::string_view api_names[] = {"openai", "anthropic"};
+constexpr std::string_view routing_names[] = {"least_work", "prefix"};
 constexpr std::string_view engine_names[] = {"openai", "llamacpp", "vllm", "sglang"};
 constexpr std::string_view stream_names[] = {"always", "as_requested"};
 constexpr std::string_view priority_names[] = {"high", "normal", "low"};
@@ -456,6 +471,11 @@ const setting table[] = {
     text<&M::upstream_model>("upstream_model", "string, not empty", "the model sent upstream") | default_is{"the `name`"},
     list<&M::fallbacks>("fallbacks", "list of configured model names", "tried in order once its attempts are spent"),
     integer<&M::default_max_tokens>("default_max_tokens", "tokens", 0, u32_max, "a request's output weight when it names none"),
+    // prefix_bytes: 2048 bytes hold an agent's system prompt's opening (~500 tokens), enough to
+    // tell agents apart; the bound keeps the per-request read of the prompt small.
+    choice<&M::routing>("routing", routing_names, "how a deployment is chosen: least live work, or the prompt's prefix"),
+    integer<&M::prefix_bytes>("prefix_bytes", "bytes", 16, 65536, "how much of the canonical prompt makes the affinity key"),
+    custom(section::models, "prefix_load_factor", "number, > 1, ≤ 100", load_factor_ops, "how far above the mean live work per weight a deployment keeps its keys"),
 
     // [[keys]]. A weight of 0 would never be served; the bound keeps one key's turn from dwarfing
     // the others' beyond what a ratio can mean.

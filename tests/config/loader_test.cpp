@@ -369,6 +369,28 @@ default_max_tokens = 256
   expect_error(minimal + "default_max_token = 5\n", "models[0].default_max_token");
 }
 
+// routing = "prefix" and its two numbers; a model's deployments route alike (one ring).
+TEST(LoaderTest, PrefixRoutingKeysAreReadBoundedAndAgreedOn) {
+  const auto defaults = expect_ok(minimal);
+  EXPECT_EQ(defaults.models[0].routing, routing_mode::least_work);
+  EXPECT_EQ(defaults.models[0].prefix_bytes, 2048u);
+  EXPECT_EQ(defaults.models[0].prefix_load_factor, 1.25);
+  const auto set =
+      expect_ok(minimal + "routing = \"prefix\"\nprefix_bytes = 512\nprefix_load_factor = 2\n");
+  EXPECT_EQ(set.models[0].routing, routing_mode::prefix);
+  EXPECT_EQ(set.models[0].prefix_bytes, 512u);
+  EXPECT_EQ(set.models[0].prefix_load_factor, 2.0);
+  EXPECT_EQ(expect_ok(minimal + "prefix_load_factor = 1.5\n").models[0].prefix_load_factor, 1.5);
+  expect_error(minimal + "routing = \"round_robin\"\n", "models[0].routing");
+  expect_error(minimal + "prefix_bytes = 8\n", "models[0].prefix_bytes");
+  expect_error(minimal + "prefix_load_factor = 1.0\n",
+               "models[0].prefix_load_factor: must be above 1 and at most 100, got 1");
+  expect_error(minimal + "prefix_load_factor = \"1.5\"\n",
+               "models[0].prefix_load_factor: expected a number, got a string");
+  expect_error(minimal + "routing = \"prefix\"\n\n[[models]]\nname = \"m\"\nupstream = \"a\"\n",
+               "disagree on routing, prefix_bytes or prefix_load_factor");
+}
+
 TEST(LoaderTest, ListenAcceptsPortZeroAndBracketedIpv6) {
   auto cfg = expect_ok(minimal + "[server]\nlisten = \"127.0.0.1:0\"\n");
   EXPECT_EQ(cfg.server.listen_port, 0);
@@ -1135,6 +1157,7 @@ TEST(LoaderTest, EveryHandReadSettingIsReadAndPrinted) {
       {section::models, "upstream_model", "\"vendor/m\"", "upstream_model = \"vendor/m\""},
       {section::models, "fallbacks", "[\"z\"]\n[[models]]\nname = \"z\"\nupstream = \"a\"",
        "fallbacks = [\"z\"]"},
+      {section::models, "prefix_load_factor", "1.5", "prefix_load_factor = 1.5"},
       {section::keys, "name", "\"team\"", "name = \"team\""},
       {section::keys, "sha256", "\"" + digest + "\"", "sha256 = \"<masked>\""},
       {section::keys, "models", "[\"m\"]", "models = [\"m\"]"},

@@ -309,7 +309,7 @@ void request_lifecycle::start_attempt(steady_time now) {
     return;
   }
   tried_.push_back(next_deployment_);
-  launch_attempt(next_deployment_, false, now);
+  launch_attempt(next_deployment_, false, now, next_route_);
 }
 
 // The upstream had closed the attempt's pooled connection before it could read the request, so
@@ -330,7 +330,8 @@ void request_lifecycle::send_again(steady_time now) {
   launch_attempt(current_deployment_, true, now);
 }
 
-void request_lifecycle::launch_attempt(std::size_t dep, bool fresh_connection, steady_time now) {
+void request_lifecycle::launch_attempt(std::size_t dep, bool fresh_connection, steady_time now,
+                                       route_kind route) {
   const auto upstream = routes_.at(dep).upstream;
   if (std::find(joined_.begin(), joined_.end(), upstream) == joined_.end()) {
     retries_.request_joined(upstream);
@@ -350,6 +351,7 @@ void request_lifecycle::launch_attempt(std::size_t dep, bool fresh_connection, s
   c.deadline_left = deadline_.forwarded(now);
   c.close_at = deadline_.due();
   c.fresh_connection = fresh_connection;
+  c.route = route;
   out_.push_back(std::move(c));
 }
 
@@ -360,6 +362,7 @@ void request_lifecycle::launch_attempt(std::size_t dep, bool fresh_connection, s
 // never chosen again.
 bool request_lifecycle::choose_deployment(steady_time now) {
   const std::span<const std::size_t> too_heavy{too_heavy_.data(), too_heavy_.size()};
+  next_route_ = route_kind::none;
   if (preferred_upstream_ && chain_pos_ == 0 && health_.available(*preferred_upstream_, now)) {
     if (auto dep = routes_.deployment_on(chain_->front(), where_, *preferred_upstream_);
         dep && std::find(too_heavy.begin(), too_heavy.end(), *dep) == too_heavy.end()) {
@@ -373,11 +376,13 @@ bool request_lifecycle::choose_deployment(steady_time now) {
     const auto tried = pos == chain_pos_
                            ? std::span<const std::size_t>{tried_.data(), tried_.size()}
                            : std::span<const std::size_t>{};
-    auto pick = routes_.choose((*chain_)[pos], where_, tried, health_, now, random_(), too_heavy);
+    auto pick = routes_.choose((*chain_)[pos], where_, tried, health_, now, random_(), too_heavy,
+                               affinity_);
     if (!pick.deployment) continue;
     if (pick.healthy) {
       if (pos != chain_pos_) move_to_model(pos);
       next_deployment_ = *pick.deployment;
+      next_route_ = pick.route;
       return true;
     }
     if (!soonest_pos || pick.available_at < soonest.available_at) {
@@ -388,6 +393,7 @@ bool request_lifecycle::choose_deployment(steady_time now) {
   if (!soonest_pos) return false;
   if (*soonest_pos != chain_pos_) move_to_model(*soonest_pos);
   next_deployment_ = *soonest.deployment;
+  next_route_ = soonest.route;
   return true;
 }
 

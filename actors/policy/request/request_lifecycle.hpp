@@ -37,6 +37,7 @@
 #include "actors/policy/request/outcome.hpp"
 #include "actors/policy/request/retry_policy.hpp"
 #include "actors/policy/request/stop_reason.hpp"
+#include "actors/policy/routing/route_kind.hpp"
 #include "config/config.hpp"
 
 namespace tether {
@@ -78,6 +79,8 @@ struct lifecycle_command {
   // attempt_over: the attempt's pooled connection was closed by the upstream before it could
   // read the request (logged as the attempt's outcome `stale_connection`).
   bool stale_connection = false;
+  // start_attempt: how the router chose its deployment (none: not counted).
+  route_kind route = route_kind::none;
   stop_reason reason = stop_reason::deadline;
   std::uint64_t generation = 0;
   millis delay{0};
@@ -111,6 +114,9 @@ class request_lifecycle {
   // so every attempt on the requested model goes to its deployment there while that upstream is
   // in service (the conversation's state is there); after that, or on a fallback, as usual.
   void prefer_upstream(std::size_t upstream) { preferred_upstream_ = upstream; }
+  // Before start: the request's affinity key (actors/policy/wire/affinity_key.hpp), which places
+  // its first attempt on a model with routing = "prefix".
+  void set_affinity(std::uint64_t key) { affinity_ = key; }
   // Before start: the request's key has a rate limit, so no attempt starts before the budget's
   // verdict (on_admission).
   void await_admission() { admission_pending_ = true; }
@@ -153,7 +159,8 @@ class request_lifecycle {
   commands& begin();
   void start_attempt(steady_time now);
   void send_again(steady_time now);
-  void launch_attempt(std::size_t deployment, bool fresh_connection, steady_time now);
+  void launch_attempt(std::size_t deployment, bool fresh_connection, steady_time now,
+                      route_kind route = route_kind::none);
   void after_failure(const attempt_report& report, std::string_view message, steady_time now);
   void after_too_heavy(const attempt_report& report, std::string_view message, steady_time now);
   void release_attempt();
@@ -176,6 +183,7 @@ class request_lifecycle {
   const std::vector<std::string>* chain_;
   surface where_;  // the request's surface: only deployments serving it are tried
   std::optional<std::size_t> preferred_upstream_;
+  std::optional<std::uint64_t> affinity_;
   bool admission_pending_ = false;
   request_deadline deadline_;
   retry_policy::jitter_source jitter_;
@@ -196,7 +204,8 @@ class request_lifecycle {
   std::optional<std::uint32_t> current_;
   std::size_t current_deployment_ = 0;
   std::size_t current_upstream_ = 0;
-  std::size_t next_deployment_ = 0;  // choose_deployment's answer
+  std::size_t next_deployment_ = 0;           // choose_deployment's answer
+  route_kind next_route_ = route_kind::none;  // and how the router made it
   std::uint32_t attempts_started_ = 0;
   std::uint32_t attempts_live_ = 0;
   std::uint64_t backoff_generation_ = 0;

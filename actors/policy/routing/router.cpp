@@ -22,6 +22,7 @@ router::router(const config::gateway_config& cfg) {
     d.upstream_model = m.upstream_model.empty() ? m.name : m.upstream_model;
     d.default_max_tokens = m.default_max_tokens;
     d.token_cap = cfg.upstreams.at(d.upstream).max_tokens_in_flight;
+    d.identity = hash_bytes(cfg.upstreams.at(d.upstream).name + '\0' + d.upstream_model);
     any_token_cap_ = any_token_cap_ || d.token_cap > 0;
     if (!by_model_.count(m.name)) {
       public_models_.push_back(m.name);
@@ -29,6 +30,16 @@ router::router(const config::gateway_config& cfg) {
     }
     by_model_[m.name].push_back(d.index);
     deployments_.push_back(std::move(d));
+  }
+  // The loader makes a model's deployments agree on routing: the first entry speaks for all.
+  for (const auto& m : cfg.models) {
+    if (m.routing != config::routing_mode::prefix || prefix_.count(m.name)) continue;
+    std::vector<prefix_ring::member> members;
+    for (auto idx : by_model_.at(m.name)) {
+      const auto& d = deployments_[idx];
+      members.push_back({idx, d.identity, cfg.upstreams.at(d.upstream).weight});
+    }
+    prefix_.emplace(m.name, prefix_routing{m.prefix_load_factor, prefix_ring{members}});
   }
   for (const auto& model : public_models_) {
     auto& chain = chains_[model];
@@ -40,6 +51,12 @@ router::router(const config::gateway_config& cfg) {
       chain.push_back(m);
       const auto& fb = fallbacks_of(m);
       for (auto it = fb.rbegin(); it != fb.rend(); ++it) stack.push_back(*it);
+    }
+    for (const auto& m : chain) {
+      const auto& first = cfg.models[by_model_.at(m).front()];
+      if (first.routing != config::routing_mode::prefix) continue;
+      key_bytes_[model] = first.prefix_bytes;
+      break;
     }
   }
 }
@@ -137,7 +154,8 @@ bool router::any_in_service(const std::string& model, surface where, const upstr
 route_choice router::choose(const std::string& model, surface where,
                             std::span<const std::size_t> tried, const upstream_health& health,
                             std::chrono::steady_clock::time_point now, std::uint64_t random,
-                            std::span<const std::size_t> excluded) const {
+                            std::span<const std::size_t> excluded,
+                            std::optional<std::uint64_t> affinity) const {
   auto it = by_model_.find(model);
   if (it == by_model_.end() || it->second.empty()) return {};
   boost::container::small_vector<std::size_t, 8> candidates;
@@ -174,6 +192,30 @@ route_choice router::choose(const std::string& model, surface where,
     }
     if (pool.empty()) pool.assign(candidates.begin(), candidates.end());
   }
+  route_kind counted = route_kind::none;
+  if (!prefix_.empty()) {
+    if (auto pr = prefix_.find(model); pr != prefix_.end()) {
+      counted = route_kind::least_work;
+      if (affinity && healthy && tried.empty()) {
+        // The key's path over the deployments in service (an ejected one is skipped: the next
+        // is the home while it is out); the first within the bound takes it.
+        boost::container::small_vector<ring_candidate, 8> path;
+        for (auto idx : pr->second.ring.order(*affinity)) {
+          if (std::find(pool.begin(), pool.end(), idx) == pool.end()) continue;
+          const auto up = deployments_[idx].upstream;
+          path.push_back(
+              {idx, static_cast<std::uint64_t>(std::max<std::int64_t>(health.live_work(up), 0)),
+               health.weight(up)});
+        }
+        if (auto at = first_within_bound(path, pr->second.load_factor)) {
+          route_choice out;
+          out.deployment = path[*at].deployment;
+          out.route = *at == 0 ? route_kind::prefix_home : route_kind::prefix_spill;
+          return out;
+        }
+      }
+    }
+  }
   std::uint64_t total = 0;
   for (auto idx : pool) total += health.weight(deployments_[idx].upstream);
   auto draw = [&](std::uint32_t bits) {
@@ -196,6 +238,7 @@ route_choice router::choose(const std::string& model, surface where,
   route_choice out;
   out.deployment = lb * health.weight(ua) < la * health.weight(ub) ? b : a;
   out.healthy = healthy;
+  out.route = counted;
   if (!healthy) out.available_at = back_at;
   return out;
 }

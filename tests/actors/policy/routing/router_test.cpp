@@ -255,5 +255,116 @@ TEST(RouterTest, AnExcludedDeploymentIsNeverChosen) {
   EXPECT_FALSE(r.choose("llama", surface::chat, {}, health, t0, gen(), both).deployment);
 }
 
+// Three deployments of "agent" with routing = "prefix" (on upstreams a, b, c), and "plain",
+// least work, falling back to it.
+config::gateway_config prefix_fleet() {
+  config::gateway_config cfg;
+  for (const char* name : {"a", "b", "c"}) {
+    config::upstream_config u;
+    u.name = name;
+    u.eject_after_failures = 1;
+    cfg.upstreams.push_back(u);
+  }
+  for (const char* up : {"a", "b", "c"}) {
+    config::model_config m;
+    m.name = "agent";
+    m.upstream = up;
+    m.routing = config::routing_mode::prefix;
+    m.prefix_bytes = 512;
+    cfg.models.push_back(m);
+  }
+  config::model_config plain;
+  plain.name = "plain";
+  plain.upstream = "a";
+  plain.fallbacks = {"agent"};
+  cfg.models.push_back(plain);
+  return cfg;
+}
+
+// The key decides, not the draws: every first attempt with one key goes to one deployment, its
+// home, counted prefix_home; the keys spread over all three.
+TEST(RouterTest, APrefixModelSendsAKeyToItsHomeWhateverTheDraws) {
+  auto cfg = prefix_fleet();
+  router r{cfg};
+  load_board load;
+  upstream_health health{load.source()};
+  health.configure(cfg);
+  std::mt19937_64 gen{7};
+  std::set<std::size_t> homes;
+  for (std::uint64_t n = 1; n <= 30; ++n) {
+    const auto key = mix64(n);  // keys are hashes, spread over the ring
+    const auto first = r.choose("agent", surface::chat, {}, health, t0, gen(), {}, key);
+    ASSERT_TRUE(first.deployment);
+    EXPECT_EQ(first.route, route_kind::prefix_home);
+    homes.insert(*first.deployment);
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(r.choose("agent", surface::chat, {}, health, t0, gen(), {}, key).deployment,
+                first.deployment)
+          << "key " << n;
+    }
+  }
+  EXPECT_EQ(homes, (std::set<std::size_t>{0, 1, 2}));
+  // Without a key, or on a retry, the usual choice, counted least_work.
+  EXPECT_EQ(r.choose("agent", surface::chat, {}, health, t0, gen()).route, route_kind::least_work);
+  // A least-work model is not counted.
+  EXPECT_EQ(r.choose("plain", surface::chat, {}, health, t0, gen(), {}, 1).route, route_kind::none);
+}
+
+TEST(RouterTest, APrefixRetryLeavesTheHome) {
+  auto cfg = prefix_fleet();
+  router r{cfg};
+  load_board load;
+  upstream_health health{load.source()};
+  health.configure(cfg);
+  std::mt19937_64 gen{3};
+  for (std::uint64_t n = 1; n <= 20; ++n) {
+    const auto key = mix64(n);
+    const auto home = *r.choose("agent", surface::chat, {}, health, t0, gen(), {}, key).deployment;
+    const std::size_t tried[] = {home};
+    const auto retry = r.choose("agent", surface::chat, tried, health, t0, gen(), {}, key);
+    EXPECT_NE(*retry.deployment, home);
+    EXPECT_EQ(retry.route, route_kind::least_work);
+  }
+}
+
+// The home busy past the bound: the key goes to the next deployment on its path (prefix_spill);
+// the home ejected: the next one is its home while it is out.
+TEST(RouterTest, APrefixKeySpillsPastABusyHomeAndSkipsAnEjectedOne) {
+  auto cfg = prefix_fleet();
+  router r{cfg};
+  load_board load;
+  upstream_health health{load.source()};
+  health.configure(cfg);
+  const std::uint64_t key = mix64(42);
+  const auto home = *r.choose("agent", surface::chat, {}, health, t0, 0, {}, key).deployment;
+  load.live[r.at(home).upstream] = 4;  // 5 of 5 with this one; the bound is ⌈1.25 × 5/3⌉ = 3
+  const auto spilled = r.choose("agent", surface::chat, {}, health, t0, 0, {}, key);
+  EXPECT_NE(*spilled.deployment, home);
+  EXPECT_EQ(spilled.route, route_kind::prefix_spill);
+  load.live[r.at(home).upstream] = 1;  // 2 with this one: ⌈1.25 × 2/3⌉ = 1 < 2, spills still
+  EXPECT_EQ(r.choose("agent", surface::chat, {}, health, t0, 0, {}, key).route,
+            route_kind::prefix_spill);
+  load.live[r.at(home).upstream] = 0;
+  EXPECT_EQ(*r.choose("agent", surface::chat, {}, health, t0, 0, {}, key).deployment, home);
+
+  health.attempt_failed(r.at(home).upstream, t0);  // ejected
+  const auto while_out = r.choose("agent", surface::chat, {}, health, t0, 0, {}, key);
+  EXPECT_EQ(*while_out.deployment, *spilled.deployment);
+  EXPECT_EQ(while_out.route, route_kind::prefix_home);
+}
+
+// A least-work model whose fallback routes by prefix: its requests carry a key of the
+// fallback's prefix_bytes; a model with no prefix model in its chain computes none.
+TEST(RouterTest, TheKeysBytesComeFromTheFirstPrefixModelOfTheChain) {
+  auto cfg = prefix_fleet();
+  router r{cfg};
+  EXPECT_EQ(r.affinity_bytes("agent"), 512u);
+  EXPECT_EQ(r.affinity_bytes("plain"), 512u);
+  cfg.models[3].fallbacks.clear();
+  router without{cfg};
+  EXPECT_EQ(without.affinity_bytes("plain"), std::nullopt);
+  EXPECT_EQ(router{two_deployments()}.affinity_bytes("llama"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace tether
