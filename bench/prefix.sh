@@ -6,9 +6,9 @@
 # judged by time to first token, requests per minute, each replica's share and the engines' own
 # account of cached prompt tokens. bench/run.sh runs it for `--scenarios 13` (or `prefix`); alone:
 #
-#   bash bench/prefix.sh            ≈ 7 min after the builds: bench/results/<date>-prefix.{md,json}
+#   bash bench/prefix.sh            ≈ 12 min after the builds: bench/results/<date>-prefix.{md,json}
 #                                   (the previous run's prefix files there are removed)
-#   bash bench/prefix.sh --quick    ≈ 2.5 min, written under /tmp
+#   bash bench/prefix.sh --quick    ≈ 4 min, written under /tmp
 #
 # The engine is llama.cpp's llama-server (built as bench/abandon.sh does), serving a small
 # random-weights model made here once (2 layers, 256 wide: prefill of ≈ 1,300 tokens takes ~1 s

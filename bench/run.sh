@@ -21,7 +21,7 @@
 # bench/abandon.sh (≈ 4 min; results bench/results/<date>-abandon.{md,json}).
 # Scenario 13, prefix (issue #63), likewise: `bash bench/run.sh prefix` (or `--scenarios 13`) hands
 # over to bench/prefix.sh (two llama-server replicas behind tether least_work, tether prefix and
-# nginx round robin; ≈ 7 min; results bench/results/<date>-prefix.{md,json}).
+# nginx round robin; ≈ 12 min, --quick ≈ 4; results bench/results/<date>-prefix.{md,json}).
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
 # the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share

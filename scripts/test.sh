@@ -139,7 +139,7 @@ echo "test.sh: cancellation, upstream-health and token-budget bench scenarios ch
 
 started=$SECONDS
 # Scenario 13, prefix (issue #63), on the Release build: two llama-server replicas behind tether
-# routing by least work, tether routing by prefix and nginx round robin (bench/prefix.sh, ≈ 2.5
+# routing by least work, tether routing by prefix and nginx round robin (bench/prefix.sh, ≈ 4
 # min in its quick mode). Every goal decides: on the shared-prefix agents prefix routing gives a
 # 3x lower median time to first token than least_work, no replica takes more than the load factor
 # times its share, and on unique prompts prefix routing stays within 10% of least_work.

@@ -8,6 +8,7 @@
 // replica's /metrics before and after each phase (tokens predicted: its requests; prompt tokens:
 // what it evaluated).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <random>
@@ -212,7 +213,8 @@ struct engine_counters {
   double prompt = 0;     // llamacpp:prompt_tokens_total: prompt tokens evaluated (cached ones not)
 };
 
-std::optional<engine_counters> read_counters(const tcp::endpoint& ep) {
+// GET /metrics (between phases: nothing else is in flight then).
+std::optional<std::string> read_metrics(const tcp::endpoint& ep) {
   try {
     asio::io_context ioc;
     boost::beast::tcp_stream stream(ioc);
@@ -225,23 +227,49 @@ std::optional<engine_counters> read_counters(const tcp::endpoint& ep) {
     http::response<http::string_body> res;
     http::read(stream, buffer, res);
     if (res.result_int() != 200) return std::nullopt;
-    engine_counters c;
-    auto value_of = [&](std::string_view name) {
-      const auto& body = res.body();
-      for (std::size_t at = body.find(name); at != std::string::npos;
-           at = body.find(name, at + 1)) {
-        if (at > 0 && body[at - 1] != '\n') continue;
-        if (body[at + name.size()] != ' ') continue;
-        return std::stod(body.substr(at + name.size() + 1));
-      }
-      return 0.0;
-    };
-    c.predicted = value_of("llamacpp:tokens_predicted_total");
-    c.prompt = value_of("llamacpp:prompt_tokens_total");
-    return c;
+    return std::move(res.body());
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+// The sum of a metric's samples whose line starts with `prefix` and holds `label` (Prometheus
+// text: `name{labels} value`).
+double metric_sum(const std::string& text, std::string_view prefix, std::string_view label = "") {
+  double sum = 0;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    auto end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + at, end - at);
+    if (line.starts_with(prefix) && (label.empty() || line.find(label) != std::string_view::npos)) {
+      const auto space = line.rfind(' ');
+      if (space != std::string_view::npos) sum += std::stod(std::string(line.substr(space + 1)));
+    }
+    at = end + 1;
+  }
+  return sum;
+}
+
+std::optional<engine_counters> read_counters(const tcp::endpoint& ep) {
+  auto text = read_metrics(ep);
+  if (!text) return std::nullopt;
+  return engine_counters{metric_sum(*text, "llamacpp:tokens_predicted_total "),
+                         metric_sum(*text, "llamacpp:prompt_tokens_total ")};
+}
+
+// A tether node's routing decisions for the bench's model, by kind.
+constexpr std::array<const char*, 3> decision_kinds{"prefix_home", "prefix_spill", "least_work"};
+std::optional<std::array<double, 3>> read_decisions(const target& t) {
+  if (t.name == "nginx") return std::nullopt;  // its /metrics would be a replica's
+  auto text = read_metrics(t.endpoint);
+  if (!text) return std::nullopt;
+  std::array<double, 3> out{};
+  for (std::size_t i = 0; i < decision_kinds.size(); ++i) {
+    out[i] = metric_sum(*text, "tether_route_decisions_total{",
+                        std::string("kind=\"") + decision_kinds[i] + "\"");
+  }
+  return out;
 }
 
 struct figures {
@@ -251,6 +279,7 @@ struct figures {
   // The engines' counters over whole phases (warm-ups included).
   std::vector<double> replica_requests, replica_prompt_evaluated;
   bool counters_read = true;
+  std::optional<std::array<double, 3>> decisions;  // tether's, over whole phases
 };
 
 }  // namespace
@@ -283,6 +312,7 @@ boost::json::object run_prefix(bench_context& ctx) {
         f.replica_prompt_evaluated.resize(replicas.size());
         std::vector<std::optional<engine_counters>> before;
         for (const auto& ep : replicas) before.push_back(read_counters(ep));
+        const auto decisions_before = read_decisions(*t);
         std::vector<std::shared_ptr<caller>> callers;
         const auto started = steady::now();
         const auto counted_from =
@@ -306,6 +336,12 @@ boost::json::object run_prefix(bench_context& ctx) {
             },
             warmup + phase + milliseconds(60000));
         f.window_ms += ms_between(counted_from, steady::now());
+        if (const auto after = read_decisions(*t); after && decisions_before) {
+          if (!f.decisions) f.decisions.emplace();
+          for (std::size_t i = 0; i < after->size(); ++i) {
+            (*f.decisions)[i] += (*after)[i] - (*decisions_before)[i];
+          }
+        }
         for (auto& a : answers) {
           if (a.sent >= counted_from) {
             f.answers.push_back(std::move(a));
@@ -392,6 +428,12 @@ boost::json::object run_prefix(bench_context& ctx) {
     p50[key] = s.p50;
     rpm[key] = f.window_ms > 0 ? static_cast<double>(ok) / f.window_ms * 60000 : 0;
     max_share[key] = unattributed == 0 ? top : 1;
+    json::object decisions;
+    if (f.decisions) {
+      for (std::size_t i = 0; i < decision_kinds.size(); ++i) {
+        decisions[decision_kinds[i]] = (*f.decisions)[i];
+      }
+    }
     auto& per_target = targets[key.first];
     if (!per_target.is_object()) per_target = json::object{};
     per_target.as_object()[name_of(key.second)] = json::object{
@@ -415,6 +457,8 @@ boost::json::object run_prefix(bench_context& ctx) {
         {"max_replica_live_work_share", std::round(top * 1000) / 1000},
         // ... and the replicas' counters over the whole phases, warm-ups included.
         {"engine_counters_read", f.counters_read},
+        // tether's own account (tether_route_decisions_total, whole phases).
+        {"route_decisions", std::move(decisions)},
         {"engine_requests_by_replica", std::move(engine_requests)},
         {"engine_prompt_tokens_evaluated_by_replica", std::move(engine_evaluated_by_replica)}};
   }

@@ -636,7 +636,8 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
        << "| workload | target | answered (warm-up) | TTFT p50 / p99 | requests / min | "
           "cached share (by replica) | replica shares: answers; live work | the replicas' "
           "counters: requests; "
-          "prompt tokens evaluated |\n|---|---|---|---|---|---|---|---|\n";
+          "prompt tokens evaluated | tether's decisions: home / spill / least_work |\n"
+          "|---|---|---|---|---|---|---|---|---|\n";
     auto list = [&](std::initializer_list<std::string_view> path, int decimals) {
       std::string out;
       if (const auto* a = at_path(root, path); a != nullptr && a->is_array()) {
@@ -666,6 +667,13 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
            << list({"scenarios", "prefix", "targets", t, w,
                     "engine_prompt_tokens_evaluated_by_replica"},
                    0)
+           << " | "
+           << (at_path(root, {"scenarios", "prefix", "targets", t, w, "route_decisions",
+                              "prefix_home"}) != nullptr
+                   ? v("route_decisions", "prefix_home") + " / " +
+                         v("route_decisions", "prefix_spill") + " / " +
+                         v("route_decisions", "least_work")
+                   : std::string("–"))
            << " |\n";
       }
     }
