@@ -152,6 +152,14 @@ struct caller : std::enable_shared_from_this<caller> {
         stop_at(stop),
         answers(a) {}
 
+  // The phase's time is up and this request is still running: it is left, not counted.
+  void cut() {
+    stop_at = steady::now();
+    if (!in_flight) return;
+    conn->abort();
+    in_flight = false;
+  }
+
   void start() {
     if (steady::now() >= stop_at) return;
     json::array messages;
@@ -335,6 +343,7 @@ boost::json::object run_prefix(bench_context& ctx) {
                                   [](const auto& c) { return c->in_flight; });
             },
             warmup + phase + milliseconds(60000));
+        for (auto& c : callers) c->cut();
         f.window_ms += ms_between(counted_from, steady::now());
         if (const auto after = read_decisions(*t); after && decisions_before) {
           if (!f.decisions) f.decisions.emplace();
