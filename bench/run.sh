@@ -19,9 +19,6 @@
 # Scenario 12, abandon (issue #60), runs against a real engine instead of the mock and only when
 # asked for: `bash bench/run.sh --scenarios 12` (or `bash bench/run.sh abandon`) hands over to
 # bench/abandon.sh (≈ 4 min; results bench/results/<date>-abandon.{md,json}).
-# Scenario 13, prefix (issue #63), likewise: `bash bench/run.sh prefix` (or `--scenarios 13`) hands
-# over to bench/prefix.sh (two llama-server replicas behind tether least_work, tether prefix and
-# nginx round robin; ≈ 12 min, --quick ≈ 4; results bench/results/<date>-prefix.{md,json}).
 #
 # Placement (2-core machine): the proxies (nginx: 1 worker; tether: 1 thread doing the io and
 # the CAF jobs) share CPU 0, one at a time under load; the load generator and the mock share
@@ -34,6 +31,9 @@
 # as built), BENCH_LOG_DIR=dir (keep the logs), TETHER_SERVER_KEYS="key = value" (added to every
 # tether node's [server] section, e.g. "sched_batch = false"), BENCH_STAMP (the results' name;
 # default: today's date).
+# Scenario 13, prefix (issue #63), like scenario 12: `bash bench/run.sh prefix` (or `--scenarios
+# 13`) hands over to bench/prefix.sh (three llama-server replicas behind tether least_work, tether
+# prefix and nginx round robin; ≈ 12 min, --quick ≈ 4; results bench/results/<date>-prefix.*).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
