@@ -32,6 +32,9 @@
 # as built), BENCH_LOG_DIR=dir (keep the logs), TETHER_SERVER_KEYS="key = value" (added to every
 # tether node's [server] section, e.g. "sched_batch = false"), BENCH_STAMP (the results' name;
 # default: today's date).
+# Scenario 13, prefix (issue #63), like scenario 12: `bash bench/run.sh prefix` (or `--scenarios
+# 13`) hands over to bench/prefix.sh (three llama-server replicas behind tether least_work, tether
+# prefix and nginx round robin; ≈ 12 min, --quick ≈ 4; results bench/results/<date>-prefix.*).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -46,6 +49,18 @@ for i in "${!args[@]}"; do
       fi
     done
     exec bash "$here/bench/abandon.sh" "${rest[@]}"
+  fi
+done
+# Scenario 13 too: bench/prefix.sh starts its replicas, nginx and tether nodes.
+for i in "${!args[@]}"; do
+  if [ "${args[$i]}" = prefix ] || { [ "${args[$i]}" = --scenarios ] && [ "${args[$((i + 1))]:-}" = 13 ]; }; then
+    rest=()
+    for j in "${!args[@]}"; do
+      if [ "$j" != "$i" ] && { [ "${args[$i]}" = prefix ] || [ "$j" != "$((i + 1))" ]; }; then
+        rest+=("${args[$j]}")
+      fi
+    done
+    exec bash "$here/bench/prefix.sh" "${rest[@]}"
   fi
 done
 build="${BUILD_DIR:-$here/build}"

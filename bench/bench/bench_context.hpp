@@ -58,6 +58,10 @@ struct bench_options {
   std::optional<int> mock_pid;
   // Scenario 12: the engine's `-v --log-timestamps` log (the direct target is the engine).
   std::string engine_log;
+  // Scenario 13 (prefix): the llama-server replicas behind the targets (their /metrics is read
+  // between phases) and the prefix node's prefix_load_factor.
+  std::vector<tcp::endpoint> engine_replicas;
+  double prefix_load_factor = 1.25;
   steady::time_point hard_deadline;  // no phase starts after this
 };
 

@@ -19,6 +19,10 @@
 //   tether-bench --scenarios 12 --engine-log FILE --target direct=ENGINE --target nginx=…
 //                --target tether=… --out-dir DIR --stamp NAME   (scenario 12, abandon: a real
 //                 engine; bench/abandon.sh starts it; --mock is not needed)
+//   tether-bench --scenarios 13 --engine-replica HOST:PORT... [--prefix-load-factor F]
+//                --target least_work=… --target prefix=… --target nginx=… --out-dir DIR
+//                --stamp NAME   (scenario 13, prefix: llama-server replicas; bench/prefix.sh
+//                 starts them; --mock is not needed)
 //   tether-bench --render DIR/NAME.json      (rewrites NAME.md and NAME.svg from the JSON)
 #include <sys/resource.h>
 #include <sys/utsname.h>
@@ -55,6 +59,8 @@ constexpr const char* usage =
     "                    [--tokens-node HOST:PORT[@PID] --slots-node HOST:PORT[@PID]]\n"
     "                    [--every-cpu-nginx HOST:PORT@PID --every-cpu-tether HOST:PORT@PID]\n"
     "                    [--engine-log FILE]   (scenario 12; then --mock is optional)\n"
+    "                    [--engine-replica HOST:PORT]... [--prefix-load-factor F]   (scenario "
+    "13)\n"
     "       tether-bench --print-tether-config --listen HOST:PORT --mock HOST:PORT [--cap N]\n"
     "                    [--budget-listen HOST:PORT | --budget-host HOST:PORT "
     "[--lease-idle-ms N]]\n"
@@ -243,6 +249,15 @@ int main(int argc, char** argv) {
       target t{value.substr(0, eq), *ep, std::nullopt};
       if (at != std::string::npos) t.pid = std::stoi(value.substr(at + 1));
       targets.push_back(t);
+    } else if (arg == "--engine-replica") {
+      auto ep = parse_endpoint(value);
+      if (!ep) {
+        std::cerr << "tether-bench: bad --engine-replica " << value << "\n";
+        return 2;
+      }
+      options.engine_replicas.push_back(*ep);
+    } else if (arg == "--prefix-load-factor") {
+      options.prefix_load_factor = std::stod(value);
     } else if (arg == "--out-dir") {
       out_dir = value;
     } else if (arg == "--stamp") {
@@ -319,8 +334,9 @@ int main(int argc, char** argv) {
                                cluster.empty() ? cluster : cluster + lease_idle);
     return 0;
   }
-  // Scenario 12 alone talks to an engine, not to the mock.
-  const bool engine_only = options.scenarios == std::vector<int>{12};
+  // Scenarios 12 and 13 talk to engines, not to the mock.
+  const bool engine_only =
+      options.scenarios == std::vector<int>{12} || options.scenarios == std::vector<int>{13};
   if ((!mock && !engine_only) || targets.empty() || out_dir.empty() || stamp.empty()) {
     std::cerr << usage;
     return 2;
@@ -380,6 +396,7 @@ int main(int argc, char** argv) {
   run(10, "streaming_throughput", [&] { return run_streaming_throughput(ctx); });
   run(11, "every_cpu", [&] { return run_every_cpu(ctx); });
   run(12, "abandon", [&] { return run_abandon(ctx); });
+  run(13, "prefix", [&] { return run_prefix(ctx); });
   // Last: it grows every proxy's memory for good.
   run(6, "memory", [&] { return run_memory(ctx, idle_kib); });
 

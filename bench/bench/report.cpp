@@ -628,6 +628,71 @@ std::string markdown_report(const json::object& run, const std::string& svg_name
          << v("answered_latency_ms", "p99") << " |\n";
     }
   }
+  if (const auto* prefix = at_path(root, {"scenarios", "prefix", "targets"});
+      prefix != nullptr && prefix->is_object()) {
+    auto cfg = [&](std::string_view k) {
+      return num(root, {"scenarios", "prefix", "config", k}, 0);
+    };
+    md << "\n## 13. Prefix — the fleet's cache (llama-server replicas, 2 slots each)\n\n"
+       << "Closed loop of " << cfg("callers") << " callers per target streaming `max_tokens` "
+       << cfg("max_tokens") << ", " << cfg("rounds") << " round(s) of " << cfg("phase_ms")
+       << " ms counted per target and workload (shared_prefix after a warm-up of "
+       << cfg("shared_prefix_warmup_ms")
+       << " ms: the agents' first turns). shared_prefix: each caller an agent with a system "
+          "prompt of "
+       << cfg("system_prompt_words") << " words (≈ 1,300 tokens) in conversations of "
+       << cfg("turns_per_conversation")
+       << " turns; unique: a fresh prompt of the same length every time. TTFT in ms. Cached "
+          "share: prompt tokens the engines reused (`timings.cache_n`) of all prompt tokens; "
+          "replica shares: of the counted answers, those each replica computed (each names it: "
+          "`--alias replica-<k>`), and of their time in flight (the live work the bound of "
+          "`prefix_load_factor` is on); the replicas' counters: `tokens_predicted_total` / "
+          "`max_tokens`) over whole phases.\n\n"
+       << "| workload | target | answered (warm-up) | TTFT p50 / p99 | requests / min | "
+          "cached share (by replica) | replica shares: answers; live work | the replicas' "
+          "counters: requests; "
+          "prompt tokens evaluated | tether's decisions: home / spill / least_work |\n"
+          "|---|---|---|---|---|---|---|---|---|\n";
+    auto list = [&](std::initializer_list<std::string_view> path, int decimals) {
+      std::string out;
+      if (const auto* a = at_path(root, path); a != nullptr && a->is_array()) {
+        for (const auto& x : a->as_array()) {
+          if (!out.empty()) out += " / ";
+          out += fmt::format("{:.{}f}", x.to_number<double>(), decimals);
+        }
+      }
+      return out;
+    };
+    for (const char* w : {"shared_prefix", "unique"}) {
+      for (const char* t : {"least_work", "prefix", "nginx"}) {
+        if (at_path(root, {"scenarios", "prefix", "targets", t, w}) == nullptr) continue;
+        auto v = [&](std::string_view a, std::string_view b = "", int d = 0) {
+          return b.empty() ? num(root, {"scenarios", "prefix", "targets", t, w, a}, d)
+                           : num(root, {"scenarios", "prefix", "targets", t, w, a, b}, d);
+        };
+        md << "| " << w << " | " << t << " | " << v("answered") << " ("
+           << v("warmup_answers_not_counted") << ") | " << v("ttft_ms", "p50") << " / "
+           << v("ttft_ms", "p99") << " | " << v("requests_per_minute", "", 1) << " | "
+           << v("cached_share", "", 3) << " ("
+           << list({"scenarios", "prefix", "targets", t, w, "replica_cached_share"}, 2) << ") | "
+           << list({"scenarios", "prefix", "targets", t, w, "replica_share"}, 2) << "; "
+           << list({"scenarios", "prefix", "targets", t, w, "replica_live_work_share"}, 2) << " | "
+           << list({"scenarios", "prefix", "targets", t, w, "engine_requests_by_replica"}, 0)
+           << "; "
+           << list({"scenarios", "prefix", "targets", t, w,
+                    "engine_prompt_tokens_evaluated_by_replica"},
+                   0)
+           << " | "
+           << (at_path(root, {"scenarios", "prefix", "targets", t, w, "route_decisions",
+                              "prefix_home"}) != nullptr
+                   ? v("route_decisions", "prefix_home") + " / " +
+                         v("route_decisions", "prefix_spill") + " / " +
+                         v("route_decisions", "least_work")
+                   : std::string("–"))
+           << " |\n";
+      }
+    }
+  }
   return md.str();
 }
 

@@ -40,6 +40,11 @@ boost::json::object run_every_cpu(bench_context& ctx);
 // leaving mid-generation or at a deadline (issue #60): how long the engine's work outlives them,
 // judged from the engine's own log.
 boost::json::object run_abandon(bench_context& ctx);
+// Agents with long system prompts in multi-turn conversations, and unique prompts, against
+// llama-server replicas (options().engine_replicas) behind tether routing by least work, tether
+// routing by prefix and nginx round robin (issue #63): time to first token, requests per minute,
+// each replica's share and the engines' cache hits.
+boost::json::object run_prefix(bench_context& ctx);
 // idle_kib: each proxy's RSS before the bench sent it anything.
 boost::json::object run_memory(bench_context& ctx, const std::map<std::string, double>& idle_kib);
 
