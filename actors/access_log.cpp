@@ -202,6 +202,16 @@ std::string_view format_access_line_into(std::string& out, const access_record& 
   } else {
     l.raw("client_retry", "null");
   }
+  if (r.client_session) {
+    l.str("client_session", *r.client_session);
+  } else {
+    l.raw("client_session", "null");
+  }
+  if (r.call_try) {
+    l.integer("call_try", *r.call_try);
+  } else {
+    l.raw("call_try", "null");
+  }
   if (r.key) {
     l.str("key", *r.key);
   } else {

@@ -46,6 +46,10 @@ struct access_record {
   std::optional<double> cancel_latency_ms;
   // The SDK's own retry counter (x-stainless-retry-count): one user call's tries, seen together.
   std::optional<std::int64_t> client_retry;
+  // The client's session header (x-claude-code-session-id, session-id, x-client-request-id), and
+  // which try of its call this request is (1: the first; nullopt: no call the gateway can tell).
+  std::optional<std::string_view> client_session;
+  std::optional<std::uint32_t> call_try;
   std::optional<std::string_view> key;  // the gateway key's name; nullopt: no key
   // What the upstream reported using (usage); nullopt: not reported.
   std::optional<std::uint64_t> prompt_tokens;

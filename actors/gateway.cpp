@@ -11,6 +11,7 @@
 #include "actors/messages.hpp"
 #include "actors/policy/admission/queue_priority.hpp"
 #include "actors/policy/admission/token_weight.hpp"
+#include "actors/policy/request/call_identity.hpp"
 #include "actors/policy/request/deadline.hpp"
 #include "actors/policy/request/request_id.hpp"
 #include "actors/policy/routing/response_affinity.hpp"
@@ -139,12 +140,13 @@ void gateway::answer_model_refusal(const net::incoming_request& req, const std::
   access_record r;
   r.request_id = request_id;
   r.model = model;
-  r.path = path;
+  r.path = req.target;  // with its query string, as received
   r.result = o;
   r.status = status;
   r.duration_ms = elapsed;
   r.ttfb_ms = elapsed;
   r.client_retry = client_retry_of(req);
+  if (const auto* session = read_call_headers(req.headers).session) r.client_session = *session;
   write_access_log(r);
   rt()->stats->request_done(model, o, elapsed / 1000.0);
 }
@@ -257,6 +259,7 @@ struct gateway::model_admission {
   std::uint64_t prompt_tokens = 0;  // estimated from the body's size
   caller_budget caller;             // the caller's own deadline header
   priority queue_class = priority::normal;
+  call_headers calls;  // the client's session and Idempotency-Key: which call it is a try of
 };
 
 // A model request: refused by the checks in order (draining, key, body, model, token weight,
@@ -268,13 +271,14 @@ std::shared_ptr<net::exchange_observer> gateway::start_model_request(
   const auto member = io_.here();
   const auto& here = runtimes_[member];
   model_admission admitted;
+  admitted.calls = read_call_headers(req.headers);
   if (!admit_caller(req, request_id, *here, *channel, admitted) ||
       !read_model(req, request_id, path, *here, *channel, admitted) ||
       !check_model_limits(req, request_id, *here, *channel, admitted) ||
       !read_caller_headers(req, request_id, *here, *channel, admitted))
     return nullptr;
   auto spec = make_request_spec(std::move(req), std::move(request_id), std::move(path), *here,
-                                member, std::move(admitted));
+                                member, std::move(admitted), *channel);
   auto actor = spawn_request(system_, here, std::move(channel), std::move(spec));
   if (member < here->supervisors.size()) adopt_request(here->supervisors[member], actor);
   return std::make_shared<request_observer>(std::move(actor));
@@ -305,7 +309,10 @@ bool gateway::admit_caller(const net::incoming_request& req, const std::string& 
 bool gateway::read_model(const net::incoming_request& req, const std::string& request_id,
                          const std::string& path, const gateway_runtime& here,
                          net::response_channel& channel, model_admission& admitted) {
-  auto inspected = inspect_model_request(req.body, here.cfg.server.max_json_depth);
+  // The body's fingerprint is taken in the same pass, and only when a call id may need it.
+  auto inspected = inspect_model_request(
+      req.body, here.cfg.server.max_json_depth,
+      needs_body_fingerprint(admitted.calls, here.calls_by_session, here.calls_by_body));
   if (auto* err = std::get_if<body_error>(&inspected)) {
     answer_model_refusal(req, request_id, "", outcome::bad_request, err->message, channel);
     return false;
@@ -393,19 +400,22 @@ bool gateway::read_caller_headers(const net::incoming_request& req, const std::s
 // of each.
 request_spec gateway::make_request_spec(net::incoming_request&& req, std::string&& request_id,
                                         std::string&& path, const gateway_runtime& here,
-                                        std::size_t member, model_admission&& admitted) {
+                                        std::size_t member, model_admission&& admitted,
+                                        const net::response_channel& channel) {
   const auto where = admitted.where;
   const auto key = admitted.key;
+  const auto settings = here.cfg.effective_request(admitted.info.model);
   request_spec spec;
   spec.where = where;
   spec.stream = admitted.info.stream && can_stream(spec.where);
-  spec.deadline =
-      effective_deadline(here.cfg.effective_request(admitted.info.model).deadline, admitted.caller);
+  spec.deadline = effective_deadline(settings.deadline, admitted.caller);
   if (admitted.caller.what == caller_budget::kind::valid)
     spec.caller_deadline = admitted.caller.value;
   spec.client_retry = client_retry_of(req);
   spec.request_id = std::move(request_id);
   spec.path = std::move(path);
+  if (const auto q = req.target.find('?'); q != std::string::npos)
+    spec.query = req.target.substr(q);
   spec.model = std::move(admitted.info.model);
   spec.body = std::move(req.body);
   spec.key = key;
@@ -429,7 +439,38 @@ request_spec gateway::make_request_spec(net::incoming_request&& req, std::string
     if (const auto* v = net::find_header(req.headers, "anthropic-beta")) spec.anthropic_beta = *v;
   }
   if (member < here.budget_shards.size()) spec.budget = here.budget_shards[member];
+  if (admitted.calls.session != nullptr) spec.client_session = *admitted.calls.session;
+  recall_call(spec, here, admitted, settings, channel);
   return spec;
+}
+
+// A client's retry of a call that did not end ok keeps the call's deadline (call_table.hpp): it
+// is left what remains of it, or nothing, and the lifecycle then answers 504 at once with no
+// attempt. Before any attempt, so that the window only ever shortens a deadline.
+void gateway::recall_call(request_spec& spec, const gateway_runtime& here,
+                          const model_admission& admitted, const config::request_config& settings,
+                          const net::response_channel& channel) {
+  const auto& h = admitted.calls;
+  if (settings.call_window.count() <= 0 || !here.calls) return;
+  if (h.idempotency_key == nullptr && h.session == nullptr &&
+      settings.call_identity != config::call_identity_mode::body)
+    return;
+  // On an open gateway the caller is its address (a retry comes on a connection of its own).
+  const std::string peer = spec.key < 0 ? channel.peer_address() : std::string{};
+  const auto id = call_id_of(settings.call_identity, {spec.key, peer}, spec.where, spec.model, h,
+                             admitted.info.body_fingerprint);
+  if (!id) return;
+  const auto verdict = here.calls->admit(*id, spec.arrival);
+  spec.call = id;
+  spec.call_try = verdict.try_number;
+  std::optional<steady_time> due;
+  if (spec.deadline) due = spec.arrival + *spec.deadline;
+  if (verdict.due && (!due || *verdict.due < *due)) {
+    due = verdict.due;
+    spec.deadline = std::max(millis{0}, std::chrono::floor<millis>(*due - spec.arrival));
+  }
+  spec.call_due = due;
+  if (verdict.retry()) here.stats->call_retry(!spec.deadline || spec.deadline->count() > 0);
 }
 
 }  // namespace tether

@@ -56,7 +56,11 @@ class gateway {
                            model_admission& admitted);
   static request_spec make_request_spec(net::incoming_request&& req, std::string&& request_id,
                                         std::string&& path, const gateway_runtime& here,
-                                        std::size_t member, model_admission&& admitted);
+                                        std::size_t member, model_admission&& admitted,
+                                        const net::response_channel& channel);
+  static void recall_call(request_spec& spec, const gateway_runtime& here,
+                          const model_admission& admitted, const config::request_config& settings,
+                          const net::response_channel& channel);
   void answer_model_refusal(const net::incoming_request& req, const std::string& request_id,
                             const std::string& model, outcome o, const std::string& message,
                             net::response_channel& channel);

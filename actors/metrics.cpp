@@ -314,6 +314,16 @@ void metrics::render_requests(std::string& out, const tally& sum) const {
          "Requests refused by their key's rpm or tpm (429 rate_limited), by key name.");
   for (const auto& [key, n] : rate_limited_)
     out += fmt::format("tether_rate_limited_total{{key=\"{}\"}} {}\n", escape_label(key), n);
+  header(out, "tether_call_retries_total", "counter",
+         "Clients' retries of a call that did not end ok, given what was left of its deadline "
+         "(served) or nothing (out_of_budget: 504 at once, no upstream attempt).");
+  out += fmt::format(
+      "tether_call_retries_total{{result=\"served\"}} {}\n"
+      "tether_call_retries_total{{result=\"out_of_budget\"}} {}\n",
+      call_retries_[0].load(), call_retries_[1].load());
+  header(out, "tether_call_table_evictions_total", "counter",
+         "Unsuccessful calls forgotten inside their call_window_ms: the table was full.");
+  out += fmt::format("tether_call_table_evictions_total {}\n", call_evictions_.load());
   header(out, "tether_tokens_total", "counter",
          "Tokens the upstreams reported using (usage), by key name, upstream and kind.");
   for (const auto& [k, t] : sum.tokens) {

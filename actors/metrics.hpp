@@ -69,6 +69,11 @@ class metrics {
   // A retry the retry budget admitted (started) or refused (budget_exhausted).
   void retry_decided(std::size_t upstream, bool started);
   void late_work(std::size_t upstream, double seconds);
+  // One call, one deadline: a client's retry of a call given what was left of its deadline
+  // (served) or nothing (out_of_budget: a 504 at once); entries of the call table evicted while
+  // their window was open.
+  void call_retry(bool served) { call_retries_[served ? 0 : 1].fetch_add(1); }
+  void call_evicted(std::uint64_t n) { call_evictions_.fetch_add(n); }
   void cancel_latency(double seconds);
 
   void requests_in_flight_add(int delta);
@@ -181,6 +186,8 @@ class metrics {
   };
   std::vector<engine_view> engines_;  // by index, as upstreams_
   std::atomic<bool> export_orphaned_{true};
+  std::array<std::atomic<std::uint64_t>, 2> call_retries_{};  // served, out_of_budget
+  std::atomic<std::uint64_t> call_evictions_{0};
 };
 
 }  // namespace tether

@@ -82,9 +82,16 @@ struct request_state {
   std::optional<request_trace> trace;  // inline: one allocation fewer per request
   // Pending timers are cancelled when the state goes, in the actor's on_exit.
   std::optional<actor_timers> timers;
-  // Responses API: whether the id of the response relayed has been learned for
-  // previous_response_id follow-ups.
+  // Responses API: the id of the response relayed, once learned for previous_response_id
+  // follow-ups (and named by the response.failed that ends a cut stream), and the events
+  // relayed so far (the sequence numbers that event follows).
   bool response_id_learned = false;
+  std::string response_id;
+  std::uint64_t responses_events = 0;
+  // The try's end is told to the call table once, before its answer leaves (a client retries the
+  // moment it has the answer).
+  bool call_noted = false;
+  void note_call_end();
   void learn_response_id(std::optional<std::string> id);
   // What the upstream reported using, from the relayed body or the stream's events.
   std::optional<token_usage> usage;
@@ -172,6 +179,7 @@ void request_state::execute(const command& c, const held_response* held) {
     case kind::start_stream:
       return start_stream(c, *held->headers);
     case kind::end_stream:
+      note_call_end();
       channel->end_stream();
       return;
     case kind::send_error:
@@ -221,6 +229,7 @@ void request_state::start_attempt(const command& c) {
   auto& req = a.connection.request;
   req.method = "POST";
   req.target = up.url.path_prefix + spec.path;
+  if (!spec.query.empty()) req.target += spec.query;
   // The caller's bytes as they are when the deployment serves the model under the same name.
   if (assemble) {
     // Chat and completions report usage in a stream only when asked; the whole answer has it.
@@ -298,9 +307,21 @@ void request_state::learn_response_id(std::optional<std::string> id) {
   if (!id) return;
   rt->affinity->learn(*id, life->current_upstream());
   response_id_learned = true;
+  response_id = std::move(*id);
+}
+
+// The outcome is known (the lifecycle closed the caller's side) and not yet sent: an ok ends the
+// call, anything else keeps it for call_window_ms.
+void request_state::note_call_end() {
+  if (!spec.call || call_noted) return;
+  call_noted = true;
+  const auto evicted = rt->calls->ended(*spec.call, life->result() == outcome::ok, spec.call_due,
+                                        spec.call_try, now(), life->settings().call_window);
+  if (evicted > 0) rt->stats->call_evicted(evicted);
 }
 
 void request_state::send_response(const command& c, const held_response& held) {
+  note_call_end();
   if (spec.where == surface::responses && c.status >= 200 && c.status < 300)
     learn_response_id(response_id_of(*held.body));
   if (c.status >= 200 && c.status < 300) note_usage(*held.body);
@@ -319,6 +340,7 @@ void request_state::start_stream(const command& c, net::header_list& headers) {
 }
 
 void request_state::send_error(const command& c) {
+  note_call_end();
   channel->send_full(
       c.status, error_headers(spec.request_id, c.status, c.result, c.retry_after, caller_left()),
       error_body_on(spec.where, c.status, c.result, c.message, spec.request_id));
@@ -326,9 +348,20 @@ void request_state::send_error(const command& c) {
 }
 
 // Mid-stream: cut between whole events, then one error event and the end of the stream.
+// On /v1/responses the Responses API's own response.failed follows it, as the stream's last event.
 void request_state::interrupt_stream(const command& c) {
+  note_call_end();
   auto e = stream_error_of(spec.where, c.type, c.message, spec.request_id);
-  channel->send_chunk(net::make_error_event(e.data, e.event));
+  auto chunk = net::make_error_event(e.data, e.event);
+  if (spec.where == surface::responses) {
+    const auto created =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::nanoseconds(arrival_wall_ns))
+            .count();
+    auto failed = responses_failed_of(response_id.empty() ? spec.request_id : response_id, created,
+                                      spec.model, responses_events + 1, c.message);
+    chunk += net::make_error_event(failed.data, failed.event);
+  }
+  channel->send_chunk(std::move(chunk));
   channel->end_stream();
 }
 
@@ -345,6 +378,7 @@ void request_state::attempt_over(const command& c) {
 }
 
 void request_state::caller_side_over() {
+  note_call_end();  // the caller left: nothing was sent
   answered_ns = now_ns();
   rt->stats->requests_in_flight_add(-1);
 }
@@ -360,6 +394,7 @@ void request_state::note_usage(std::string_view text) {
 // fell behind catches up with fewer writes than events.
 void request_state::relay_events(net::sse_events& events) {
   if (!life->relays_events() || events.empty()) return;
+  if (spec.where == surface::responses) responses_events += events.size();
   for (std::size_t i = 0; i < events.size(); ++i) {
     const auto event = events[i];
     // The stream's first events carry the response object and its id.
@@ -433,7 +468,9 @@ void request_state::finish() {
   access_record r;
   r.request_id = spec.request_id;
   r.model = spec.model;
-  r.path = spec.path;
+  std::string target;  // the path with its query string, as received: only when it had one
+  if (!spec.query.empty()) target = spec.path + spec.query;
+  r.path = spec.query.empty() ? std::string_view{spec.path} : std::string_view{target};
   r.stream = spec.stream;
   r.result = result;
   r.status = life->status();
@@ -445,6 +482,8 @@ void request_state::finish() {
   if (last_work_end_ns) r.work_ended_ms = ms_since_arrival(*last_work_end_ns);
   r.cancel_latency_ms = cancel_latency_ms;
   r.client_retry = spec.client_retry;
+  if (!spec.client_session.empty()) r.client_session = spec.client_session;
+  if (spec.call) r.call_try = spec.call_try;
   if (const auto* name = key_name()) r.key = *name;
   if (usage) {
     r.prompt_tokens = usage->prompt;
@@ -481,6 +520,7 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
   life.emplace(rt->cfg, *rt->routes, *rt->retries, *rt->health, rt->routes->chain_of(spec.model),
                spec.where, request_deadline{spec.arrival, spec.deadline}, rt->backoff_jitter);
   if (spec.prefer_upstream) life->prefer_upstream(*spec.prefer_upstream);
+  if (spec.call_try > 1) life->retry_of_call();
   if (spec.check_rate) life->await_admission();
   rt->stats->requests_in_flight_add(1);
 }

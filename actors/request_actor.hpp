@@ -16,6 +16,7 @@ namespace tether {
 struct request_spec {
   std::string request_id;
   std::string path;               // "/v1/chat/completions", ...
+  std::string query;              // the target's query with its '?' ("" when none): forwarded
   surface where = surface::chat;  // the API `path` serves
   std::string model;              // public name
   bool stream = false;
@@ -26,6 +27,13 @@ struct request_spec {
   // The caller's own X-Request-Deadline-Ms, if it sent one: whether a client retry fits.
   std::optional<std::chrono::milliseconds> caller_deadline;
   std::optional<std::int64_t> client_retry;  // the SDK's x-stainless-retry-count, for the log
+  std::string client_session;                // the client's session header, for the log
+  // The call this request is a try of (actors/policy/request/call_table.hpp; nullopt: none the
+  // gateway can tell), which try, and the moment the call's deadline passes (the first try's, or
+  // this one's when earlier): what the table keeps when the try does not end ok.
+  std::optional<std::uint64_t> call;
+  std::uint32_t call_try = 1;
+  std::optional<std::chrono::steady_clock::time_point> call_due;
   std::chrono::steady_clock::time_point arrival;
   std::string traceparent;
   // The caller's anthropic-version and anthropic-beta (Anthropic surfaces only), passed on.

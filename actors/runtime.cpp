@@ -39,6 +39,16 @@ std::vector<std::shared_ptr<decode_step>> decode_steps_for(const config::gateway
   return steps;
 }
 
+// Which ways of telling a call some model of `rt` uses.
+void note_call_identities(gateway_runtime& rt) {
+  for (const auto& m : rt.cfg.models) {
+    const auto settings = rt.cfg.effective_request(m.name);
+    if (settings.call_window.count() <= 0) continue;
+    if (settings.call_identity == config::call_identity_mode::session) rt.calls_by_session = true;
+    if (settings.call_identity == config::call_identity_mode::body) rt.calls_by_body = true;
+  }
+}
+
 }  // namespace
 
 runtime_ptr build_runtime(config::gateway_config cfg, const net::io_group& io) {
@@ -56,6 +66,8 @@ runtime_ptr build_runtime(config::gateway_config cfg, const net::io_group& io) {
   rt->health->configure(rt->cfg);
   rt->stats->watch_health(rt->health);
   rt->affinity = std::make_shared<response_affinity>(rt->cfg.request.response_affinity_max);
+  rt->calls = std::make_shared<call_table>(rt->cfg.request.call_table_max);
+  note_call_identities(*rt);
   rt->timers = net::make_io_timer_service(io);
   if (!rt->cfg.telemetry.otlp_endpoint.empty()) {
     net::otlp_options trace_opts;
@@ -82,6 +94,8 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
   rt->retries = running.retries;
   rt->health = running.health;
   rt->affinity = running.affinity;
+  rt->calls = running.calls;
+  note_call_identities(*rt);
   rt->timers = running.timers;
   rt->tracer = running.tracer;
   rt->budget = running.budget;
@@ -102,6 +116,7 @@ void share_limits_of(const gateway_runtime& next) {
                         next.cfg.request.retry_budget_percent);
   next.health->configure(next.cfg);
   next.affinity->set_capacity(next.cfg.request.response_affinity_max);
+  next.calls->set_capacity(next.cfg.request.call_table_max);
 }
 
 }  // namespace tether

@@ -12,6 +12,7 @@
 
 #include "actors/metrics.hpp"
 #include "actors/policy/engine/decode_step.hpp"
+#include "actors/policy/request/call_table.hpp"
 #include "actors/policy/request/retry_budget.hpp"
 #include "actors/policy/request/retry_policy.hpp"
 #include "actors/policy/routing/response_affinity.hpp"
@@ -33,6 +34,12 @@ struct gateway_runtime {
   std::shared_ptr<upstream_health> health;  // which upstreams take attempts, by index
   // Responses API id → the upstream that made it (previous_response_id follow-ups go there).
   std::shared_ptr<response_affinity> affinity;
+  // The recent unsuccessful calls (one call, one deadline: call_table.hpp), shared by every
+  // generation; and whether some model of this one tells calls by session or by body
+  // (call_window_ms > 0), so that no other request's body is fingerprinted.
+  std::shared_ptr<call_table> calls;
+  bool calls_by_session = false;
+  bool calls_by_body = false;
   // By upstream index (a retired upstream's entry stays, so that indices stay).
   std::vector<std::shared_ptr<net::upstream_transport>> upstreams;
   // By upstream index: its engine's observed decode step (actors/policy/engine/decode_step.hpp),

@@ -26,6 +26,18 @@ std::string_view name_of(upstream_stream_mode mode) {
   return mode == upstream_stream_mode::always ? "always" : "as_requested";
 }
 
+std::string_view name_of(call_identity_mode mode) {
+  switch (mode) {
+    case call_identity_mode::body:
+      return "body";
+    case call_identity_mode::off:
+      return "off";
+    case call_identity_mode::session:
+      break;
+  }
+  return "session";
+}
+
 const upstream_config* gateway_config::find_upstream(const std::string& name) const {
   for (const auto& u : upstreams) {
     if (u.name == name && !u.retired) return &u;

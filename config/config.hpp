@@ -37,6 +37,11 @@ struct server_config {
   bool operator==(const server_config&) const = default;
 };
 
+// How the gateway tells a client's retry of a call (docs/contract.md, "One call, one deadline"):
+// by an Idempotency-Key or the client's session header, by the body alone, or not at all.
+enum class call_identity_mode { session, body, off };
+std::string_view name_of(call_identity_mode mode);
+
 // The [request] keys; also the shape of a model's overrides (every field optional there).
 struct request_config {
   millis deadline{300000};  // 0 = off
@@ -53,6 +58,12 @@ struct request_config {
   // How many Responses API ids the gateway remembers the upstream of, for previous_response_id
   // ([request] only; 0 = no affinity).
   std::uint32_t response_affinity_max = 100000;
+  // A client's retry of a call that did not end ok, within this long of its last try's end,
+  // gets only what is left of the call's first deadline (0 = off), the call told by
+  // call_identity; the process remembers at most call_table_max such calls ([request] only).
+  millis call_window{120000};
+  call_identity_mode call_identity = call_identity_mode::session;
+  std::uint32_t call_table_max = 16384;
   bool operator==(const request_config&) const = default;
 };
 

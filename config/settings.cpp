@@ -358,6 +358,7 @@ constexpr std::string_view api_names[] = {"openai", "anthropic"};
 constexpr std::string_view engine_names[] = {"openai", "llamacpp", "vllm", "sglang"};
 constexpr std::string_view stream_names[] = {"always", "as_requested"};
 constexpr std::string_view priority_names[] = {"high", "normal", "low"};
+constexpr std::string_view call_identity_names[] = {"session", "body", "off"};
 constexpr std::string_view log_formats[] = {"json", "text"};
 constexpr std::string_view log_levels[] = {"trace", "debug",    "info", "warn",
                                            "error", "critical", "off"};
@@ -403,7 +404,7 @@ const setting table[] = {
     integer<&S::malloc_tcache_count>("malloc_tcache_count", "count", 0, 65535, "glibc's per-thread cache of freed blocks; 0 = glibc's") | restart,
     integer<&S::threads>("threads", "count", 0, 1024, "io threads; 0 = one per usable CPU") | restart,
 
-    // [request]. The first six are a model's overrides too. deadline 0 = off (contract); the
+    // [request]. The first six, call_window_ms and call_identity are a model's overrides too. deadline 0 = off (contract); the
     // attempt and idle timeouts have no "off" (a zero would fail every attempt or stream). More
     // than 100 retries of one model is a misconfiguration, not a policy. The retry budget (0 and
     // 0 admit no retry, a policy; above 100 % it is no budget) bounds an upstream's load whichever
@@ -417,6 +418,9 @@ const setting table[] = {
     integer<&R::min_retry_concurrency>("min_retry_concurrency", "count", 0, u32_max, "the retry budget per upstream: at least this many"),
     integer<&R::retry_budget_percent>("retry_budget_percent", "%", 0, 100, "the retry budget per upstream: this % of its requests"),
     integer<&R::response_affinity_max>("response_affinity_max", "count", 0, 10000000, "Responses ids remembered for previous_response_id; 0 = none"),
+    duration<&R::call_window>("call_window_ms", 0, "a retry of a call that did not end ok, this long after its last try, keeps the call's deadline; 0 = off") | model_override,
+    choice<&R::call_identity>("call_identity", call_identity_names, "what names a call besides its caller, surface, model and body: an Idempotency-Key or the client's session; the body alone; nothing (off)") | model_override,
+    integer<&R::call_table_max>("call_table_max", "count", 0, 10000000, "unsuccessful calls remembered for call_window_ms; 0 = none"),
 
     // [budget]: a cap of 0 would admit nothing.
     integer<&B::max_in_flight>("max_in_flight", "count", 1, u32_max, "live upstream work across the gateway"),

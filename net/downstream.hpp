@@ -58,6 +58,9 @@ class response_channel {
   // This connection's io thread (its executor), opaque, for the upstream exchanges made for it
   // (upstream_client::start): they then run on that thread too.
   virtual std::shared_ptr<const connection_affinity> affinity() const = 0;
+  // The caller's IP address as bytes (4 or 16; empty when unknown), read from the socket only
+  // when asked: an open gateway tells a caller's calls by it.
+  virtual std::string peer_address() const { return {}; }
 };
 
 // Told, at most once, that the client went away (EOF or reset) before the response was complete.

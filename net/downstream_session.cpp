@@ -200,6 +200,7 @@ class session_channel final : public response_channel {
   std::shared_ptr<const connection_affinity> affinity() const override {
     return session_->affinity();
   }
+  std::string peer_address() const override { return session_->peer_address(); }
 
  private:
   std::shared_ptr<downstream_session> session_;
@@ -207,6 +208,19 @@ class session_channel final : public response_channel {
 };
 
 }  // namespace
+
+std::string downstream_session::peer_address() const {
+  beast::error_code ec;
+  const auto endpoint = stream_.socket().remote_endpoint(ec);
+  if (ec) return {};
+  const auto address = endpoint.address();
+  if (address.is_v4()) {
+    const auto bytes = address.to_v4().to_bytes();
+    return std::string(bytes.begin(), bytes.end());
+  }
+  const auto bytes = address.to_v6().to_bytes();
+  return std::string(bytes.begin(), bytes.end());
+}
 
 downstream_session::downstream_session(socket_type socket, std::shared_ptr<server_context> context)
     : executor_(socket.get_executor()),

@@ -61,6 +61,8 @@ class downstream_session : public std::enable_shared_from_this<downstream_sessio
   void post_abort(std::uint64_t exchange);
   // The same executor, for the upstream exchanges made for this connection's requests.
   const std::shared_ptr<const connection_affinity>& affinity() const { return affinity_; }
+  // The peer's IP address as bytes (response_channel::peer_address).
+  std::string peer_address() const;
 
  private:
   enum class phase { waiting, reading, exchange, lingering, closed };

@@ -362,6 +362,7 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
       return close();
     }
     record_ = stats_.request_started(ticket_, received_path, "", false, std::move(headers));
+    record_->query = std::string(query);
     watch_.add(this->shared_from_this());
     ctx_ = completion_context{};
     ctx_.request_id = record_->id;

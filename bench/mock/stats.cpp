@@ -45,6 +45,7 @@ json::object record_json(const request_record& r) {
   o["id"] = r.id;
   o["connection"] = r.connection;
   o["path"] = r.path;
+  if (!r.query.empty()) o["query"] = r.query;
   o["model"] = r.model;
   o["stream"] = r.stream;
   o["headers"] = std::move(headers);

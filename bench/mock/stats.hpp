@@ -25,6 +25,7 @@ struct request_record {
   std::uint64_t connection = 0;
   std::uint64_t generation = 0;  // counters only count records of the current generation
   std::string path;
+  std::string query;  // after the '?', as received; "" when none
   std::string model;
   bool stream = false;
   std::vector<std::pair<std::string, std::string>> headers;  // lower-case names, as received

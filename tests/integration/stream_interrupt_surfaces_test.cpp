@@ -1,6 +1,7 @@
 // Lifecycle promises 1 and 3 on the two surfaces whose streams have named events (contract, "The
 // lifecycle promises"): the deadline or the stream idle timeout, mid-stream, ends a /v1/responses
-// stream with the Responses API's `event: error` (`code` stream_interrupted) and a /v1/messages
+// stream with the Responses API's `event: error` (`code` stream_interrupted) and then its own
+// `event: response.failed` (the response failed, its error the same), and a /v1/messages
 // stream with the Messages API's `event: error` (`error.type` api_error), then the stream ends and
 // the upstream connection is closed. The chat surface's same cases are in lifecycle_test.cpp.
 #include <gtest/gtest.h>
@@ -54,30 +55,56 @@ class StreamInterruptSurfacesTest : public ::testing::TestWithParam<named_surfac
   }
 
   // The stream ended (not cut) with the surface's own error event after some of the upstream's
-  // events, never its last one; the error names `cause`.
+  // events, never its last one; the error names `cause`. On /v1/responses the Responses API's
+  // response.failed follows it, the stream's last event.
   void expect_error_event_end(const stream_result& r, const std::string& cause) {
     ASSERT_EQ(r.status, 200);
     EXPECT_EQ(r.end, stream_end::complete) << "the stream was cut instead of ended";
     auto events = r.sse_events();
-    ASSERT_GE(events.size(), 2u) << r.body;
-    for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    const bool responses = GetParam().name == "responses";
+    const std::size_t ending = responses ? 2 : 1;  // the gateway's own events at the end
+    ASSERT_GE(events.size(), ending + 1) << r.body;
+    for (std::size_t i = 0; i + ending < events.size(); ++i) {
       EXPECT_NE(events[i].name, "error") << r.body;
+      EXPECT_NE(events[i].name, "response.failed") << r.body;
       EXPECT_NE(events[i].name, GetParam().last_upstream_event) << "the stream ran to its end";
     }
-    EXPECT_EQ(events.back().name, "error") << r.body;
-    auto data = boost::json::parse(events.back().data).as_object();
+    const auto& error_event = events[events.size() - ending];
+    EXPECT_EQ(error_event.name, "error") << r.body;
+    if (responses) expect_response_failed(events, cause);
+    auto data = boost::json::parse(error_event.data).as_object();
     EXPECT_EQ(str(data.at("type")), "error");
     std::string message;
     if (GetParam().name == "responses") {
-      EXPECT_EQ(str(data.at("code")), "stream_interrupted") << events.back().data;
+      EXPECT_EQ(str(data.at("code")), "stream_interrupted") << error_event.data;
       message = str(data.at("message"));
     } else {
-      EXPECT_EQ(str(data.at("error").at("type")), "api_error") << events.back().data;
+      EXPECT_EQ(str(data.at("error").at("type")), "api_error") << error_event.data;
       message = str(data.at("error").at("message"));
     }
-    EXPECT_NE(message.find(cause), std::string::npos) << events.back().data;
+    EXPECT_NE(message.find(cause), std::string::npos) << error_event.data;
     // Nothing after the error event: it is the stream's last bytes.
     EXPECT_EQ(r.body.substr(r.body.size() - 2), "\n\n");
+  }
+
+  // The last event of a cut Responses stream: the response failed, named by the id the stream's
+  // first event gave it, its sequence number after every event before it, the error's code the
+  // outcome and its message the cause.
+  void expect_response_failed(const std::vector<stream_result::sse_event>& events,
+                              const std::string& cause) {
+    const auto& last = events.back();
+    EXPECT_EQ(last.name, "response.failed");
+    auto data = boost::json::parse(last.data).as_object();
+    EXPECT_EQ(str(data.at("type")), "response.failed");
+    const auto created = boost::json::parse(events.front().data).as_object();
+    ASSERT_EQ(str(created.at("type")), "response.created") << events.front().data;
+    const auto& response = data.at("response").as_object();
+    EXPECT_EQ(str(response.at("id")), str(created.at("response").at("id")));
+    EXPECT_EQ(str(response.at("status")), "failed");
+    EXPECT_EQ(str(response.at("error").at("code")), "stream_interrupted");
+    EXPECT_NE(str(response.at("error").at("message")).find(cause), std::string::npos) << last.data;
+    const auto relayed = boost::json::parse(events[events.size() - 3].data).as_object();
+    EXPECT_GT(num(data.at("sequence_number")), num(relayed.at("sequence_number"))) << last.data;
   }
 
   // The upstream saw its connection closed by the gateway when the stream ended, long before

@@ -87,5 +87,30 @@ TEST_F(UpstreamPathTest, HealthCheckGoesToTheServerRootNotUnderThePrefix) {
   EXPECT_EQ(str(seen[0].at("path")), prefix + "/v1/chat/completions");
 }
 
+// The query string of the incoming path goes on as it came (Claude Code sends
+// /v1/messages?beta=true), after the prefix and the path, and the access line logs it.
+TEST_F(UpstreamPathTest, TheQueryStringIsForwardedAsItCameAndLogged) {
+  gateway_process gw{config_with(mock_.url() + prefix)};
+  auto r = request("POST", gw.port(), "/v1/messages?beta=true&x=a%20b",
+                   R"({"model":"chat","max_tokens":8,"messages":[{"role":"user","content":"hi"}]})",
+                   {{"x-request-id", "with-query"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  auto seen = entries_of(mock_.stats(), "with-query");
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(str(seen[0].at("path")), prefix + "/v1/messages");
+  ASSERT_TRUE(seen[0].contains("query")) << boost::json::serialize(seen[0]);
+  EXPECT_EQ(str(seen[0].at("query")), "beta=true&x=a%20b");
+  auto line = access_line(gw, "with-query");
+  ASSERT_TRUE(line);
+  EXPECT_EQ(str(line->at("path")), "/v1/messages?beta=true&x=a%20b");
+  // A path without one sends none.
+  request("POST", gw.port(), "/v1/messages",
+          R"({"model":"chat","max_tokens":8,"messages":[{"role":"user","content":"hi"}]})",
+          {{"x-request-id", "without-query"}});
+  auto plain = entries_of(mock_.stats(), "without-query");
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_FALSE(plain[0].contains("query"));
+}
+
 }  // namespace
 }  // namespace tether::test

@@ -65,7 +65,10 @@ const request_lifecycle::commands& request_lifecycle::start(steady_time now) {
   begin();
   if (deadline_.budget() && deadline_.budget()->count() == 0) {
     // A spent budget reaches no upstream.
-    answer_error(outcome::deadline_exceeded, "the caller's deadline budget is already spent");
+    answer_error(outcome::deadline_exceeded,
+                 retry_of_call_ ? "this call's deadline was spent by its earlier tries; a retry "
+                                  "of it gets only what is left of the first try's deadline"
+                                : "the caller's deadline budget is already spent");
     maybe_finish();
     return out_;
   }

@@ -114,6 +114,9 @@ class request_lifecycle {
   // Before start: the request's key has a rate limit, so no attempt starts before the budget's
   // verdict (on_admission).
   void await_admission() { admission_pending_ = true; }
+  // Before start: the request is a client's retry of a call whose deadline it keeps
+  // (call_table.hpp); a spent one is then said to be the call's, not the caller's header's.
+  void retry_of_call() { retry_of_call_ = true; }
   // The budget's verdict: admitted, the first attempt starts; refused, the caller is answered with
   // `why` (rate_limited, or bad_request when it could never fit), `message` and `retry_after`.
   const commands& on_admission(bool admitted, outcome why, std::string message,
@@ -177,6 +180,7 @@ class request_lifecycle {
   surface where_;  // the request's surface: only deployments serving it are tried
   std::optional<std::size_t> preferred_upstream_;
   bool admission_pending_ = false;
+  bool retry_of_call_ = false;
   request_deadline deadline_;
   retry_policy::jitter_source jitter_;
   random_source random_;

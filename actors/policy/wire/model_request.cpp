@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <optional>
 
+#include "actors/policy/wire/fingerprint.hpp"
 #include "actors/policy/wire/json_members.hpp"
 
 namespace tether {
@@ -124,7 +125,16 @@ model_spans model_value_spans(std::string_view body) {
 // DOM was most of the cost of reading the body. The top-level members are told apart by
 // their decoded keys, as the document's would be; a repeated key's last value counts, as the
 // document keeps it.
-class body_facts : public json_members<body_facts, 21> {  // sizeof "max_completion_tokens"
+//
+// With Fingerprint, the same events also make the body's fingerprint: every token as parsed
+// (keys, strings, number texts, literals, brackets) but those of the top-level `stream` and
+// `stream_options` members, which a client's retry may change (Claude Code re-sends a cut stream
+// without one). Without it the class is what it was: the plain request pays for nothing.
+template <bool Fingerprint>
+class body_facts
+    : public json_members<body_facts<Fingerprint>, 21> {  // sizeof "max_completion_tokens"
+  using base = json_members<body_facts<Fingerprint>, 21>;
+
  public:
   enum class value_kind { object, string, boolean_true, boolean_false, null, other };
 
@@ -136,10 +146,37 @@ class body_facts : public json_members<body_facts, 21> {  // sizeof "max_complet
   // The last value of each output-limit key, when it is a non-negative integer.
   std::optional<std::uint64_t> output_limits[3];
 
-  bool on_object_begin(boost::json::error_code&) { return open(value_kind::object); }
-  bool on_object_end(std::size_t, boost::json::error_code&) { return close(); }
-  bool on_array_begin(boost::json::error_code&) { return open(value_kind::other); }
-  bool on_array_end(std::size_t, boost::json::error_code&) { return close(); }
+  std::uint64_t fingerprint_value() const { return print_.value(); }
+
+  bool on_object_begin(boost::json::error_code&) {
+    token('{');
+    return open(value_kind::object);
+  }
+  bool on_object_end(std::size_t, boost::json::error_code&) {
+    end_token('}');
+    return close();
+  }
+  bool on_array_begin(boost::json::error_code&) {
+    token('[');
+    return open(value_kind::other);
+  }
+  bool on_array_end(std::size_t, boost::json::error_code&) {
+    end_token(']');
+    return close();
+  }
+  bool on_key_part(boost::json::string_view s, std::size_t n, boost::json::error_code& ec) {
+    if constexpr (Fingerprint) key_text(s);
+    return base::on_key_part(s, n, ec);
+  }
+  bool on_key(boost::json::string_view s, std::size_t n, boost::json::error_code& ec) {
+    if constexpr (Fingerprint) key_text(s);
+    base::on_key(s, n, ec);  // a top-level key: on_member says which member it begins
+    if constexpr (Fingerprint) {
+      if (!skipping()) print_ = key_print_;
+      key_started_ = false;
+    }
+    return true;
+  }
   void on_member(std::string_view key) {
     member_ = key == "model"                   ? member::model
               : key == "stream"                ? member::stream
@@ -148,6 +185,7 @@ class body_facts : public json_members<body_facts, 21> {  // sizeof "max_complet
               : key == "max_output_tokens"     ? member::max_output_tokens
                                                : member::other;
     if (member_ == member::model) ++models;
+    if constexpr (Fingerprint) skip_member_ = member_ == member::stream || key == "stream_options";
   }
   bool on_string_part(boost::json::string_view s, std::size_t, boost::json::error_code&) {
     string_part(s);
@@ -158,26 +196,41 @@ class body_facts : public json_members<body_facts, 21> {  // sizeof "max_complet
     in_string_ = false;
     return true;
   }
-  bool on_int64(std::int64_t n, boost::json::string_view, boost::json::error_code&) {
+  bool on_number_part(boost::json::string_view s, boost::json::error_code&) {
+    text(s);
+    return true;
+  }
+  bool on_int64(std::int64_t n, boost::json::string_view s, boost::json::error_code&) {
+    number_end(s);
     value(value_kind::other);
     if (n >= 0) output_limit(static_cast<std::uint64_t>(n));
     return true;
   }
-  bool on_uint64(std::uint64_t n, boost::json::string_view, boost::json::error_code&) {
+  bool on_uint64(std::uint64_t n, boost::json::string_view s, boost::json::error_code&) {
+    number_end(s);
     value(value_kind::other);
     output_limit(n);
     return true;
   }
-  bool on_double(double, boost::json::string_view, boost::json::error_code&) {
+  bool on_double(double, boost::json::string_view s, boost::json::error_code&) {
+    number_end(s);
     return value(value_kind::other);
   }
   bool on_bool(bool b, boost::json::error_code&) {
+    token(b ? 't' : 'f');
     return value(b ? value_kind::boolean_true : value_kind::boolean_false);
   }
-  bool on_null(boost::json::error_code&) { return value(value_kind::null); }
+  bool on_null(boost::json::error_code&) {
+    token('n');
+    return value(value_kind::null);
+  }
 
  private:
   enum class member { other, model, stream, max_tokens, max_completion_tokens, max_output_tokens };
+
+  using base::depth;
+  using base::enter;
+  using base::leave;
 
   void output_limit(std::uint64_t n) {
     if (depth() == 1 && is_output_limit(member_)) output_limits[limit_index(member_)] = n;
@@ -216,13 +269,52 @@ class body_facts : public json_members<body_facts, 21> {  // sizeof "max_complet
   void string_part(boost::json::string_view s) {
     if (!in_string_) {
       in_string_ = true;
+      token('s');
       value(value_kind::string);
     }
+    text(s);
     if (depth() == 1 && member_ == member::model) model.append(s.data(), s.size());
+  }
+
+  // The fingerprint's side. Inside a skipped member's value (depth ≥ 1 while its key was the
+  // last top-level one) nothing is taken; the document's own brackets always are.
+  bool skipping() const { return skip_member_ && depth() >= 1; }
+  void token(char t) {
+    if constexpr (Fingerprint) {
+      if (!skipping()) print_.tag(static_cast<unsigned char>(t));
+    }
+  }
+  void end_token(char t) {
+    if constexpr (Fingerprint) {
+      // At depth 1 the document's own object (or array) ends, after its last member.
+      if (depth() == 1 || !skipping()) print_.tag(static_cast<unsigned char>(t));
+    }
+  }
+  void text(boost::json::string_view s) {
+    if constexpr (Fingerprint) {
+      if (!skipping()) print_.add({s.data(), s.size()});
+    }
+  }
+  void number_end(boost::json::string_view s) {
+    text(s);
+    token('#');
+  }
+  // A key's parts, taken into a copy until on_key knows whether its member is skipped.
+  void key_text(boost::json::string_view s) {
+    if (!key_started_) {
+      key_print_ = print_;
+      key_print_.tag('k');
+      key_started_ = true;
+    }
+    key_print_.add({s.data(), s.size()});
   }
 
   member member_ = member::other;
   bool in_string_ = false;
+  bool skip_member_ = false;
+  bool key_started_ = false;
+  fingerprint print_;
+  fingerprint key_print_;
 };
 
 // A top-level member's key decoded (escapes and all), compared with `name`.
@@ -236,12 +328,15 @@ bool key_is(std::string_view key_text, std::string_view name) {
 
 }  // namespace
 
-std::variant<model_request_info, body_error> inspect_model_request(std::string_view body,
-                                                                   std::uint32_t max_depth) {
+namespace {
+
+template <bool Fingerprint>
+std::variant<model_request_info, body_error> inspect(std::string_view body,
+                                                     std::uint32_t max_depth) {
   if (body.empty()) return body_error{"request body is empty; a JSON object is required"};
   boost::json::parse_options opts;
   opts.max_depth = max_depth;
-  boost::json::basic_parser<body_facts> parser{opts};
+  boost::json::basic_parser<body_facts<Fingerprint>> parser{opts};
   boost::system::error_code ec;
   const auto used = parser.write_some(false, body.data(), body.size(), ec);
   if (!ec && used < body.size()) ec = boost::json::error::extra_data;  // as boost::json::parse
@@ -259,7 +354,7 @@ std::variant<model_request_info, body_error> inspect_model_request(std::string_v
   model_request_info info;
   info.model = std::move(facts.model);
   if (facts.stream) {
-    using kind = body_facts::value_kind;
+    using kind = typename body_facts<Fingerprint>::value_kind;
     if (*facts.stream == kind::boolean_true || *facts.stream == kind::boolean_false) {
       info.stream = *facts.stream == kind::boolean_true;
     } else if (*facts.stream != kind::null) {
@@ -270,7 +365,16 @@ std::variant<model_request_info, body_error> inspect_model_request(std::string_v
     if (limit && (!info.max_output_tokens || *limit > *info.max_output_tokens))
       info.max_output_tokens = limit;
   }
+  if constexpr (Fingerprint) info.body_fingerprint = facts.fingerprint_value();
   return info;
+}
+
+}  // namespace
+
+std::variant<model_request_info, body_error> inspect_model_request(std::string_view body,
+                                                                   std::uint32_t max_depth,
+                                                                   bool fingerprint_body) {
+  return fingerprint_body ? inspect<true>(body, max_depth) : inspect<false>(body, max_depth);
 }
 
 std::string rewrite_model(std::string_view body, std::string_view new_model) {

@@ -18,15 +18,22 @@ struct model_request_info {
   // that is a non-negative integer (a repeated key's last value counts): the output the request
   // may make, which its token weight reserves. Any other value is the upstream's to refuse.
   std::optional<std::uint64_t> max_output_tokens;
+  // Asked for: the body's fingerprint (fingerprint.hpp) without its top-level `stream` and
+  // `stream_options` members, whose value a client's retry may change (a call's id,
+  // actors/policy/request/call_identity.hpp).
+  std::optional<std::uint64_t> body_fingerprint;
 };
 
 struct body_error {
   std::string message;  // says what is wrong, never quotes the body
 };
 
-// Validates: JSON (UTF-8, depth ≤ max_depth), an object, exactly one string `model`.
+// Validates: JSON (UTF-8, depth ≤ max_depth), an object, exactly one string `model`. With
+// `fingerprint_body`, the same pass also fingerprints the body; without it, nothing is added to
+// the pass.
 std::variant<model_request_info, body_error> inspect_model_request(std::string_view body,
-                                                                   std::uint32_t max_depth);
+                                                                   std::uint32_t max_depth,
+                                                                   bool fingerprint_body = false);
 
 // Replaces the value of the top-level "model" key. Precondition: inspect_model_request accepted
 // the body.

@@ -90,4 +90,24 @@ stream_error stream_error_of(surface s, std::string_view type, std::string_view 
   return {"error", std::move(data)};
 }
 
+stream_error responses_failed_of(std::string_view response_id, std::int64_t created_at,
+                                 std::string_view model, std::uint64_t sequence_number,
+                                 std::string_view message) {
+  std::string data;
+  data.reserve(200 + json_string_max(response_id.size()) + json_string_max(model.size()) +
+               json_string_max(message.size()));
+  data += R"({"type":"response.failed","sequence_number":)";
+  data += std::to_string(sequence_number);
+  data += R"(,"response":{"id":)";
+  append_json_string(data, response_id);
+  data += R"(,"object":"response","created_at":)";
+  data += std::to_string(created_at);
+  data += R"(,"status":"failed","model":)";
+  append_json_string(data, model);
+  data += R"(,"output":[],"error":{"code":"stream_interrupted","message":)";
+  append_json_string(data, message);
+  data += R"(},"incomplete_details":null}})";
+  return {"response.failed", std::move(data)};
+}
+
 }  // namespace tether

@@ -3,6 +3,7 @@
 // stream. Everything else about a request's life is the same on every surface.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,5 +46,15 @@ struct stream_error {
 };
 stream_error stream_error_of(surface s, std::string_view type, std::string_view message,
                              std::string_view request_id);
+
+// On /v1/responses the cut stream's last event, after its error event: the Responses API's own
+// `event: response.failed`, so that its clients (Codex CLI, the Agents SDK) show the real
+// reason: {"type":"response.failed","sequence_number":N,"response":{"id","object":"response",
+// "created_at","status":"failed","model","output":[],"error":{"code":"stream_interrupted",
+// "message"},"incomplete_details":null}}. `response_id` is the id the stream's first event
+// carried; `sequence_number` follows the events relayed and the error event.
+stream_error responses_failed_of(std::string_view response_id, std::int64_t created_at,
+                                 std::string_view model, std::uint64_t sequence_number,
+                                 std::string_view message);
 
 }  // namespace tether

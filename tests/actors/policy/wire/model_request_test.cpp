@@ -134,5 +134,62 @@ TEST(ModelRequestTest, WithRidReplacesOnlyTheTopLevelRidMembers) {
   EXPECT_EQ(with_rid(R"({"model":"m"})", "a.1"), R"({"model":"m","rid":"a.1"})");
 }
 
+// The fingerprint a call's id is made of (actors/policy/request/call_identity.hpp): taken only
+// when asked for; the same for bodies that differ only in their top-level `stream` and
+// `stream_options` members (however spelt) or in whitespace, different for any other change.
+std::uint64_t fingerprint_of(std::string_view body) {
+  auto r = inspect_model_request(body, 128, true);
+  EXPECT_TRUE(std::holds_alternative<model_request_info>(r)) << body;
+  if (!std::holds_alternative<model_request_info>(r)) return 0;
+  const auto& info = std::get<model_request_info>(r);
+  EXPECT_TRUE(info.body_fingerprint) << body;
+  return info.body_fingerprint.value_or(0);
+}
+
+TEST(ModelRequestTest, TheFingerprintLeavesOutOnlyTheTopLevelStreamMembers) {
+  EXPECT_FALSE(ok(R"({"model":"m"})").body_fingerprint) << "not asked for: not taken";
+  const auto base = fingerprint_of(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
+  for (const char* same : {
+           R"({"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]})",
+           R"({"stream":false,"model":"m","messages":[{"role":"user","content":"hi"}]})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":null})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,)"
+           R"("stream_options":{"include_usage":true,"x":[1,{"y":2}]}})",
+           R"({"model":"m","str\u0065am":true,"messages":[{"role":"user","content":"hi"}]})",
+           R"( { "model" : "m" , "messages" : [ { "role" : "user" , "content" : "hi" } ] } )",
+       }) {
+    EXPECT_EQ(fingerprint_of(same), base) << same;
+  }
+  for (const char* other : {
+           R"({"model":"m","messages":[{"role":"user","content":"ho"}]})",
+           R"({"model":"m2","messages":[{"role":"user","content":"hi"}]})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi","stream":true}]})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"streams":true})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":1})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":10})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":1.0})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":"1"})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":true})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":null})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":[]})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":{}})",
+           R"({"messages":[{"role":"user","content":"hi"}],"model":"m"})",  // order is content
+           R"({"model":"m","messages":[{"role":"user"},{"content":"hi"}]})",
+       }) {
+    EXPECT_NE(fingerprint_of(other), base) << other;
+  }
+  // A key's text and a string's text are told apart, and so are where strings end.
+  EXPECT_NE(fingerprint_of(R"({"model":"m","a":"bc"})"),
+            fingerprint_of(R"({"model":"m","ab":"c"})"));
+  EXPECT_NE(fingerprint_of(R"({"model":"m","a":["b","c"]})"),
+            fingerprint_of(R"({"model":"m","a":["bc",""]})"));
+  // The facts read are the same with and without it.
+  auto with = std::get<model_request_info>(
+      inspect_model_request(R"({"model":"m","stream":true,"max_tokens":7})", 128, true));
+  EXPECT_EQ(with.model, "m");
+  EXPECT_TRUE(with.stream);
+  EXPECT_EQ(with.max_output_tokens, 7U);
+}
+
 }  // namespace
 }  // namespace tether

@@ -43,5 +43,26 @@ TEST(SurfaceTest, ResponsesStreamsEndWithTheResponsesApisErrorEvent) {
   EXPECT_EQ(e.data.find('\n'), std::string::npos);  // one data line
 }
 
+TEST(SurfaceTest, ResponsesStreamsEndWithResponseFailedAfterTheErrorEvent) {
+  auto e = responses_failed_of("resp_7", 1765000000, "gpt-\"x\"", 12,
+                               "stream interrupted: the deadline passed\n");
+  EXPECT_EQ(e.event, "response.failed");
+  EXPECT_EQ(e.data.find('\n'), std::string::npos);  // one data line
+  auto v = boost::json::parse(e.data).as_object();
+  EXPECT_EQ(v.at("type").as_string(), "response.failed");
+  EXPECT_EQ(v.at("sequence_number").as_int64(), 12);
+  const auto& r = v.at("response").as_object();
+  EXPECT_EQ(r.at("id").as_string(), "resp_7");
+  EXPECT_EQ(r.at("object").as_string(), "response");
+  EXPECT_EQ(r.at("created_at").as_int64(), 1765000000);
+  EXPECT_EQ(r.at("status").as_string(), "failed");
+  EXPECT_EQ(r.at("model").as_string(), "gpt-\"x\"");
+  EXPECT_TRUE(r.at("output").as_array().empty());
+  EXPECT_TRUE(r.at("incomplete_details").is_null());
+  const auto& err = r.at("error").as_object();
+  EXPECT_EQ(err.at("code").as_string(), "stream_interrupted");
+  EXPECT_EQ(err.at("message").as_string(), "stream interrupted: the deadline passed\n");
+}
+
 }  // namespace
 }  // namespace tether
