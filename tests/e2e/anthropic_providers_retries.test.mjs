@@ -10,16 +10,30 @@ import {createAnthropic} from '@ai-sdk/anthropic';
 import {ChatAnthropic} from '@langchain/anthropic';
 import {generateText} from 'ai';
 
-import {agents_config, figures, mark} from './agent_clients.mjs';
-import {start_stack} from './harness.mjs';
+import {agents_config, deadline_ms, figures, mark, upstream_window_ms} from './agent_clients.mjs';
+import {margin_ms, start_stack} from './harness.mjs';
 
 const measure = process.env.TETHER_E2E_MEASURE === '1';
+
+// Besides agents_config's models, the two failing ones again with `call_identity = "body"`: these
+// clients send no session, so only the body (and the peer) can tell tether a retry from a new
+// call.
+function providers_config(mock_port) {
+  return agents_config(mock_port).replace('[telemetry]', `${['deadline', 'exhausted'].map((kind) => `[[models]]
+name = "claude-body-${kind}"
+upstream = "claude"
+upstream_model = "${kind === 'deadline' ? 'mock-hang' : 'mock-fail-503'}"
+deadline_ms = ${deadline_ms}
+call_identity = "body"
+`).join('\n')}
+[telemetry]`);
+}
 
 describe('Anthropic providers of LangChain and the AI SDK through tether', {timeout: 900_000}, () => {
   let stack;
 
   before(async () => {
-    stack = await start_stack(agents_config);
+    stack = await start_stack(providers_config);
   }, {timeout: 20_000});
 
   after(async () => {
@@ -67,6 +81,28 @@ describe('Anthropic providers of LangChain and the AI SDK through tether', {time
           }
         });
       }
+    }
+
+    // At the client's defaults, on a model whose calls are told by their body: the retries after
+    // the first try's deadline are answered at once, so the upstream works for one budget. The
+    // AI SDK's schedule (2 s, then 4 s) is short enough for every run; LangChain's (6 retries
+    // from 1 s, doubling) with TETHER_E2E_MEASURE=1.
+    for (const kind of ['deadline', 'exhausted']) {
+      test(`${name}, defaults, call_identity = "body", ${kind}: one budget upstream`,
+           {timeout: 600_000, skip: name === 'langchain' && !measure}, async () => {
+             const m = await mark(stack, [`claude-body-${kind}`]);
+             const started = Date.now();
+             await assert.rejects(call(`claude-body-${kind}`, {}));
+             const exit = {ms: Date.now() - started, code: 'rejected'};
+             const result = await m.settle();
+             figures(`${name} defaults, call_identity body`, kind, result, exit);
+             const window = upstream_window_ms(result.upstream);
+             assert.ok(window <= deadline_ms + margin_ms,
+                       `the upstream worked ${window} ms on the call: more than one budget`);
+             if (kind === 'deadline') assert.equal(result.upstream.length, 1);
+             assert.ok(result.tries.slice(1).every((t) => t.call_try > 1),
+                       'every retry was taken for the same call');
+           });
     }
   }
 });
