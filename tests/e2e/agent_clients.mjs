@@ -214,6 +214,7 @@ const cancel_bound_ms = process.env.TETHER_SANITIZED === '1' ? 1_000 : 100;
 // `client.schedule_ms` bounds a call at the client's default retries; `client.defaults_tries`
 // (null: not asserted, printed) what those defaults send to tether against a failure;
 // `client.one_request_in_suite` runs the README settings' checks in every run.
+// `client.defaults_todo` marks the defaults' one-budget checks as known to fail, and why.
 export function client_suite(describe, test, before, after, assert, client) {
   describe(`${client.name} through tether`, {timeout: 900_000}, () => {
     let stack;
@@ -305,8 +306,9 @@ export function client_suite(describe, test, before, after, assert, client) {
     };
     for (const kind of ['deadline', 'exhausted', 'cut']) {
       const what = whats[kind];
-      test(`defaults, ${what}: one budget upstream`, {timeout: client.schedule_ms + 30_000},
-           async () => {
+      // `client.defaults_todo`: why this client's calls still cost more (reported, not failing).
+      test(`defaults, ${what}: one budget upstream`,
+           {timeout: client.schedule_ms + 30_000, todo: client.defaults_todo}, async () => {
              const m = await mark(stack, [model(kind)]);
              const handle = await launch(kind, {stream: kind === 'cut'});
              const exit = await handle.wait(client.schedule_ms);
