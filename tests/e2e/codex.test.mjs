@@ -53,9 +53,6 @@ client_suite(describe, test, before, after, assert, {
   schedule_ms: 150_000,
   defaults_tries: null,
   one_request_in_suite: true,
-  // Each of Codex's rounds of retries sends the same body with client_metadata's keys in another
-  // order, and the call table's fingerprint is of the bytes: every round is a new call (README).
-  defaults_todo: 'the call table fingerprints client_metadata in byte order; Codex reorders it',
   one_request_settings: 'request_max_retries = 0 + stream_max_retries = 0',
   before: async () => {
     home = await mkdtemp(join(tmpdir(), 'tether-e2e-codex-'));

@@ -56,9 +56,11 @@ model_spans model_value_spans(std::string_view body) {
 // document keeps it.
 //
 // With Fingerprint, the same events also make the body's fingerprint: every token as parsed
-// (keys, strings, number texts, literals, brackets) but those of the top-level `stream` and
-// `stream_options` members, which a client's retry may change (Claude Code re-sends a cut stream
-// without one). Without it the class is what it was: the plain request pays for nothing.
+// (keys, strings, number texts, literals, brackets) but those of the top-level `stream`,
+// `stream_options` and `client_metadata` members, which a client's retry may change (Claude Code
+// re-sends a cut stream without one; Codex CLI writes its client_metadata's keys in another order
+// on each round of its retries). Without it the class is what it was: the plain request pays for
+// nothing.
 template <bool Fingerprint>
 class body_facts
     : public json_members<body_facts<Fingerprint>, 21> {  // sizeof "max_completion_tokens"
@@ -114,7 +116,9 @@ class body_facts
               : key == "max_output_tokens"     ? member::max_output_tokens
                                                : member::other;
     if (member_ == member::model) ++models;
-    if constexpr (Fingerprint) skip_member_ = member_ == member::stream || key == "stream_options";
+    if constexpr (Fingerprint)
+      skip_member_ =
+          member_ == member::stream || key == "stream_options" || key == "client_metadata";
   }
   bool on_string_part(boost::json::string_view s, std::size_t, boost::json::error_code&) {
     string_part(s);

@@ -135,8 +135,9 @@ TEST(ModelRequestTest, WithRidReplacesOnlyTheTopLevelRidMembers) {
 }
 
 // The fingerprint a call's id is made of (actors/policy/request/call_identity.hpp): taken only
-// when asked for; the same for bodies that differ only in their top-level `stream` and
-// `stream_options` members (however spelt) or in whitespace, different for any other change.
+// when asked for; the same for bodies that differ only in their top-level `stream`,
+// `stream_options` and `client_metadata` members (however spelt) or in whitespace, different for
+// any other change.
 std::uint64_t fingerprint_of(std::string_view body) {
   auto r = inspect_model_request(body, 128, true);
   EXPECT_TRUE(std::holds_alternative<model_request_info>(r)) << body;
@@ -156,6 +157,10 @@ TEST(ModelRequestTest, TheFingerprintLeavesOutOnlyTheTopLevelStreamMembers) {
            R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,)"
            R"("stream_options":{"include_usage":true,"x":[1,{"y":2}]}})",
            R"({"model":"m","str\u0065am":true,"messages":[{"role":"user","content":"hi"}]})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi"}],)"
+           R"("client_metadata":{"a":"1","b":"2"}})",
+           R"({"client_metadata":{"b":"2","a":"1"},"model":"m",)"
+           R"("messages":[{"role":"user","content":"hi"}]})",
            R"( { "model" : "m" , "messages" : [ { "role" : "user" , "content" : "hi" } ] } )",
        }) {
     EXPECT_EQ(fingerprint_of(same), base) << same;
@@ -166,6 +171,7 @@ TEST(ModelRequestTest, TheFingerprintLeavesOutOnlyTheTopLevelStreamMembers) {
            R"({"model":"m","messages":[{"role":"user","content":"hi","stream":true}]})",
            R"({"model":"m","messages":[{"role":"user","content":"hi"}],"streams":true})",
            R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":1})",
+           R"({"model":"m","messages":[{"role":"user","content":"hi","client_metadata":{}}]})",
            R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":10})",
            R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":1.0})",
            R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":"1"})",
