@@ -157,6 +157,27 @@ TEST_F(CallBudgetTest, ARetryOfACallWhoseAttemptsWereSpentIsAnsweredAtOnceWithNo
   EXPECT_EQ(line->at("call_try").as_int64(), 1);
 }
 
+// An upstream's 429 without Retry-After is advised retryable to a caller without a deadline of
+// its own; once the call's attempts are spent, its retry is told not to.
+TEST_F(CallBudgetTest, ASpentCallsRateLimitIsAnsweredAtOnceAndNotAdvisedRetryable) {
+  gw_ = std::make_unique<gateway_process>(
+      gateway_config(mock_, "deadline_ms = 20000\nmax_retries = 2\nretry_backoff_ms = 10",
+                     model_entry("busy", "mock-fail-429")));
+  auto first =
+      request("POST", gw_->port(), "/v1/chat/completions", body_of("busy"), headers("busy-1"), 10s);
+  ASSERT_EQ(first.status, 429) << first.body;
+  ASSERT_TRUE(first.header("x-should-retry"));
+  EXPECT_EQ(*first.header("x-should-retry"), "true");
+  EXPECT_EQ(entries_of(mock_.stats(), "busy-1").size(), 3u);
+  auto retry =
+      request("POST", gw_->port(), "/v1/chat/completions", body_of("busy"), headers("busy-2"), 10s);
+  EXPECT_EQ(retry.status, 429) << retry.body;
+  EXPECT_EQ(str(retry.json().at("error").at("code")), str(first.json().at("error").at("code")));
+  ASSERT_TRUE(retry.header("x-should-retry"));
+  EXPECT_EQ(*retry.header("x-should-retry"), "false") << "a second budget advised";
+  EXPECT_EQ(entries_of(mock_.stats(), "busy-2").size(), 0u);
+}
+
 // A try that spent part of the call's attempts before its client left: the retry makes only the
 // attempts left (3 in all, max_retries = 2).
 TEST_F(CallBudgetTest, ARetryMakesOnlyTheAttemptsItsEarlierTriesLeft) {
