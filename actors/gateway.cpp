@@ -475,7 +475,15 @@ void gateway::recall_call(request_spec& spec, const gateway_runtime& here,
     spec.deadline = std::max(millis{0}, std::chrono::floor<millis>(*due - spec.arrival));
   }
   spec.call_due = due;
-  if (verdict.retry()) here.stats->call_retry(!spec.deadline || spec.deadline->count() > 0);
+  if (!verdict.retry()) return;
+  // The call has max_retries + 1 attempts in all: another budget for the same call would be the
+  // client's retry ladder rebuilt on the upstream.
+  spec.call_attempts = verdict.attempts;
+  spec.call_spent = verdict.spent(settings.max_retries);
+  using result = metrics::call_result;
+  here.stats->call_retry(spec.deadline && spec.deadline->count() <= 0 ? result::out_of_budget
+                         : spec.call_spent                            ? result::out_of_attempts
+                                                                      : result::served);
 }
 
 }  // namespace tether

@@ -329,11 +329,14 @@ void metrics::render_requests(std::string& out, const tally& sum) const {
     out += fmt::format("tether_rate_limited_total{{key=\"{}\"}} {}\n", escape_label(key), n);
   header(out, "tether_call_retries_total", "counter",
          "Clients' retries of a call that did not end ok, given what was left of its deadline "
-         "(served) or nothing (out_of_budget: 504 at once, no upstream attempt).");
+         "(served) or nothing (out_of_budget: 504 at once, no upstream attempt), or whose "
+         "attempts its earlier tries spent (out_of_attempts: their last answer at once, no "
+         "upstream attempt).");
   out += fmt::format(
       "tether_call_retries_total{{result=\"served\"}} {}\n"
-      "tether_call_retries_total{{result=\"out_of_budget\"}} {}\n",
-      call_retries_[0].load(), call_retries_[1].load());
+      "tether_call_retries_total{{result=\"out_of_budget\"}} {}\n"
+      "tether_call_retries_total{{result=\"out_of_attempts\"}} {}\n",
+      call_retries_[0].load(), call_retries_[1].load(), call_retries_[2].load());
   header(out, "tether_call_table_evictions_total", "counter",
          "Unsuccessful calls forgotten inside their call_window_ms: the table was full.");
   out += fmt::format("tether_call_table_evictions_total {}\n", call_evictions_.load());

@@ -75,7 +75,9 @@ class metrics {
   // One call, one deadline: a client's retry of a call given what was left of its deadline
   // (served) or nothing (out_of_budget: a 504 at once); entries of the call table evicted while
   // their window was open.
-  void call_retry(bool served) { call_retries_[served ? 0 : 1].fetch_add(1); }
+  // out_of_attempts: the call's attempts were spent, answered at once with its last outcome.
+  enum class call_result : std::uint8_t { served, out_of_budget, out_of_attempts };
+  void call_retry(call_result r) { call_retries_[static_cast<std::size_t>(r)].fetch_add(1); }
   void call_evicted(std::uint64_t n) { call_evictions_.fetch_add(n); }
   void cancel_latency(double seconds);
 
@@ -190,7 +192,7 @@ class metrics {
   };
   std::vector<engine_view> engines_;  // by index, as upstreams_
   std::atomic<bool> export_orphaned_{true};
-  std::array<std::atomic<std::uint64_t>, 2> call_retries_{};  // served, out_of_budget
+  std::array<std::atomic<std::uint64_t>, 3> call_retries_{};  // by call_result
   std::atomic<std::uint64_t> call_evictions_{0};
 };
 

@@ -317,7 +317,8 @@ void request_state::note_call_end() {
   if (!spec.call || call_noted) return;
   call_noted = true;
   const auto evicted = rt->calls->ended(*spec.call, life->result() == outcome::ok, spec.call_due,
-                                        spec.call_try, now(), life->settings().call_window);
+                                        spec.call_try, now(), life->settings().call_window,
+                                        life->upstream_attempts(), life->result());
   if (evicted > 0) rt->stats->call_evicted(evicted);
 }
 
@@ -342,9 +343,15 @@ void request_state::start_stream(const command& c, net::header_list& headers) {
 
 void request_state::send_error(const command& c) {
   note_call_end();
-  channel->send_full(
-      c.status, error_headers(spec.request_id, c.status, c.result, c.retry_after, caller_left()),
-      error_body_on(spec.where, c.status, c.result, c.message, spec.request_id));
+  auto headers = error_headers(spec.request_id, c.status, c.result, c.retry_after, caller_left());
+  if (life->call_out_of_attempts()) {
+    // The same answer as the last try's, but no retry is worth making: the call's attempts are
+    // spent whatever the outcome would advise.
+    for (auto& h : headers)
+      if (h.name == "x-should-retry") h.value = "false";
+  }
+  channel->send_full(c.status, std::move(headers),
+                     error_body_on(spec.where, c.status, c.result, c.message, spec.request_id));
   if (!first_byte_ns) first_byte_ns = now_ns();
 }
 
@@ -521,7 +528,11 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
   life.emplace(rt->cfg, *rt->routes, *rt->retries, *rt->health, rt->routes->chain_of(spec.model),
                spec.where, request_deadline{spec.arrival, spec.deadline}, rt->backoff_jitter);
   if (spec.prefer_upstream) life->prefer_upstream(*spec.prefer_upstream);
-  if (spec.call_try > 1) life->retry_of_call();
+  if (spec.call_try > 1) {
+    life->retry_of_call();
+    life->carry_attempts(spec.call_attempts);
+    if (spec.call_spent) life->out_of_attempts(*spec.call_spent);
+  }
   if (spec.affinity) life->set_affinity(*spec.affinity);
   if (spec.check_rate) life->await_admission();
   rt->stats->requests_in_flight_add(1);

@@ -34,6 +34,11 @@ struct request_spec {
   std::optional<std::uint64_t> call;
   std::uint32_t call_try = 1;
   std::optional<std::chrono::steady_clock::time_point> call_due;
+  // The upstream attempts the call's earlier tries spent (this try retries only what they left),
+  // and, when they spent them all and the last ended at the upstream, that outcome: this try is
+  // answered with it at once.
+  std::uint32_t call_attempts = 0;
+  std::optional<outcome> call_spent;
   std::chrono::steady_clock::time_point arrival;
   std::string traceparent;
   // The caller's anthropic-version and anthropic-beta (Anthropic surfaces only), passed on.

@@ -1,13 +1,15 @@
-// One call, one deadline across the client's tries (docs/contract.md, "One call, one deadline"):
+// One call, one budget across the client's tries (docs/contract.md, "One call, one budget"):
 // a client's retry of a call that did not end ok — same key or peer, surface, model, session and
 // body but for `stream` — gets only what is left of the first try's deadline, and nothing left
 // is a 504 at once with no upstream attempt; an ok ends the call; without a session (or an
 // Idempotency-Key) identical bodies are separate calls, unless the model says call_identity =
-// "body". Against tether-mock over real sockets, timed by the test's own clock.
+// "body"; a call whose earlier tries spent its attempts at a failing upstream is answered their
+// outcome at once. Against tether-mock over real sockets, timed by the test's own clock.
 #include <gtest/gtest.h>
 
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "tests/integration/harness.hpp"
 
@@ -103,6 +105,106 @@ TEST_F(CallBudgetTest, ARetryPastTheCallsDeadlineIsAnswered504AtOnceWithNoUpstre
   EXPECT_TRUE(line2->at("attempts").as_array().empty());
   EXPECT_EQ(metric(gw_->port(), "tether_call_retries_total{result=\"out_of_budget\"}"), 2);
   EXPECT_EQ(metric(gw_->port(), "tether_call_retries_total{result=\"served\"}"), 0);
+}
+
+// Codex CLI re-sends a call that an exhausted upstream failed, 30 times: the upstream must see
+// the attempts of one budget (max_retries + 1), not one per re-send.
+TEST_F(CallBudgetTest, ARetryOfACallWhoseAttemptsWereSpentIsAnsweredAtOnceWithNoUpstreamAttempt) {
+  constexpr int window_ms = 1500;
+  gw_ = std::make_unique<gateway_process>(gateway_config(
+      mock_,
+      "deadline_ms = 20000\nmax_retries = 2\nretry_backoff_ms = 10\ncall_window_ms = " +
+          std::to_string(window_ms),
+      model_entry("down", "mock-fail-503")));
+  auto first = request("POST", gw_->port(), "/v1/chat/completions", body_of("down"),
+                       headers("spent-0"), 10s);
+  ASSERT_EQ(first.status, 502) << first.body;
+  const auto code = str(first.json().at("error").at("code"));
+  EXPECT_EQ(entries_of(mock_.stats(), "spent-0").size(), 3u) << "the first try's whole budget";
+  constexpr int retries = 5;
+  for (int i = 1; i <= retries; ++i) {
+    const auto id = "spent-" + std::to_string(i);
+    auto retry = request("POST", gw_->port(), "/v1/chat/completions", body_of("down", i % 2 == 0),
+                         headers(id), 10s);
+    EXPECT_EQ(retry.status, first.status) << retry.body;
+    EXPECT_EQ(str(retry.json().at("error").at("code")), code);
+    EXPECT_NE(str(retry.json().at("error").at("message")).find("spent by its earlier tries"),
+              std::string::npos)
+        << retry.body;
+    ASSERT_TRUE(retry.header("x-should-retry"));
+    EXPECT_EQ(*retry.header("x-should-retry"), "false");
+    EXPECT_LT(retry.elapsed.count(), slack_ms) << "answered at once";
+    EXPECT_EQ(entries_of(mock_.stats(), id).size(), 0u) << id << " reached the upstream";
+    auto line = access_line(*gw_, id);
+    ASSERT_TRUE(line) << id;
+    EXPECT_EQ(line->at("call_try").as_int64(), i + 1);
+    EXPECT_EQ(str(line->at("outcome")), "upstream_failed");
+    EXPECT_TRUE(line->at("attempts").as_array().empty());
+  }
+  EXPECT_EQ(num(mock_.stats().at("requests")), 3) << "one budget for the whole call";
+  EXPECT_EQ(metric(gw_->port(), "tether_call_retries_total{result=\"out_of_attempts\"}"), retries);
+  EXPECT_EQ(metric(gw_->port(), "tether_call_retries_total{result=\"served\"}"), 0);
+
+  // After the window (from the last try's end, before its answer left) the same request is a
+  // new call with a budget of its own. Waiting out the window is what is tested: no event ends it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(window_ms + 200));
+  auto later = request("POST", gw_->port(), "/v1/chat/completions", body_of("down"),
+                       headers("spent-later"), 10s);
+  EXPECT_EQ(later.status, 502) << later.body;
+  EXPECT_EQ(entries_of(mock_.stats(), "spent-later").size(), 3u) << "a fresh budget";
+  auto line = access_line(*gw_, "spent-later");
+  ASSERT_TRUE(line);
+  EXPECT_EQ(line->at("call_try").as_int64(), 1);
+}
+
+// An upstream's 429 without Retry-After is advised retryable to a caller without a deadline of
+// its own; once the call's attempts are spent, its retry is told not to.
+TEST_F(CallBudgetTest, ASpentCallsRateLimitIsAnsweredAtOnceAndNotAdvisedRetryable) {
+  gw_ = std::make_unique<gateway_process>(
+      gateway_config(mock_, "deadline_ms = 20000\nmax_retries = 2\nretry_backoff_ms = 10",
+                     model_entry("busy", "mock-fail-429")));
+  auto first =
+      request("POST", gw_->port(), "/v1/chat/completions", body_of("busy"), headers("busy-1"), 10s);
+  ASSERT_EQ(first.status, 429) << first.body;
+  ASSERT_TRUE(first.header("x-should-retry"));
+  EXPECT_EQ(*first.header("x-should-retry"), "true");
+  EXPECT_EQ(entries_of(mock_.stats(), "busy-1").size(), 3u);
+  auto retry =
+      request("POST", gw_->port(), "/v1/chat/completions", body_of("busy"), headers("busy-2"), 10s);
+  EXPECT_EQ(retry.status, 429) << retry.body;
+  EXPECT_EQ(str(retry.json().at("error").at("code")), str(first.json().at("error").at("code")));
+  ASSERT_TRUE(retry.header("x-should-retry"));
+  EXPECT_EQ(*retry.header("x-should-retry"), "false") << "a second budget advised";
+  EXPECT_EQ(entries_of(mock_.stats(), "busy-2").size(), 0u);
+}
+
+// A try that spent part of the call's attempts before its client left: the retry makes only the
+// attempts left (3 in all, max_retries = 2).
+TEST_F(CallBudgetTest, ARetryMakesOnlyTheAttemptsItsEarlierTriesLeft) {
+  gw_ = std::make_unique<gateway_process>(
+      gateway_config(mock_, "deadline_ms = 20000\nmax_retries = 2\nretry_backoff_ms = 2000",
+                     model_entry("down", "mock-fail-503")));
+  // The client leaves during a backoff: one attempt spent, or two when the first backoff's full
+  // jitter drew under 200 ms (all three spent would need both under it together: 1 in 400).
+  stream_options leave;
+  leave.close_after = 200ms;
+  stream_request("POST", gw_->port(), "/v1/chat/completions", body_of("down"), headers("part-1"),
+                 leave);
+  auto first = access_line(*gw_, "part-1", 10s);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(str(first->at("outcome")), "client_disconnected");
+  const auto spent = entries_of(mock_.stats(), "part-1").size();
+  ASSERT_GE(spent, 1u);
+  ASSERT_LT(spent, 3u) << "the client did not leave before the budget was spent";
+  auto retry =
+      request("POST", gw_->port(), "/v1/chat/completions", body_of("down"), headers("part-2"), 10s);
+  EXPECT_EQ(retry.status, 502) << retry.body;
+  EXPECT_EQ(entries_of(mock_.stats(), "part-2").size(), 3u - spent)
+      << "the retry makes the attempts left, not a budget of its own";
+  auto next =
+      request("POST", gw_->port(), "/v1/chat/completions", body_of("down"), headers("part-3"), 10s);
+  EXPECT_EQ(next.status, 502);
+  EXPECT_EQ(entries_of(mock_.stats(), "part-3").size(), 0u);
 }
 
 // A client that gave up after 1 s re-sends the call: the retry runs on the 2 s left.

@@ -1,7 +1,8 @@
 // The recent unsuccessful calls, so that a client's retry of one keeps the call's first deadline
-// (docs/contract.md, "One call, one deadline"). An entry is a call's id (call_identity.hpp: a
-// fingerprint of its caller, surface, model, identity and body, never the body), the moment the
-// call's deadline passes, how many tries it had and when its window ends. A try that ends `ok`
+// and what is left of its attempts (docs/contract.md, "One call, one budget"). An entry is a
+// call's id (call_identity.hpp: a fingerprint of its caller, surface, model, identity and body,
+// never the body), the moment the call's deadline passes, how many tries it had, the upstream
+// attempts they spent and how the last one ended, and when its window ends. A try that ends `ok`
 // ends the call and forgets it; any other end keeps it for `call_window_ms`.
 //
 // One table per process, shared by every io thread and config generation: a client's retry
@@ -19,6 +20,7 @@
 #include <unordered_map>
 
 #include "actors/policy/request/deadline.hpp"
+#include "actors/policy/request/outcome.hpp"
 
 namespace tether {
 
@@ -32,7 +34,17 @@ class call_table {
     // A retry of a call with a deadline: the moment it passes, the first try's. nullopt: a new
     // call, or a call without a deadline.
     std::optional<steady_time> due;
+    // The upstream attempts the call's earlier tries spent together, and how the last of them
+    // ended (nullopt for a new call).
+    std::uint32_t attempts = 0;
+    std::optional<outcome> last;
     bool retry() const { return try_number > 1; }
+    // The call's outcome when its earlier tries spent every attempt it may have (max_retries + 1)
+    // and the upstream gave the last answer (failed, timed out, rate limited): the retry gets that
+    // answer at once. nullopt when attempts are left, or the last try ended otherwise (its caller
+    // left, the gateway was full or draining, the upstream rejected the body): the upstream never
+    // said no to it, so the retry still makes at least one attempt.
+    std::optional<outcome> spent(std::uint32_t max_retries) const;
   };
 
   // A try of `id` arriving at `now`: a retry when the table holds the call and its window (from
@@ -41,9 +53,12 @@ class call_table {
 
   // A try of `id` (its number, from admit) ended at `now`. `ok` ends the call. Otherwise the call
   // is kept until `now + window` with the deadline moment `due` (the try's own: the first try's
-  // or earlier; nullopt: unbounded). A window of 0 keeps nothing. Returns the evictions it made.
+  // or earlier; nullopt: unbounded), the `attempts` the try made at an upstream added to the
+  // call's, and the try's outcome `how` as the call's last. A window of 0 keeps nothing. Returns
+  // the evictions it made.
   std::uint64_t ended(std::uint64_t id, bool ok, std::optional<steady_time> due,
-                      std::uint32_t try_number, steady_time now, millis window);
+                      std::uint32_t try_number, steady_time now, millis window,
+                      std::uint32_t attempts = 0, std::optional<outcome> how = {});
 
   // A reload's new call_table_max: the entries ended longest ago go at once if it shrank (not
   // counted as evictions: the operator asked for it).
@@ -56,6 +71,8 @@ class call_table {
     std::uint64_t id = 0;
     std::optional<steady_time> due;
     std::uint32_t tries = 0;
+    std::uint32_t attempts = 0;
+    std::optional<outcome> last;
     steady_time window_end{};
   };
   using order = std::list<entry>;  // the last try's end, oldest first

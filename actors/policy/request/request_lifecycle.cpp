@@ -60,6 +60,15 @@ const request_lifecycle::commands& request_lifecycle::start(steady_time now) {
     maybe_finish();
     return out_;
   }
+  if (spent_call_) {
+    // The upstream already did this call's work for one budget: a client that retries anyway
+    // gets the same answer again, not a second budget.
+    answer_error(*spent_call_,
+                 "this call's upstream attempts (max_retries + 1) were spent by its earlier "
+                 "tries; a retry of it within call_window_ms makes no new attempt");
+    maybe_finish();
+    return out_;
+  }
   if (auto due = deadline_.due()) {
     auto c = make(kind::arm_deadline);
     c.at = *due;
@@ -314,6 +323,7 @@ void request_lifecycle::send_again(steady_time now) {
   over.result = outcome::upstream_failed;
   over.stale_connection = true;
   out_.push_back(std::move(over));
+  ++resent_;
   if (deadline_.expired(now)) {
     answer_error(outcome::deadline_exceeded, "the request deadline passed before an attempt");
     return;

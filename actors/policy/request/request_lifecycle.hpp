@@ -123,6 +123,19 @@ class request_lifecycle {
   // Before start: the request is a client's retry of a call whose deadline it keeps
   // (call_table.hpp); a spent one is then said to be the call's, not the caller's header's.
   void retry_of_call() { retry_of_call_ = true; }
+  // Before start: the call's earlier tries spent `attempts` at an upstream, so this try's first
+  // model retries only what they left of its max_retries; at least one attempt is still made
+  // (a call whose attempts are all spent is answered by out_of_attempts instead). Fallbacks keep
+  // their own.
+  void carry_attempts(std::uint32_t attempts) {
+    model_attempts_ = std::min(attempts, settings_.max_retries);
+  }
+  // Before start: the call's earlier tries spent every attempt it may have and the last ended
+  // `last` at the upstream: this try is answered at once with that outcome, no attempt.
+  void out_of_attempts(outcome last) { spent_call_ = last; }
+  bool call_out_of_attempts() const { return spent_call_.has_value(); }
+  // The attempts that reached an upstream (the resend of a stale pooled connection is not one).
+  std::uint32_t upstream_attempts() const { return attempts_started_ - resent_; }
   // The budget's verdict: admitted, the first attempt starts; refused, the caller is answered with
   // `why` (rate_limited, or bad_request when it could never fit), `message` and `retry_after`.
   const commands& on_admission(bool admitted, outcome why, std::string message,
@@ -189,6 +202,7 @@ class request_lifecycle {
   std::optional<std::uint64_t> affinity_;
   bool admission_pending_ = false;
   bool retry_of_call_ = false;
+  std::optional<outcome> spent_call_;
   request_deadline deadline_;
   retry_policy::jitter_source jitter_;
   random_source random_;
@@ -211,6 +225,7 @@ class request_lifecycle {
   std::size_t next_deployment_ = 0;           // choose_deployment's answer
   route_kind next_route_ = route_kind::none;  // and how the router made it
   std::uint32_t attempts_started_ = 0;
+  std::uint32_t resent_ = 0;  // of attempts_started_: resends of a stale pooled connection
   std::uint32_t attempts_live_ = 0;
   std::uint64_t backoff_generation_ = 0;
   // The retry token held from the retry decision through the backoff and the retry attempt.

@@ -1,5 +1,5 @@
-// The call table and the call ids it keys (docs/contract.md, "One call, one deadline"): which
-// requests are tries of one call, and what a retry is left of the call's deadline.
+// The call table and the call ids it keys (docs/contract.md, "One call, one budget"): which
+// requests are tries of one call, and what a retry is left of the call's deadline and attempts.
 #include "actors/policy/request/call_table.hpp"
 
 #include <gtest/gtest.h>
@@ -232,6 +232,74 @@ TEST(CallTableTest, TheSessionIsTheFirstPresentOfTheThreeHeaders) {
   // The first present decides, even when it is not sane: a later header does not stand in.
   EXPECT_EQ(session_of({{"x-claude-code-session-id", "a\"b"}, {"session-id", "b"}}), "<none>");
   EXPECT_FALSE(read_call_headers({{"idempotency-key", ""}}).idempotency_key) << "empty: none";
+}
+
+}  // namespace
+}  // namespace tether
+
+namespace tether {
+namespace {
+
+using namespace std::chrono_literals;
+
+const steady_time t1{std::chrono::hours(2)};
+constexpr millis call_window{120000};
+constexpr std::uint32_t max_retries = 2;  // the default: 3 attempts per call
+
+TEST(CallTableAttemptsTest, TheAttemptsOfEachTryAddUpAcrossTheCall) {
+  call_table calls{16};
+  // The first try spent one attempt before its caller left (the upstream never said no).
+  calls.ended(9, false, std::nullopt, 1, t1, call_window, 1, outcome::client_disconnected);
+  auto second = calls.admit(9, t1 + 1s);
+  EXPECT_EQ(second.attempts, 1U);
+  EXPECT_FALSE(second.spent(max_retries)) << "2 attempts are left";
+  // The second spent one more, the upstream failed it.
+  calls.ended(9, false, std::nullopt, second.try_number, t1 + 2s, call_window, 1,
+              outcome::upstream_failed);
+  auto third = calls.admit(9, t1 + 3s);
+  EXPECT_EQ(third.attempts, 2U) << "the tries' attempts add up";
+  EXPECT_FALSE(third.spent(max_retries)) << "1 attempt is left";
+  calls.ended(9, false, std::nullopt, third.try_number, t1 + 4s, call_window, 1,
+              outcome::upstream_failed);
+  auto fourth = calls.admit(9, t1 + 5s);
+  EXPECT_EQ(fourth.attempts, 3U);
+  EXPECT_EQ(fourth.spent(max_retries), outcome::upstream_failed);
+  EXPECT_FALSE(fourth.spent(3)) << "a model allowed 4 attempts has one left";
+}
+
+TEST(CallTableAttemptsTest, ACallThatSpentItsAttemptsAtTheUpstreamIsAnsweredWithItsOutcome) {
+  call_table calls{16};
+  for (const auto o :
+       {outcome::upstream_failed, outcome::upstream_timeout, outcome::upstream_rate_limited}) {
+    const auto id = static_cast<std::uint64_t>(o) + 100;
+    calls.ended(id, false, std::nullopt, 1, t1, call_window, max_retries + 1, o);
+    auto retry = calls.admit(id, t1 + 1s);
+    ASSERT_TRUE(retry.retry());
+    EXPECT_EQ(retry.spent(max_retries), o) << "no attempt: the last try's own answer again";
+    // The retry answered at once spent none, and the call stays spent for its window.
+    calls.ended(id, false, std::nullopt, retry.try_number, t1 + 1s, call_window, 0, o);
+    EXPECT_EQ(calls.admit(id, t1 + 2s).spent(max_retries), o);
+    EXPECT_FALSE(calls.admit(id, t1 + 1s + call_window + 1ms).retry())
+        << "after the window the same request is a new call with a fresh budget";
+  }
+  // Spent, but the last try did not end at the upstream: the retry still makes an attempt.
+  for (const auto o : {outcome::client_disconnected, outcome::overloaded, outcome::shutting_down,
+                       outcome::upstream_rejected, outcome::deadline_exceeded}) {
+    calls.ended(200, false, std::nullopt, 1, t1, call_window, max_retries + 1, o);
+    EXPECT_FALSE(calls.admit(200, t1 + 1s).spent(max_retries)) << to_string(o);
+  }
+}
+
+TEST(CallTableAttemptsTest, AnOkEndsTheCallAndItsSpentAttempts) {
+  call_table calls{16};
+  calls.ended(11, false, std::nullopt, 1, t1, call_window, 2, outcome::upstream_failed);
+  auto retry = calls.admit(11, t1 + 1s);
+  ASSERT_EQ(retry.attempts, 2U);
+  calls.ended(11, true, std::nullopt, retry.try_number, t1 + 2s, call_window, 1, outcome::ok);
+  auto again = calls.admit(11, t1 + 3s);
+  EXPECT_FALSE(again.retry());
+  EXPECT_EQ(again.attempts, 0U) << "the same request after an ok is a new call, a fresh budget";
+  EXPECT_FALSE(again.spent(max_retries));
 }
 
 }  // namespace

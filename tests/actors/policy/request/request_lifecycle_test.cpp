@@ -202,6 +202,40 @@ TEST_F(RequestLifecycleTest, SpentBudgetIsAnswered504WithoutAnAttemptAndFinishes
   expect_nothing_held();
 }
 
+// A client's retry of a call (call_table.hpp) retries only what its earlier tries left of the
+// model's max_retries; its fallbacks keep their own.
+TEST_F(RequestLifecycleTest, ARetryOfACallRetriesOnlyWhatItsEarlierTriesLeft) {
+  auto lc = make();
+  lc.retry_of_call();
+  lc.carry_attempts(1);  // max_retries = 1: the earlier try spent the retry
+  lc.start(t0_);
+  const auto& cs = lc.on_response(503, std::nullopt, t0_ + 10ms);
+  EXPECT_EQ(find(cs, kind::arm_backoff), nullptr) << "no retry left on llama";
+  ASSERT_NE(find(cs, kind::start_attempt), nullptr);
+  EXPECT_EQ(routes_.at(find(cs, kind::start_attempt)->deployment).model, "small");
+  // More carried than the model allows still makes one attempt (the gateway answers a call
+  // whose attempts are all spent before the lifecycle starts: out_of_attempts).
+  auto more = make();
+  more.retry_of_call();
+  more.carry_attempts(7);
+  ASSERT_NE(find(more.start(t0_), kind::start_attempt), nullptr);
+  EXPECT_EQ(more.upstream_attempts(), 1U);
+}
+
+TEST_F(RequestLifecycleTest, ACallOutOfAttemptsIsAnsweredItsLastOutcomeWithoutAnAttempt) {
+  auto lc = make();
+  lc.retry_of_call();
+  lc.out_of_attempts(outcome::upstream_failed);
+  const auto& cs = lc.start(t0_);
+  ASSERT_EQ(kinds(cs), (std::vector{kind::send_error, kind::caller_side_over, kind::finish}));
+  EXPECT_EQ(cs[0].result, outcome::upstream_failed);
+  EXPECT_EQ(cs[0].status, 502);
+  EXPECT_NE(cs[0].message.find("spent by its earlier tries"), std::string::npos) << cs[0].message;
+  EXPECT_TRUE(lc.call_out_of_attempts());
+  EXPECT_EQ(lc.upstream_attempts(), 0U);
+  expect_nothing_held();
+}
+
 TEST_F(RequestLifecycleTest, ResponseIsSentOnceAndTheRequestFinishesOnlyAfterItsConnectionEnded) {
   auto lc = make();
   lc.start(t0_);
