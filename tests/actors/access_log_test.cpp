@@ -50,13 +50,15 @@ TEST(AccessLogTest, EveryFieldIsWrittenWithUnknownTimesAsNull) {
   EXPECT_TRUE(o.at("work_ended_ms").is_null());
   EXPECT_TRUE(o.at("cancel_latency_ms").is_null());
   EXPECT_TRUE(o.at("client_retry").is_null());
+  EXPECT_TRUE(o.at("client_session").is_null());
+  EXPECT_TRUE(o.at("call_try").is_null());
   EXPECT_TRUE(o.at("key").is_null());
   EXPECT_TRUE(o.at("prompt_tokens").is_null());
   EXPECT_TRUE(o.at("completion_tokens").is_null());
   EXPECT_TRUE(o.at("attempts").as_array().empty());
   EXPECT_EQ(o.at("ts").as_string().size(), 24u);  // 2026-11-30T21:03:18.123Z
   EXPECT_EQ(o.at("ts").as_string().back(), 'Z');
-  EXPECT_EQ(o.size(), 20u);
+  EXPECT_EQ(o.size(), 22u);
 }
 
 TEST(AccessLogTest, TheKeysNameAndTheReportedTokensAreRecorded) {
