@@ -142,16 +142,21 @@ TEST_F(HostileUpstreamTest, AResponsesStreamThatBreaksEndsWithTheResponsesApisEr
     ASSERT_EQ(r.status, 200) << mode;
     EXPECT_EQ(r.end, stream_end::complete) << mode;
     // The mock's three pieces (four opening events, three deltas, four closing ones), whole, and
-    // then its break: the gateway relays the whole events and ends with its own error event.
+    // then its break: the gateway relays the whole events and ends with its own error event and
+    // the Responses API's response.failed.
     auto events = r.sse_events();
-    ASSERT_EQ(events.size(), 12u) << r.body;
+    ASSERT_EQ(events.size(), 13u) << r.body;
     for (std::size_t i = 0; i < 11; ++i) EXPECT_EQ(events[i].name.rfind("response.", 0), 0u);
     EXPECT_EQ(events[6].name, "response.output_text.delta");
-    EXPECT_EQ(events.back().name, "error");
-    auto error = boost::json::parse(events.back().data);
+    EXPECT_EQ(events[11].name, "error");
+    auto error = boost::json::parse(events[11].data);
     EXPECT_EQ(str(error.at("type")), "error");
     EXPECT_EQ(str(error.at("code")), "stream_interrupted");
-    EXPECT_NE(str(error.at("message")).find("upstream"), std::string::npos) << events.back().data;
+    EXPECT_NE(str(error.at("message")).find("upstream"), std::string::npos) << events[11].data;
+    EXPECT_EQ(events.back().name, "response.failed");
+    auto failed = boost::json::parse(events.back().data);
+    EXPECT_EQ(str(failed.at("response").at("status")), "failed") << events.back().data;
+    EXPECT_EQ(str(failed.at("response").at("error").at("code")), "stream_interrupted");
     EXPECT_EQ(r.body.find("cut-mid-event"), std::string::npos) << "half an event was relayed";
     expect_ended(id, "stream_interrupted");
   }
