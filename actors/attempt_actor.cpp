@@ -15,6 +15,7 @@
 #include "actors/policy/engine/release_grace.hpp"
 #include "actors/policy/request/idle_watch.hpp"
 #include "actors/policy/request/retry_policy.hpp"
+#include "actors/policy/wire/answer_end.hpp"
 #include "actors/policy/wire/stream_assembly.hpp"
 #include "actors/relay_events.hpp"
 #include "net/sse_framer.hpp"
@@ -36,6 +37,7 @@ struct attempt_state {
   std::chrono::milliseconds idle_timeout{0};
   std::chrono::milliseconds attempt_timeout{0};
   bool stream_requested = false;  // the upstream was asked for a stream
+  surface where = surface::chat;
   // upstream_stream = "always" for a caller who did not ask for a stream: the surface whose
   // events are assembled into the whole answer, and the answer's limit.
   std::optional<surface> assemble_on;
@@ -137,9 +139,19 @@ void attempt_state::relay_events(net::sse_events events) {
     committed = true;
     self->send(request, attempt_head_atom::value, status, headers);
   }
+  // The answer's last event ends the caller's stream at once, in order behind it, without
+  // waiting for the upstream's end of the body: a caller who closes as soon as it has read that
+  // event was answered whole. The connection goes on to read that end, as after any answer.
+  const bool last = ends_answer(where, events[events.size() - 1]);
   // One message for all the events of one read: a stream that fell behind is caught up in as
   // many hops, and writes to the caller, as reads, not as events.
   self->send(request, attempt_events_atom::value, std::move(events));
+  if (last) {
+    done = true;
+    self->send(request, attempt_end_atom::value);
+    finish();
+    return;
+  }
   arm_idle();
 }
 
@@ -273,6 +285,7 @@ class attempt_actor final : public caf::stateful_actor<attempt_state> {
     state.idle_timeout = spec.idle_timeout;
     state.attempt_timeout = spec.timeout;
     state.stream_requested = spec.stream || spec.assemble.has_value();
+    state.where = spec.where;
     state.assemble_on = spec.assemble;
     // The answer is shaped as this engine's own whole answer where engines differ.
     if (spec.assemble && connection_.upstream < rt_->cfg.upstreams.size())

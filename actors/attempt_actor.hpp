@@ -56,6 +56,9 @@ struct connection_spec {
 struct attempt_spec {
   connection_spec connection;
   bool stream = false;  // the caller asked for an event stream
+  // The surface the caller and the upstream speak: a relayed stream ends at its last event
+  // (actors/policy/wire/answer_end.hpp).
+  surface where = surface::chat;
   // upstream_stream = "always" for a caller who did not: the upstream was asked for a stream on
   // this surface, and its events are assembled into the caller's whole answer.
   std::optional<surface> assemble;

@@ -213,6 +213,7 @@ void request_state::start_attempt(const command& c) {
 
   attempt_spec a;
   a.stream = spec.stream;
+  a.where = spec.where;
   if (assemble) a.assemble = spec.where;
   a.timeout = c.delay;
   a.idle_timeout = settings.stream_idle_timeout;

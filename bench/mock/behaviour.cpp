@@ -88,6 +88,12 @@ std::optional<behaviour> parse_behaviour(std::string_view model) {
   }
   if (consume_prefix(model, "mock-stream-")) {
     b.stamped = consume_prefix(model, "stamped-");
+    if (auto at = model.find("-linger-"); at != std::string_view::npos) {
+      auto linger = parse_number(model.substr(at + 8), max_ms);
+      if (!linger) return std::nullopt;
+      b.linger = std::chrono::milliseconds(*linger);
+      model = model.substr(0, at);
+    }
     auto x = model.find('x');
     if (x == std::string_view::npos) return std::nullopt;
     auto n = parse_number(model.substr(0, x), 1'000'000);

@@ -9,9 +9,11 @@
 namespace tether::mock {
 
 enum class behaviour_kind {
-  immediate,   // mock
-  delay,       // mock-delay-<ms>
-  stream,      // mock-stream-<n>x<ms>, or mock-stream-stamped-<n>x<ms> (see behaviour::stamped)
+  immediate,  // mock
+  delay,      // mock-delay-<ms>
+  // mock-stream-<n>x<ms>, or mock-stream-stamped-<n>x<ms> (see behaviour::stamped), either
+  // with -linger-<ms> (see behaviour::linger)
+  stream,
   fail,        // mock-fail-<status>
   rate_limit,  // mock-ratelimit-<secs>
   hang,        // mock-hang
@@ -43,6 +45,9 @@ struct behaviour {
   // stream: each chat or completions event carries the moment the mock sent it, as the chunk's
   // `mock_sent_us` (epoch µs, the clock of /_stats' times), so a client can time the relay.
   bool stamped = false;
+  // stream: the body stays open this long after the answer's last event before it ends, as a
+  // server's can (llama-server writes chat's [DONE] and the body's end apart).
+  std::chrono::milliseconds linger{0};
 };
 
 // How many whole events the broken streams (sse_cut, bad_chunk, reset) send before they break,

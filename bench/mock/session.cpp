@@ -431,6 +431,7 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
       case behaviour_kind::delay:
         return answer_after(b->delay);
       case behaviour_kind::stream:
+        stream_linger_ = b->linger;
         if (streaming_) return start_stream(b->chunks, b->delay, b->stamped);
         return answer_after(b->delay * b->chunks);
       case behaviour_kind::fail:
@@ -535,16 +536,32 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
       if (ec || self->closed_) return;
       // Stamped as it is handed to the socket: an outbox still holding earlier events (a relay
       // that does not read) delays it, which is the relay's lag too.
-      auto event = self->stream_stamped_ ? stamped_stream_piece_events(
-                                               self->ctx_, k, self->stream_chunks_, epoch_us_now())
-                                         : stream_piece_events(self->ctx_, k, self->stream_chunks_);
+      // A broken stream breaks before its answer's end: its pieces are those of a longer answer,
+      // so none carries the closing events (response.completed, message_stop).
+      const auto count = self->broken_ ? self->stream_chunks_ + 1 : self->stream_chunks_;
+      auto event = self->stream_stamped_
+                       ? stamped_stream_piece_events(self->ctx_, k, count, epoch_us_now())
+                       : stream_piece_events(self->ctx_, k, count);
       self->enqueue({chunk_frame(event), true, false});
       if (k + 1 == self->stream_chunks_) {
         if (self->broken_) return self->schedule_break();
+        if (self->stream_linger_.count() > 0) return self->schedule_linger();
         self->enqueue({stream_end_and_last_chunk(self->ctx_), false, true});
       } else {
         self->schedule_tick(k + 1);
       }
+    });
+  }
+
+  // The answer's last events now (on the Responses and Messages APIs they came with its last
+  // piece), the body's end a linger later.
+  void schedule_linger() {
+    if (auto end = stream_end_events(ctx_); !end.empty()) enqueue({chunk_frame(end), false, false});
+    planned_end_ = steady::now() + stream_linger_;
+    timer_.expires_at(*planned_end_);
+    timer_.async_wait([self = this->shared_from_this()](error_code ec) {
+      if (ec || self->closed_) return;
+      self->enqueue({"0\r\n\r\n", false, true});
     });
   }
 
@@ -767,6 +784,7 @@ class session : public std::enable_shared_from_this<session<Stream>>, public wat
   steady::time_point stream_start_;
   std::uint32_t stream_chunks_ = 0;
   std::chrono::milliseconds stream_interval_{0};
+  std::chrono::milliseconds stream_linger_{0};
   bool stream_stamped_ = false;
   std::uint32_t chunks_sent_ = 0;
   std::optional<behaviour_kind> broken_;  // sse_cut, bad_chunk or reset: how the stream ends

@@ -141,18 +141,18 @@ TEST_F(HostileUpstreamTest, AResponsesStreamThatBreaksEndsWithTheResponsesApisEr
                             {{"x-request-id", id}}, options);
     ASSERT_EQ(r.status, 200) << mode;
     EXPECT_EQ(r.end, stream_end::complete) << mode;
-    // The mock's three pieces (four opening events, three deltas, four closing ones), whole, and
-    // then its break: the gateway relays the whole events and ends with its own error event and
-    // the Responses API's response.failed.
+    // The mock's three pieces (four opening events, three deltas), whole, and then its break
+    // before the answer's end: the gateway relays the whole events and ends with its own error
+    // event and the Responses API's response.failed.
     auto events = r.sse_events();
-    ASSERT_EQ(events.size(), 13u) << r.body;
-    for (std::size_t i = 0; i < 11; ++i) EXPECT_EQ(events[i].name.rfind("response.", 0), 0u);
+    ASSERT_EQ(events.size(), 9u) << r.body;
+    for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(events[i].name.rfind("response.", 0), 0u);
     EXPECT_EQ(events[6].name, "response.output_text.delta");
-    EXPECT_EQ(events[11].name, "error");
-    auto error = boost::json::parse(events[11].data);
+    EXPECT_EQ(events[7].name, "error");
+    auto error = boost::json::parse(events[7].data);
     EXPECT_EQ(str(error.at("type")), "error");
     EXPECT_EQ(str(error.at("code")), "stream_interrupted");
-    EXPECT_NE(str(error.at("message")).find("upstream"), std::string::npos) << events[11].data;
+    EXPECT_NE(str(error.at("message")).find("upstream"), std::string::npos) << events[7].data;
     EXPECT_EQ(events.back().name, "response.failed");
     auto failed = boost::json::parse(events.back().data);
     EXPECT_EQ(str(failed.at("response").at("status")), "failed") << events.back().data;
@@ -176,13 +176,14 @@ TEST_F(HostileUpstreamTest, AMessagesStreamThatBreaksEndsWithTheMessagesApisErro
         {{"x-request-id", id}}, options);
     ASSERT_EQ(r.status, 200) << mode;
     EXPECT_EQ(r.end, stream_end::complete) << mode;
-    // The mock's three pieces (three opening events, three deltas, three closing ones), whole,
-    // and then its break: the gateway relays the whole events and ends with its own error event.
+    // The mock's three pieces (three opening events, three deltas), whole, and then its break
+    // before the answer's end: the gateway relays the whole events and ends with its own error
+    // event.
     auto events = r.sse_events();
-    ASSERT_EQ(events.size(), 10u) << r.body;
+    ASSERT_EQ(events.size(), 7u) << r.body;
     EXPECT_EQ(events.front().name, "message_start");
     EXPECT_EQ(events[3].name, "content_block_delta");
-    EXPECT_EQ(events[8].name, "message_stop");
+    EXPECT_EQ(events[5].name, "content_block_delta");
     EXPECT_EQ(events.back().name, "error");
     auto error = boost::json::parse(events.back().data);
     EXPECT_EQ(str(error.at("type")), "error");
