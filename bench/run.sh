@@ -41,31 +41,28 @@ bench_name="bench"
 # shellcheck source=bench/lib.sh
 source "$here/bench/lib.sh"
 
+# A scenario with a script of its own (NAME, or `--scenarios NUMBER`) is handed over to
+# bench/NAME.sh with the other arguments.
+hand_over() {
+  local name="$1" number="$2" i j
+  shift 2
+  local args=("$@") rest=()
+  for i in "${!args[@]}"; do
+    if [ "${args[$i]}" = "$name" ] || { [ "${args[$i]}" = --scenarios ] && [ "${args[$((i + 1))]:-}" = "$number" ]; }; then
+      for j in "${!args[@]}"; do
+        if [ "$j" != "$i" ] && { [ "${args[$i]}" = "$name" ] || [ "$j" != "$((i + 1))" ]; }; then
+          rest+=("${args[$j]}")
+        fi
+      done
+      exec bash "$here/bench/$name.sh" "${rest[@]}"
+    fi
+  done
+}
 # Scenario 12 needs an engine, not the mock: its own script starts what it needs.
-args=("$@")
-for i in "${!args[@]}"; do
-  if [ "${args[$i]}" = abandon ] || { [ "${args[$i]}" = --scenarios ] && [ "${args[$((i + 1))]:-}" = 12 ]; }; then
-    rest=()
-    for j in "${!args[@]}"; do
-      if [ "$j" != "$i" ] && { [ "${args[$i]}" = abandon ] || [ "$j" != "$((i + 1))" ]; }; then
-        rest+=("${args[$j]}")
-      fi
-    done
-    exec bash "$here/bench/abandon.sh" "${rest[@]}"
-  fi
-done
+hand_over abandon 12 "$@"
 # Scenario 13 too: bench/prefix.sh starts its replicas, nginx and tether nodes.
-for i in "${!args[@]}"; do
-  if [ "${args[$i]}" = prefix ] || { [ "${args[$i]}" = --scenarios ] && [ "${args[$((i + 1))]:-}" = 13 ]; }; then
-    rest=()
-    for j in "${!args[@]}"; do
-      if [ "$j" != "$i" ] && { [ "${args[$i]}" = prefix ] || [ "$j" != "$((i + 1))" ]; }; then
-        rest+=("${args[$j]}")
-      fi
-    done
-    exec bash "$here/bench/prefix.sh" "${rest[@]}"
-  fi
-done
+hand_over prefix 13 "$@"
+
 build="${BUILD_DIR:-$here/build}"
 mock_port="${MOCK_PORT:-18100}"
 nginx_port="${NGINX_PORT:-18101}"
