@@ -33,6 +33,9 @@
 # 'metrics_path = "/metrics"' to compare the engine features' settings).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bench_name="bench abandon"
+# shellcheck source=bench/lib.sh
+source "$here/bench/lib.sh"
 build="${BUILD_DIR:-$here/build}"
 engine_port="${ABANDON_ENGINE_PORT:-18115}"
 nginx_port="${ABANDON_NGINX_PORT:-18116}"
@@ -41,36 +44,14 @@ engines_dir="${TETHER_ENGINES_DIR:-$here/../shared/engines}"
 engine_cache="${TETHER_ENGINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/engines}"
 model="${ABANDON_MODEL:-${TETHER_ENGINE_MODEL:-$build/engine-models/abandon-8x1024-seed1.gguf}}"
 
-quick=0
-bench_args=()
-for arg in "$@"; do
-  if [ "$arg" = "--quick" ]; then quick=1; else bench_args+=("$arg"); fi
-done
-if [ "$quick" = 1 ]; then
-  out_dir="${TMPDIR:-/tmp}/tether-bench-quick"
-  stamp="$(date -u +%Y-%m-%d)-abandon-quick"
-  bench_args+=(--quick)
-  time_limit=200
-else
-  out_dir="$here/bench/results"
-  stamp="${BENCH_STAMP:-$(date -u +%Y-%m-%d)}-abandon"
-  time_limit=540
-fi
-mkdir -p "$out_dir"
-
-log() { echo "bench abandon: $*" >&2; }
+parse_quick "$@"
+if [ "$quick" = 1 ]; then time_limit=200; else time_limit=540; fi
+name_results -abandon
 
 # ---- what it needs -------------------------------------------------------------------------
-if [ "$quick" = 0 ] && ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-  log "installing nginx"
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
-fi
-nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
-if ! /usr/bin/python3 -c 'import numpy, yaml' 2>/dev/null; then
-  log "installing python3-numpy python3-yaml (the model maker's)"
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-numpy \
-    python3-yaml >/dev/null
-fi
+# The short run has no nginx target.
+if [ "$quick" = 0 ]; then need_nginx; fi
+need_model_maker
 
 [ -n "${TETHER_LLAMA_SERVER:-}" ] || [ -f "$engines_dir/build-llama-server.sh" ] || {
   log "no engine source at $engines_dir (set TETHER_ENGINES_DIR)"
@@ -79,27 +60,12 @@ fi
 if [ -n "${TETHER_LLAMA_SERVER:-}" ]; then
   engine_bin="$TETHER_LLAMA_SERVER"
 else
-  log "llama-server (cached in $engine_cache/llama; ≈ 6 min when cold)"
-  engine_bin="$(bash "$engines_dir/build-llama-server.sh" "$engine_cache/llama" | tail -1)"
+  engine_bin="$(build_llama_server)"
 fi
 [ -x "$engine_bin" ] || { log "no llama-server: $engine_bin"; exit 1; }
-if [ ! -s "$model" ]; then
-  log "making the model $model"
-  mkdir -p "$(dirname "$model")"
-  PYTHONPATH="$engine_cache/llama/src/gguf-py" /usr/bin/python3 "$engines_dir/make_model.py" \
-    "$model.tmp" --n-layer 8 --n-embd 1024 --seed 1 >/dev/null
-  mv "$model.tmp" "$model"
-fi
+make_model "$model" --n-layer 8 --n-embd 1024 --seed 1
 
-export CCACHE_BASEDIR="$here" CCACHE_NOHASHDIR=1
-export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  if [ ! -f "$build/CMakeCache.txt" ]; then
-    cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  fi
-  log "building (cmake --build $build)"
-  cmake --build "$build" -j"${JOBS:-2}" --target tether tether-bench >/dev/null
-fi
+build_targets tether tether-bench
 
 if [ "$(nproc)" -ge 2 ]; then
   engine_cpus=(taskset -c 1)
@@ -112,53 +78,21 @@ else
 fi
 
 # ---- processes, always cleaned up ----------------------------------------------------------
-work="$(mktemp -d "${TMPDIR:-/tmp}/tether-abandon.XXXXXX")"
-pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  if [ -n "${BENCH_LOG_DIR:-}" ]; then mkdir -p "$BENCH_LOG_DIR" && cp "$work"/*.log "$BENCH_LOG_DIR"/ 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "$engine_port" "$nginx_port" "$tether_port"; do
-  port_free "$p" || { log "port $p is in use (set ABANDON_*_PORT)"; exit 1; }
-done
-
-# Waits (bounded: 100 × 0.1 s, or as many tries as given) until `curl URL` answers 200.
-wait_ready() {
-  for _ in $(seq "${2:-100}"); do
-    curl -sf -o /dev/null --max-time 1 "$1" && return 0
-    sleep 0.1
-  done
-  log "not ready: $1"
-  return 1
-}
+start_work tether-abandon
+need_free_ports "set ABANDON_*_PORT" "$engine_port" "$nginx_port" "$tether_port"
 
 engine_log="$work/engine.log"
-"${engine_cpus[@]}" "$engine_bin" -m "$model" --host 127.0.0.1 --port "$engine_port" -t 1 -tb 1 \
-  -np 2 -c 4096 --no-kv-unified --slots --metrics -v --log-timestamps --log-prefix \
-  --log-colors off >"$engine_log" 2>&1 &
-engine_pid=$!
-pids+=("$engine_pid")
+spawn "$engine_log" "${engine_cpus[@]}" "$engine_bin" -m "$model" --host 127.0.0.1 \
+  --port "$engine_port" -t 1 -tb 1 -np 2 -c 4096 --no-kv-unified --slots --metrics -v \
+  --log-timestamps --log-prefix --log-colors off
+engine_pid=$started_pid
 wait_ready "http://127.0.0.1:$engine_port/health" 600
 
 targets=(--target "direct=127.0.0.1:$engine_port@$engine_pid")
 if [ "$quick" = 0 ]; then
-  mkdir -p "$work/nginx-tmp"
-  sed -e "s|@WORKDIR@|$work|g" -e "s|@MOCK_PORT@|$engine_port|g" -e "s|@NGINX_PORT@|$nginx_port|g" \
-    "$here/bench/nginx.conf.template" >"$work/nginx.conf"
-  "${proxy_cpus[@]}" "$nginx_bin" -p "$work" -c "$work/nginx.conf" >"$work/nginx.out" 2>&1 &
-  nginx_pid=$!
-  pids+=("$nginx_pid")
+  nginx_conf "$work" "$nginx_port" -e "s|@MOCK_PORT@|$engine_port|g"
+  start_nginx "$work" "${proxy_cpus[@]}"
+  nginx_pid=$started_pid
   wait_ready "http://127.0.0.1:$nginx_port/health"
   targets+=(--target "nginx=127.0.0.1:$nginx_port@$nginx_pid")
 fi
@@ -183,15 +117,11 @@ upstream = "engine"
 log_format = "json"
 log_level = "info"
 EOF
-"${proxy_cpus[@]}" "$build/actors/tether" --config "$work/tether.toml" >"$work/tether.log" 2>&1 &
-tether_pid=$!
-pids+=("$tether_pid")
+spawn "$work/tether.log" "${proxy_cpus[@]}" "$build/actors/tether" --config "$work/tether.toml"
+tether_pid=$started_pid
 wait_ready "http://127.0.0.1:$tether_port/healthz"
 
-rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-if [ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!bench/results' 2>/dev/null)" ]; then
-  rev="$rev + uncommitted changes"
-fi
+rev="$(source_rev)"
 nginx_version="none (short run)"
 [ "$quick" = 1 ] || nginx_version="$("$nginx_bin" -v 2>&1 | sed 's|.*/||')"
 placement="$placement Source: $rev; nginx $nginx_version; llama-server from $(cat "$(dirname "$engine_bin")/../../.snapshot" 2>/dev/null || echo "an unknown snapshot")."
@@ -208,8 +138,6 @@ started=$(date +%s)
   --time-limit-s "$time_limit" --placement "$placement" \
   --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
 rm -f "$out_dir/$stamp.svg"  # the latency chart is the other scenarios'
-for pid in "${pids[@]}"; do
-  kill -0 "$pid" 2>/dev/null || { log "a process died during the run (pid $pid)"; status=1; }
-done
+check_alive "a process" "${pids[@]}"
 log "results: $out_dir/$stamp.md (load $(($(date +%s) - started)) s; exit $status: 0 all targets met, 3 some missed)"
 exit "$status"

@@ -32,6 +32,9 @@
 # (keep the logs), BENCH_STAMP.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bench_name="bench prefix"
+# shellcheck source=bench/lib.sh
+source "$here/bench/lib.sh"
 build="${BUILD_DIR:-$here/build}"
 base="${PREFIX_PORT_BASE:-18700}"
 replicas="${PREFIX_REPLICAS:-3}"
@@ -58,114 +61,46 @@ load_factor=1.25
 # the default 2,048 would be for real text, not the first turns of each conversation too.
 prefix_bytes=1024
 
-quick=0
-bench_args=()
-for arg in "$@"; do
-  if [ "$arg" = "--quick" ]; then quick=1; else bench_args+=("$arg"); fi
-done
-if [ "$quick" = 1 ]; then
-  out_dir="${TMPDIR:-/tmp}/tether-bench-quick"
-  stamp="$(date -u +%Y-%m-%d)-prefix-quick"
-  bench_args+=(--quick)
-else
-  out_dir="$here/bench/results"
-  stamp="${BENCH_STAMP:-$(date -u +%Y-%m-%d)}-prefix"
-fi
-mkdir -p "$out_dir"
-
-log() { echo "bench prefix: $*" >&2; }
+parse_quick "$@"
+name_results -prefix
 
 # ---- what it needs -------------------------------------------------------------------------
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-  log "installing nginx"
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
-fi
-nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
-if ! /usr/bin/python3 -c 'import numpy, yaml' 2>/dev/null; then
-  log "installing python3-numpy python3-yaml (the model maker's)"
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-numpy \
-    python3-yaml >/dev/null
-fi
+need_nginx
+need_model_maker
 [ -n "$engines_dir" ] || {
   log "no engine source at $engines_dir (set TETHER_ENGINES_DIR)"
   exit 1
 }
-log "llama-server (cached in $engine_cache/llama; ≈ 6 min when cold)"
-engine_bin="$(bash "$engines_dir/build-llama-server.sh" "$engine_cache/llama" | tail -1)"
+engine_bin="$(build_llama_server)"
 [ -x "$engine_bin" ] || { log "no llama-server: $engine_bin"; exit 1; }
-if [ ! -s "$model" ]; then
-  log "making the model $model"
-  mkdir -p "$(dirname "$model")"
-  PYTHONPATH="$engine_cache/llama/src/gguf-py" /usr/bin/python3 "$engines_dir/make_model.py" \
-    "$model.tmp" --n-layer 2 --n-embd 256 --n-ff 512 --n-head 4 --seed 1 >/dev/null
-  mv "$model.tmp" "$model"
-fi
+make_model "$model" --n-layer 2 --n-embd 256 --n-ff 512 --n-head 4 --seed 1
 
-export CCACHE_BASEDIR="$here" CCACHE_NOHASHDIR=1
-export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  if [ ! -f "$build/CMakeCache.txt" ]; then
-    cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  fi
-  log "building (cmake --build $build)"
-  cmake --build "$build" -j"${JOBS:-2}" --target tether tether-bench >/dev/null
-fi
+build_targets tether tether-bench
 
 # ---- processes, always cleaned up ----------------------------------------------------------
-work="$(mktemp -d "${TMPDIR:-/tmp}/tether-prefix.XXXXXX")"
-pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  if [ -n "${BENCH_LOG_DIR:-}" ]; then mkdir -p "$BENCH_LOG_DIR" && cp "$work"/*.log "$BENCH_LOG_DIR"/ 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "${replica_ports[@]}" "$nginx_port" "$least_port" "$prefix_port"; do
-  port_free "$p" || { log "port $p is in use (set PREFIX_PORT_BASE)"; exit 1; }
-done
-
-# Waits (bounded: 100 × 0.1 s, or as many tries as given) until `curl URL` answers 200.
-wait_ready() {
-  for _ in $(seq "${2:-100}"); do
-    curl -sf -o /dev/null --max-time 1 "$1" && return 0
-    sleep 0.1
-  done
-  log "not ready: $1"
-  return 1
-}
+start_work tether-prefix
+need_free_ports "set PREFIX_PORT_BASE" "${replica_ports[@]}" "$nginx_port" "$least_port" \
+  "$prefix_port"
 
 replica_pids=()
 for k in "${!replica_ports[@]}"; do
-  "$engine_bin" -m "$model" --host 127.0.0.1 --port "${replica_ports[$k]}" -t 1 \
-    -tb 1 -np 2 -c 8192 --no-kv-unified --cache-ram "$cache_ram" --alias "replica-$k" \
-    --slots --metrics \
-    --log-timestamps --log-prefix --log-colors off >"$work/replica-$k.log" 2>&1 &
-  replica_pids+=($!)
-  pids+=($!)
+  spawn "$work/replica-$k.log" "$engine_bin" -m "$model" --host 127.0.0.1 \
+    --port "${replica_ports[$k]}" -t 1 -tb 1 -np 2 -c 8192 --no-kv-unified \
+    --cache-ram "$cache_ram" --alias "replica-$k" --slots --metrics \
+    --log-timestamps --log-prefix --log-colors off
+  replica_pids+=("$started_pid")
 done
 for p in "${replica_ports[@]}"; do wait_ready "http://127.0.0.1:$p/health" 600; done
 
 # nginx: the bench template with every replica in its upstream (round robin, nginx's default).
 # No kept-alive upstream connections: llama-server closes one after a streamed answer, and nginx
 # reusing it answers 502 and takes the replica out of the rotation (max_fails=0 keeps it in).
-mkdir -p "$work/nginx-tmp"
 servers=""
 for p in "${replica_ports[@]}"; do servers="$servers    server 127.0.0.1:$p max_fails=0;\n"; done
-sed -e "s|@WORKDIR@|$work|g" -e "s|@NGINX_PORT@|$nginx_port|g" -e '/^    keepalive 512;$/d' \
-  -e "s|^    server 127.0.0.1:@MOCK_PORT@;|${servers%\\n}|" \
-  "$here/bench/nginx.conf.template" >"$work/nginx.conf"
-"$nginx_bin" -p "$work" -c "$work/nginx.conf" >"$work/nginx.out" 2>&1 &
-nginx_pid=$!
-pids+=("$nginx_pid")
+nginx_conf "$work" "$nginx_port" -e '/^    keepalive 512;$/d' \
+  -e "s|^    server 127.0.0.1:@MOCK_PORT@;|${servers%\\n}|"
+start_nginx "$work"
+nginx_pid=$started_pid
 wait_ready "http://127.0.0.1:$nginx_port/health"
 
 # A tether node: model "prefix" on every replica, with the given routing lines.
@@ -203,9 +138,8 @@ EOF
 }
 targets=()
 tether_config "$least_port" "" >"$work/least_work.toml"
-"$build/actors/tether" --config "$work/least_work.toml" >"$work/tether-least_work.log" 2>&1 &
-least_pid=$!
-pids+=("$least_pid")
+spawn "$work/tether-least_work.log" "$build/actors/tether" --config "$work/least_work.toml"
+least_pid=$started_pid
 wait_ready "http://127.0.0.1:$least_port/healthz"
 targets+=(--target "least_work=127.0.0.1:$least_port@$least_pid")
 
@@ -215,9 +149,8 @@ prefix_load_factor = $load_factor
 prefix_bytes = $prefix_bytes"
 tether_config "$prefix_port" "$prefix_lines" >"$work/prefix.toml"
 if "$build/actors/tether" check --config "$work/prefix.toml" >"$work/prefix-check.log" 2>&1; then
-  "$build/actors/tether" --config "$work/prefix.toml" >"$work/tether-prefix.log" 2>&1 &
-  prefix_pid=$!
-  pids+=("$prefix_pid")
+  spawn "$work/tether-prefix.log" "$build/actors/tether" --config "$work/prefix.toml"
+  prefix_pid=$started_pid
   wait_ready "http://127.0.0.1:$prefix_port/healthz"
   targets+=(--target "prefix=127.0.0.1:$prefix_port@$prefix_pid")
 else
@@ -226,10 +159,7 @@ else
 fi
 targets+=(--target "nginx=127.0.0.1:$nginx_port@$nginx_pid")
 
-rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-if [ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!bench/results' 2>/dev/null)" ]; then
-  rev="$rev + uncommitted changes"
-fi
+rev="$(source_rev)"
 placement="$replicas llama-server replicas (-t 1, -np 2, --cache-ram $cache_ram), nginx (1 worker), two tether nodes and tether-bench: nothing pinned. The prefix target's routing: $arm_routing. Source: $rev; nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||'); llama-server from $(cat "$engine_cache/llama/.snapshot" 2>/dev/null || echo "an unknown snapshot")."
 if [ "$quick" = 0 ]; then
   rm -f "$out_dir"/*-prefix.json "$out_dir"/*-prefix.md "$out_dir"/*-prefix.svg
@@ -243,8 +173,6 @@ timeout --kill-after=10 900 "$build/bench/tether-bench" --scenarios 13 "${replic
   --prefix-load-factor "$load_factor" "${targets[@]}" --time-limit-s 840 \
   --placement "$placement" --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
 rm -f "$out_dir/$stamp.svg"  # the latency chart is the mock scenarios'
-for pid in "${replica_pids[@]}" "$nginx_pid" "$least_pid" ${prefix_pid:+"$prefix_pid"}; do
-  kill -0 "$pid" 2>/dev/null || { log "a process died during the run (pid $pid)"; status=1; }
-done
+check_alive "a process" "${replica_pids[@]}" "$nginx_pid" "$least_pid" ${prefix_pid:+"$prefix_pid"}
 log "results: $out_dir/$stamp.md (load $(($(date +%s) - started)) s; exit $status: 0 all targets met, 3 some missed)"
 exit "$status"

@@ -37,34 +37,33 @@
 # prefix and nginx round robin; ≈ 12 min, --quick ≈ 4; results bench/results/<date>-prefix.*).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bench_name="bench"
+# shellcheck source=bench/lib.sh
+source "$here/bench/lib.sh"
 
+# A scenario with a script of its own (NAME, or `--scenarios NUMBER`) is handed over to
+# bench/NAME.sh with the other arguments.
+hand_over() {
+  local name="$1" number="$2" i j
+  shift 2
+  local args=("$@") rest=()
+  for i in "${!args[@]}"; do
+    if [ "${args[$i]}" = "$name" ] || { [ "${args[$i]}" = --scenarios ] && [ "${args[$((i + 1))]:-}" = "$number" ]; }; then
+      for j in "${!args[@]}"; do
+        if [ "$j" != "$i" ] && { [ "${args[$i]}" = "$name" ] || [ "$j" != "$((i + 1))" ]; }; then
+          rest+=("${args[$j]}")
+        fi
+      done
+      exec bash "$here/bench/$name.sh" "${rest[@]}"
+    fi
+  done
+}
 # Scenario 12 needs an engine, not the mock: its own script starts what it needs.
-args=("$@")
-for i in "${!args[@]}"; do
-  if [ "${args[$i]}" = abandon ] || { [ "${args[$i]}" = --scenarios ] && [ "${args[$((i + 1))]:-}" = 12 ]; }; then
-    rest=()
-    for j in "${!args[@]}"; do
-      if [ "$j" != "$i" ] && { [ "${args[$i]}" = abandon ] || [ "$j" != "$((i + 1))" ]; }; then
-        rest+=("${args[$j]}")
-      fi
-    done
-    exec bash "$here/bench/abandon.sh" "${rest[@]}"
-  fi
-done
+hand_over abandon 12 "$@"
 # Scenario 13 too: bench/prefix.sh starts its replicas, nginx and tether nodes.
-for i in "${!args[@]}"; do
-  if [ "${args[$i]}" = prefix ] || { [ "${args[$i]}" = --scenarios ] && [ "${args[$((i + 1))]:-}" = 13 ]; }; then
-    rest=()
-    for j in "${!args[@]}"; do
-      if [ "$j" != "$i" ] && { [ "${args[$i]}" = prefix ] || [ "$j" != "$((i + 1))" ]; }; then
-        rest+=("${args[$j]}")
-      fi
-    done
-    exec bash "$here/bench/prefix.sh" "${rest[@]}"
-  fi
-done
+hand_over prefix 13 "$@"
+
 build="${BUILD_DIR:-$here/build}"
-jobs="${JOBS:-2}"
 mock_port="${MOCK_PORT:-18100}"
 nginx_port="${NGINX_PORT:-18101}"
 tether_port="${TETHER_PORT:-18102}"
@@ -85,42 +84,13 @@ every_cpu_nginx_port="${EVERY_CPU_NGINX_PORT:-18113}"
 every_cpu_tether_port="${EVERY_CPU_TETHER_PORT:-18114}"
 cap=8
 
-quick=0
-bench_args=()
-for arg in "$@"; do
-  if [ "$arg" = "--quick" ]; then quick=1; else bench_args+=("$arg"); fi
-done
-if [ "$quick" = 1 ]; then
-  time_limit=90
-  out_dir="${TMPDIR:-/tmp}/tether-bench-quick"
-  stamp="$(date -u +%Y-%m-%d)-quick"
-  bench_args+=(--quick)
-else
-  time_limit=600
-  out_dir="$here/bench/results"
-  # BENCH_STAMP names a second run of the day (e.g. 2026-12-06b) instead of replacing the first.
-  stamp="${BENCH_STAMP:-$(date -u +%Y-%m-%d)}"
-fi
-mkdir -p "$out_dir"
-
-log() { echo "bench: $*" >&2; }
+parse_quick "$@"
+if [ "$quick" = 1 ]; then time_limit=90; else time_limit=600; fi
+name_results ""
 
 # ---- what it needs -------------------------------------------------------------------------
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-  log "installing nginx"
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
-fi
-nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
-
-export CCACHE_BASEDIR="$here" CCACHE_NOHASHDIR=1
-export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  if [ ! -f "$build/CMakeCache.txt" ]; then
-    cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  fi
-  log "building (cmake --build $build -j$jobs)"
-  cmake --build "$build" -j"$jobs" --target tether tether-mock tether-bench >/dev/null
-fi
+need_nginx
+build_targets tether tether-mock tether-bench
 
 # 10,000 streams through a proxy: 10,000 client sockets + 10,000 upstream sockets per process.
 ulimit -Hn 65536 2>/dev/null || true
@@ -138,63 +108,27 @@ else
 fi
 
 # ---- processes, always cleaned up ----------------------------------------------------------
-work="$(mktemp -d "${TMPDIR:-/tmp}/tether-bench.XXXXXX")"
-pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  # BENCH_LOG_DIR=dir keeps the processes' logs (tether's access log says how long each request
-  # took by its own clock).
-  if [ -n "${BENCH_LOG_DIR:-}" ]; then mkdir -p "$BENCH_LOG_DIR" && cp "$work"/*.log "$BENCH_LOG_DIR"/ 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "$mock_port" "$nginx_port" "$tether_port" "$host_port" "$budget_port" "$member_port" \
-  "$cold_port" "$replicas_healthy_port" "$replicas_dead_port" "$replicas_ejecting_port" \
+start_work tether-bench
+need_free_ports "set MOCK_PORT/NGINX_PORT/TETHER_PORT" "$mock_port" "$nginx_port" \
+  "$tether_port" "$host_port" "$budget_port" "$member_port" "$cold_port" \
+  "$replicas_healthy_port" "$replicas_dead_port" "$replicas_ejecting_port" \
   "$dead_upstream_port" "$tokens_node_port" "$slots_node_port" "$every_cpu_nginx_port" \
-  "$every_cpu_tether_port"; do
-  port_free "$p" || { log "port $p is in use (set MOCK_PORT/NGINX_PORT/TETHER_PORT)"; exit 1; }
-done
+  "$every_cpu_tether_port"
 
-# Waits (bounded) until `curl URL` answers 200.
-wait_ready() {
-  for _ in $(seq 100); do
-    curl -sf -o /dev/null --max-time 1 "$1" && return 0
-    sleep 0.1
-  done
-  log "not ready: $1"
-  return 1
-}
-
-"${load_cpus[@]}" "$build/bench/tether-mock" --listen "127.0.0.1:$mock_port" \
-  >"$work/mock.log" 2>&1 &
-mock_pid=$!
-pids+=("$mock_pid")
+spawn "$work/mock.log" "${load_cpus[@]}" "$build/bench/tether-mock" \
+  --listen "127.0.0.1:$mock_port"
+mock_pid=$started_pid
 wait_ready "http://127.0.0.1:$mock_port/_stats"
 
-mkdir -p "$work/nginx-tmp"
-sed -e "s|@WORKDIR@|$work|g" -e "s|@MOCK_PORT@|$mock_port|g" -e "s|@NGINX_PORT@|$nginx_port|g" \
-  "$here/bench/nginx.conf.template" >"$work/nginx.conf"
-"${proxy_cpus[@]}" "$nginx_bin" -p "$work" -c "$work/nginx.conf" >"$work/nginx.out" 2>&1 &
-nginx_pid=$!
-pids+=("$nginx_pid")
+nginx_conf "$work" "$nginx_port" -e "s|@MOCK_PORT@|$mock_port|g"
+start_nginx "$work" "${proxy_cpus[@]}"
+nginx_pid=$started_pid
 wait_ready "http://127.0.0.1:$nginx_port/_stats"
 # Scenario 11's nginx: a worker per CPU, unpinned, in a directory of its own (idle outside it).
-mkdir -p "$work/every-cpu/nginx-tmp"
-sed -e "s|@WORKDIR@|$work/every-cpu|g" -e "s|@MOCK_PORT@|$mock_port|g" \
-  -e "s|@NGINX_PORT@|$every_cpu_nginx_port|g" -e "s|^worker_processes 1;|worker_processes $(nproc);|" \
-  "$here/bench/nginx.conf.template" >"$work/every-cpu/nginx.conf"
-"$nginx_bin" -p "$work/every-cpu" -c "$work/every-cpu/nginx.conf" >"$work/every-cpu/nginx.out" 2>&1 &
-every_cpu_nginx_pid=$!
-pids+=("$every_cpu_nginx_pid")
+nginx_conf "$work/every-cpu" "$every_cpu_nginx_port" -e "s|@MOCK_PORT@|$mock_port|g" \
+  -e "s|^worker_processes 1;|worker_processes $(nproc);|"
+start_nginx "$work/every-cpu"
+every_cpu_nginx_pid=$started_pid
 wait_ready "http://127.0.0.1:$every_cpu_nginx_port/_stats"
 
 # Starts a tether node NAME listening on PORT (extra arguments go to --print-tether-config), on
@@ -212,9 +146,7 @@ start_tether() {
   fi
   local cpus=("${proxy_cpus[@]}")
   if [ "${UNPINNED:-0}" = 1 ]; then cpus=(); fi
-  "${cpus[@]}" "$build/actors/tether" --config "$work/$name.toml" >"$work/$name.log" 2>&1 &
-  started_pid=$!
-  pids+=("$started_pid")
+  spawn "$work/$name.log" "${cpus[@]}" "$build/actors/tether" --config "$work/$name.toml"
   wait_ready "http://127.0.0.1:$port/healthz"
 }
 start_tether tether "$tether_port"
@@ -246,12 +178,7 @@ slots_node_pid=$started_pid
 UNPINNED=1 start_tether tether-every-cpu "$every_cpu_tether_port"
 every_cpu_tether_pid=$started_pid
 
-rev="$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-# The results directory does not count: an earlier run's files there change no code under test.
-if [ -n "$(git -C "$here" status --porcelain --untracked-files=no -- . ':!bench/results' 2>/dev/null)" ]; then
-  rev="$rev + uncommitted changes"
-fi
-placement="$placement Source: $rev; nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||')."
+placement="$placement Source: $(source_rev); nginx $("$nginx_bin" -v 2>&1 | sed 's|.*/||')."
 log "mock :$mock_port, nginx :$nginx_port (pid $nginx_pid), tether :$tether_port (pid $tether_pid)"
 status=0
 "${load_cpus[@]}" timeout --kill-after=10 $((time_limit + 60)) "$build/bench/tether-bench" \
@@ -271,9 +198,7 @@ status=0
   --cap "$cap" --time-limit-s "$time_limit" --placement "$placement" \
   --out-dir "$out_dir" --stamp "$stamp" "${bench_args[@]}" || status=$?
 
-for pid in "$nginx_pid" "$tether_pid"; do
-  kill -0 "$pid" 2>/dev/null || { log "a proxy died during the run (pid $pid)"; status=1; }
-done
+check_alive "a proxy" "$nginx_pid" "$tether_pid"
 if grep -q '"level":"error"' "$work/tether.log"; then
   log "tether logged errors:"; grep '"level":"error"' "$work/tether.log" | head -5 >&2
 fi
