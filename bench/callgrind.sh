@@ -24,8 +24,9 @@
 # DHAT=1 runs valgrind's DHAT instead of callgrind and prints the heap allocations per request
 # and their bytes, counted the same way (what a request asks of malloc; its instructions are not
 # counted then).
-# STREAM=1 asks for a streamed answer ("stream": true): with MODEL=mock-stream-stamped-<n>x1, two
-# counts with different n give the instructions per relayed event.
+# STREAM=1 asks for a streamed answer ("stream": true): with MODEL=mock-stream-stamped-200x20 and
+# -400x20 (models of the bench's config) at N=3, the difference over 200 events is the
+# instructions per relayed event.
 # bench/callgrind.sh --floor [N=2000] counts the same for tether-actor-floor instead: the actor
 # tree of a request with none of tether's work in it (bench/floor/actor_floor.cpp).
 set -euo pipefail
