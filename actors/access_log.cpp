@@ -218,7 +218,8 @@ std::string_view format_access_line_into(std::string& out, const access_record& 
     l.raw("key", "null");
   }
   for (const auto& [name, n] : {std::pair{"prompt_tokens", r.prompt_tokens},
-                                std::pair{"completion_tokens", r.completion_tokens}}) {
+                                std::pair{"completion_tokens", r.completion_tokens},
+                                std::pair{"cached_tokens", r.cached_tokens}}) {
     if (n) {
       l.integer(name, static_cast<std::int64_t>(*n));
     } else {

@@ -54,6 +54,7 @@ struct access_record {
   // What the upstream reported using (usage); nullopt: not reported.
   std::optional<std::uint64_t> prompt_tokens;
   std::optional<std::uint64_t> completion_tokens;
+  std::optional<std::uint64_t> cached_tokens;  // the part of the prompt read from a cache
   std::span<const attempt_record> attempts;
 };
 

@@ -497,6 +497,7 @@ void request_state::finish() {
   if (usage) {
     r.prompt_tokens = usage->prompt;
     r.completion_tokens = usage->completion;
+    r.cached_tokens = usage->cached;
     rt->stats->tokens_used(key_name() ? *key_name() : std::string{}, life->current_upstream(),
                            usage->prompt.value_or(0), usage->completion.value_or(0));
   }

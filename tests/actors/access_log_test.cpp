@@ -55,10 +55,11 @@ TEST(AccessLogTest, EveryFieldIsWrittenWithUnknownTimesAsNull) {
   EXPECT_TRUE(o.at("key").is_null());
   EXPECT_TRUE(o.at("prompt_tokens").is_null());
   EXPECT_TRUE(o.at("completion_tokens").is_null());
+  EXPECT_TRUE(o.at("cached_tokens").is_null());
   EXPECT_TRUE(o.at("attempts").as_array().empty());
   EXPECT_EQ(o.at("ts").as_string().size(), 24u);  // 2026-11-30T21:03:18.123Z
   EXPECT_EQ(o.at("ts").as_string().back(), 'Z');
-  EXPECT_EQ(o.size(), 22u);
+  EXPECT_EQ(o.size(), 23u);
 }
 
 TEST(AccessLogTest, TheKeysNameAndTheReportedTokensAreRecorded) {
@@ -66,10 +67,12 @@ TEST(AccessLogTest, TheKeysNameAndTheReportedTokensAreRecorded) {
   r.key = "team-a";
   r.prompt_tokens = 12;
   r.completion_tokens = 0;
+  r.cached_tokens = 8;
   const auto o = parse(format_access_line(r));
   EXPECT_EQ(o.at("key"), "team-a");
   EXPECT_EQ(o.at("prompt_tokens"), 12);
   EXPECT_EQ(o.at("completion_tokens"), 0);
+  EXPECT_EQ(o.at("cached_tokens"), 8);
 }
 
 TEST(AccessLogTest, TheSdksRetryCounterIsRecorded) {

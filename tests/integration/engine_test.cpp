@@ -9,6 +9,8 @@
 // engine's work, the tokens the engine decoded after the cut, its decode step.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -378,6 +380,47 @@ TEST_F(EngineTest, ConcurrencyWithAbortsReleasedByTheEnginesCountHoldsNoMoreThan
 // llama-server closes the connection after every streamed answer although it advertised
 // keep-alive; the next request tether puts on that pooled connection must not fail for it.
 // Back-to-back on one caller connection, streamed then not, with no retry to hide a failure.
+// The access log's cached_tokens is the engine's own count of the prompt it read from its cache
+// (llama-server's prompt_tokens_details.cached_tokens), whole answer or stream (whose caller
+// asked for usage): a prompt sent a second time is read from the cache.
+TEST_F(EngineTest, TheCachedPartOfThePromptIsTheEnginesCount) {
+  gateway_process gw{engine_config(engine(), "deadline_ms = 60000\nmax_retries = 0")};
+  http_connection conn(gw.port());
+  int cached_seen = 0;
+  for (int i = 0; i < 4; ++i) {
+    const bool stream = i % 2 == 1;
+    const auto id = "cached-" + std::to_string(i);
+    // A stream reports usage when its caller asks.
+    auto body = chat_request(stream, 2);
+    if (stream)
+      body.replace(body.find("\"stream\":true"), 13,
+                   R"("stream":true,"stream_options":{"include_usage":true})");
+    auto r = conn.request("POST", "/v1/chat/completions", body, {{"x-request-id", id}}, 20s);
+    ASSERT_EQ(r.status, 200) << r.body;
+    // The engine's usage: the whole answer's, or the stream's last chunk that has one.
+    boost::json::object usage;
+    if (stream) {
+      std::istringstream lines(r.body);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("data: {", 0) != 0) continue;
+        const auto chunk = boost::json::parse(line.substr(6)).as_object();
+        if (chunk.contains("usage") && chunk.at("usage").is_object())
+          usage = chunk.at("usage").as_object();
+      }
+    } else {
+      usage = boost::json::parse(r.body).at("usage").as_object();
+    }
+    ASSERT_TRUE(usage.contains("prompt_tokens_details")) << r.body;
+    const auto engines = usage.at("prompt_tokens_details").at("cached_tokens").as_int64();
+    auto line = access_line(gw, id);
+    ASSERT_TRUE(line) << id;
+    EXPECT_EQ(line->at("cached_tokens").as_int64(), engines) << id;
+    EXPECT_EQ(line->at("prompt_tokens").as_int64(), usage.at("prompt_tokens").as_int64()) << id;
+    if (i > 0 && engines > 0) ++cached_seen;
+  }
+  EXPECT_GT(cached_seen, 0) << "the engine never read the repeated prompt from its cache";
+}
+
 TEST_F(EngineTest, HandOverOnTheEnginesConnectionCloseCostsNo502) {
   constexpr int pairs = 100;
   gateway_process gw{engine_config(engine(), "deadline_ms = 60000\nmax_retries = 0")};

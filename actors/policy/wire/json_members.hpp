@@ -15,8 +15,10 @@ namespace tether {
 
 // Derived provides the value callbacks (on_object_begin … on_null) and
 // `void on_member(std::string_view key)`, called for each key at depth 1; a key longer than
-// KeyCapacity comes as an empty view (no key a handler looks for is empty).
-template <class Derived, std::size_t KeyCapacity>
+// KeyCapacity comes as an empty view (no key a handler looks for is empty). With NestedKeys,
+// `void on_nested_member(std::string_view key)` is called likewise for each key at depth 2 (the
+// members of a top-level member's object).
+template <class Derived, std::size_t KeyCapacity, bool NestedKeys = false>
 class json_members {
  public:
   static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
@@ -35,9 +37,12 @@ class json_members {
   }
   bool on_key(boost::json::string_view s, std::size_t, boost::json::error_code&) {
     key_part(s);
+    const auto key =
+        key_size_ <= KeyCapacity ? std::string_view{key_, key_size_} : std::string_view{};
     if (depth_ == 1) {
-      static_cast<Derived*>(this)->on_member(
-          key_size_ <= KeyCapacity ? std::string_view{key_, key_size_} : std::string_view{});
+      static_cast<Derived*>(this)->on_member(key);
+    } else if constexpr (NestedKeys) {
+      if (depth_ == 2) static_cast<Derived*>(this)->on_nested_member(key);
     }
     key_size_ = 0;
     return true;
@@ -52,7 +57,7 @@ class json_members {
 
  private:
   void key_part(boost::json::string_view s) {
-    if (depth_ != 1) return;
+    if (depth_ != 1 && !(NestedKeys && depth_ == 2)) return;
     // Only the few keys a handler looks for matter: a longer key is only counted, not kept.
     if (key_size_ + s.size() <= KeyCapacity) std::copy(s.begin(), s.end(), key_ + key_size_);
     key_size_ += s.size();

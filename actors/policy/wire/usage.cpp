@@ -16,11 +16,22 @@ bool is_ws(char c) {
 
 // The counts of one `usage` object, gathered while Boost.JSON's own parser validates it, with no
 // document built (the document and its allocations were most of what reading usage cost). Only
-// the object's own members count; a repeated key's last value counts, as a document keeps it.
+// the object's own members count, and `cached_tokens` in its prompt_tokens_details (OpenAI chat)
+// or input_tokens_details (Responses); a repeated key's last value counts, as a document keeps it.
 class usage_counts
-    : public json_members<usage_counts, 27> {  // sizeof "cache_creation_input_tokens"
+    : public json_members<usage_counts, 27, true> {  // sizeof "cache_creation_input_tokens"
  public:
-  enum count { prompt, input, cache_creation, cache_read, completion, output, none };
+  enum count {
+    prompt,
+    input,
+    cache_creation,
+    cache_read,
+    completion,
+    output,
+    prompt_cached,  // prompt_tokens_details.cached_tokens
+    input_cached,   // input_tokens_details.cached_tokens
+    none
+  };
   std::optional<std::uint64_t> counts[none];
 
   bool on_object_begin(boost::json::error_code&) { return open(); }
@@ -35,6 +46,12 @@ class usage_counts
               : key == "completion_tokens"           ? completion
               : key == "output_tokens"               ? output
                                                      : none;
+    details_ = key == "prompt_tokens_details"  ? prompt_cached
+               : key == "input_tokens_details" ? input_cached
+                                               : none;
+  }
+  void on_nested_member(std::string_view key) {
+    nested_ = key == "cached_tokens" ? in_details_ : none;
   }
   bool on_string_part(boost::json::string_view, std::size_t, boost::json::error_code&) {
     return other_value();
@@ -59,23 +76,39 @@ class usage_counts
   // A member whose value is not a non-negative integer has no count (its earlier value is gone).
   bool set(std::uint64_t n) {
     if (depth() == 1 && member_ != none) counts[member_] = n;
+    if (depth() == 1 && details_ != none) counts[details_].reset();  // a number is no details
+    if (depth() == 2 && nested_ != none) counts[nested_] = n;
     return true;
   }
   bool other_value() {
     if (depth() == 1 && member_ != none) counts[member_].reset();
+    // A details member's new value replaces the old one's cached count, whatever it holds.
+    if (depth() == 1 && details_ != none) counts[details_].reset();
+    if (depth() == 2 && nested_ != none) counts[nested_].reset();
     return true;
   }
   bool open() {
     other_value();
     enter();
+    if (depth() == 2) {
+      in_details_ = details_;
+      nested_ = none;
+    }
     return true;
   }
   bool close() {
+    if (depth() == 2) in_details_ = none;
     leave();
     return true;
   }
 
   count member_ = none;
+  // The details member the current top-level key names, the one whose value is open (an array's
+  // elements have no keys, so only an object's cached_tokens is read) and the count its current
+  // member is: none where they are not.
+  count details_ = none;
+  count in_details_ = none;
+  count nested_ = none;
 };
 
 // Where the value of the last `"usage"` member that is an object starts, or npos. From the end
@@ -129,12 +162,16 @@ std::optional<token_usage> usage_of(std::string_view text) {
   u.completion = c[usage_counts::completion];
   if (!u.completion) u.completion = c[usage_counts::output];
   if (!u.prompt && !u.completion) return std::nullopt;
+  u.cached = c[usage_counts::prompt_cached];
+  if (!u.cached) u.cached = c[usage_counts::input_cached];
+  if (!u.cached) u.cached = c[usage_counts::cache_read];
   return u;
 }
 
 void merge_usage(token_usage& into, const token_usage& later) {
   if (later.prompt) into.prompt = later.prompt;
   if (later.completion) into.completion = later.completion;
+  if (later.cached) into.cached = later.cached;
 }
 
 }  // namespace tether

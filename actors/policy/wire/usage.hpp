@@ -14,6 +14,10 @@ namespace tether {
 struct token_usage {
   std::optional<std::uint64_t> prompt;      // prompt_tokens | input_tokens (+ Anthropic's cache)
   std::optional<std::uint64_t> completion;  // completion_tokens | output_tokens
+  // The part of the prompt read from the upstream's prompt cache: prompt_tokens_details' |
+  // input_tokens_details' cached_tokens | Anthropic's cache_read_input_tokens, the first there
+  // is. Only with a prompt or completion count (a usage without either is none).
+  std::optional<std::uint64_t> cached;
   bool operator==(const token_usage&) const = default;
 };
 

@@ -13,15 +13,38 @@ namespace {
 TEST(UsageTest, TheOpenAIAndAnthropicShapesAreRead) {
   auto chat = usage_of(
       R"({"id":"c","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}})");
-  EXPECT_EQ(chat, (token_usage{12, 5}));
+  EXPECT_EQ(chat, (token_usage{12, 5, std::nullopt}));
   auto responses =
       usage_of(R"({"id":"r","usage":{"input_tokens":7,"output_tokens":3,"total_tokens":10}})");
-  EXPECT_EQ(responses, (token_usage{7, 3}));
+  EXPECT_EQ(responses, (token_usage{7, 3, std::nullopt}));
   auto messages = usage_of(
       R"({"type":"message","usage":{"input_tokens":7,"cache_read_input_tokens":100,"cache_creation_input_tokens":20,"output_tokens":3}})");
-  EXPECT_EQ(messages, (token_usage{127, 3}));
+  EXPECT_EQ(messages, (token_usage{127, 3, 100}));
   auto embeddings = usage_of(R"({"data":[],"usage":{"prompt_tokens":4,"total_tokens":4}})");
-  EXPECT_EQ(embeddings, (token_usage{4, std::nullopt}));
+  EXPECT_EQ(embeddings, (token_usage{4, std::nullopt, std::nullopt}));
+}
+
+// The cached part of the prompt, where each API tells it.
+TEST(UsageTest, TheCachedPartOfThePromptIsRead) {
+  EXPECT_EQ(
+      usage_of(
+          R"({"usage":{"prompt_tokens":120,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":100,"audio_tokens":0},"completion_tokens_details":{"cached_tokens":7}}})"),
+      (token_usage{120, 5, 100}));
+  EXPECT_EQ(
+      usage_of(
+          R"({"usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":64},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":0}}})"),
+      (token_usage{120, 5, 64}));
+  // A details object without the count, a count outside one or deeper: none.
+  EXPECT_EQ(usage_of(R"({"usage":{"prompt_tokens":3,"prompt_tokens_details":{}}})"),
+            (token_usage{3, std::nullopt, std::nullopt}));
+  EXPECT_EQ(usage_of(R"({"usage":{"prompt_tokens":3,"cached_tokens":2}})"),
+            (token_usage{3, std::nullopt, std::nullopt}));
+  EXPECT_EQ(
+      usage_of(
+          R"({"usage":{"prompt_tokens":3,"prompt_tokens_details":{"x":{"cached_tokens":2}}}})"),
+      (token_usage{3, std::nullopt, std::nullopt}));
+  // Only with a count of the prompt or the answer.
+  EXPECT_FALSE(usage_of(R"({"usage":{"prompt_tokens_details":{"cached_tokens":2}}})"));
 }
 
 TEST(UsageTest, StreamEventsAreReadAndMerged) {
@@ -36,7 +59,7 @@ TEST(UsageTest, StreamEventsAreReadAndMerged) {
       "{\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n");
   ASSERT_TRUE(delta);
   merge_usage(u, *delta);
-  EXPECT_EQ(u, (token_usage{25, 15}));
+  EXPECT_EQ(u, (token_usage{25, 15, std::nullopt}));
   // An OpenAI chunk before the last one says "usage":null.
   EXPECT_FALSE(usage_of("data: {\"choices\":[{\"delta\":{}}],\"usage\":null}\n\n"));
 }
@@ -49,7 +72,7 @@ TEST(UsageTest, TextThatOnlyMentionsUsageIsNotUsage) {
   EXPECT_FALSE(usage_of(""));
   // The last usage member counts; one inside a string before it does not hide it.
   EXPECT_EQ(usage_of(R"({"a":"\"usage\":{}","usage" : {"prompt_tokens":1,"completion_tokens":2}})"),
-            (token_usage{1, 2}));
+            (token_usage{1, 2, std::nullopt}));
 }
 
 // The reading as it was written first: the usage object parsed into a document. usage_of reads it
@@ -93,6 +116,12 @@ std::optional<token_usage> usage_by_document(std::string_view text) {
     u.completion = count_of(o, "completion_tokens");
     if (!u.completion) u.completion = count_of(o, "output_tokens");
     if (!u.prompt && !u.completion) return std::nullopt;
+    for (auto details : {"prompt_tokens_details", "input_tokens_details"}) {
+      const auto* d = o.if_contains(details);
+      if (!u.cached && d != nullptr && d->is_object())
+        u.cached = count_of(d->as_object(), "cached_tokens");
+    }
+    if (!u.cached) u.cached = count_of(o, "cache_read_input_tokens");
     return u;
   }
   return std::nullopt;
@@ -108,6 +137,8 @@ TEST(UsageTest, ReadsEveryTextAsTheDocumentWould) {
                                       "output_tokens",
                                       "total_tokens",
                                       "prompt_tokens_details",
+                                      "input_tokens_details",
+                                      "cached_tokens",
                                       "prompt\\u005ftokens",
                                       "output_tokens_x"};
   const std::vector<std::string> values{"0",
@@ -121,12 +152,18 @@ TEST(UsageTest, ReadsEveryTextAsTheDocumentWould) {
                                         "null",
                                         "true",
                                         "{\"prompt_tokens\":5}",
+                                        "{\"cached_tokens\":9}",
+                                        "{\"cached_tokens\":4,\"cached_tokens\":null}",
+                                        "{\"a\":[{\"cached_tokens\":1}],\"cached_tokens\":3}",
+                                        "{\"a\":{\"cached_tokens\":1}}",
+                                        "[{\"cached_tokens\":6}]",
                                         "[1,2]",
                                         "{}"};
   auto pick = [&](const auto& list) {
     return list[std::uniform_int_distribution<std::size_t>(0, list.size() - 1)(rng)];
   };
   int agreed_with_counts = 0;
+  int agreed_with_cached = 0;
   for (int i = 0; i < 20000; ++i) {
     std::string object = "{";
     const auto members = std::uniform_int_distribution<int>(0, 5)(rng);
@@ -141,8 +178,10 @@ TEST(UsageTest, ReadsEveryTextAsTheDocumentWould) {
     const auto expected = usage_by_document(text);
     ASSERT_EQ(usage_of(text), expected) << text;
     if (expected) ++agreed_with_counts;
+    if (expected && expected->cached) ++agreed_with_cached;
   }
   EXPECT_GT(agreed_with_counts, 2000);  // the texts exercise the counts, not only refusals
+  EXPECT_GT(agreed_with_cached, 200);
 }
 
 }  // namespace
