@@ -4,8 +4,8 @@
 // accepts as an object, for every surface and several prefix lengths, the canonical prefix is
 // exactly the one built below from the parsed document by the header's definition, and the key
 // is the caller's (prompt_cache_key, then the header) or that prefix's hash, or none when the
-// prefix is empty. Every answer is deterministic, and a prefix read with `parsed` counted reads
-// no more than the prompt's members hold.
+// prefix is empty. On any bytes at all, every answer is the same twice, no prefix is longer than
+// asked, and no more bytes are counted as parsed than the body has.
 #include <array>
 #include <boost/json.hpp>
 #include <boost/json/basic_parser_impl.hpp>
