@@ -54,15 +54,23 @@ class canonical_reader {
   }
   bool on_object_end(std::size_t, boost::json::error_code& ec) {
     --depth_;
+    // Its keys are no longer any string's: a list's item at the depth they were read at (a
+    // stray list among the messages, say) is not that member's value.
+    key_depth_ = no_key;
     if (part_ == prompt_part::messages && depth_ == 1 && !role_.empty()) emit(role_);
     return go_on(ec);
   }
   bool on_array_begin(boost::json::error_code&) {
+    if (depth_ == 0) in_list_ = true;
+    if (part_ == prompt_part::messages && in_list_ && depth_ == 2 && key_depth_ == 2 &&
+        key_ == member::content)
+      in_content_list_ = true;
     ++depth_;
     return true;
   }
   bool on_array_end(std::size_t, boost::json::error_code&) {
     --depth_;
+    if (depth_ == 2) in_content_list_ = false;
     return true;
   }
   bool on_key_part(boost::json::string_view s, std::size_t, boost::json::error_code&) {
@@ -101,19 +109,25 @@ class canonical_reader {
   // value is at the depth its key was read at.
   enum class kind { none, text, role, whole_record };
   enum class member { other, role, content, text };
+  // Only within the list (the member's value an array), and in a message only within its
+  // `content` list: a `text` or `role` member elsewhere (in an object for a system prompt, in
+  // a message's other lists) is no text of the prompt.
   kind kind_of_string() const {
     const bool is_member = key_depth_ == depth_;
     switch (part_) {
       case prompt_part::system:
         // "…", ["…"], [{"type":"text","text":"…"}]
         if (depth_ <= 1 && !is_member) return kind::text;
-        return depth_ == 2 && is_member && key_ == member::text ? kind::text : kind::none;
+        return in_list_ && depth_ == 2 && is_member && key_ == member::text ? kind::text
+                                                                            : kind::none;
       case prompt_part::prompt:
         return depth_ <= 1 && !is_member ? kind::whole_record : kind::none;
       case prompt_part::messages:
         if (depth_ == 0) return kind::whole_record;  // responses' input as a string
+        if (!in_list_) return kind::none;
         if (depth_ == 2 && is_member && key_ == member::role) return kind::role;
         if (depth_ == 2 && is_member && key_ == member::content) return kind::text;
+        if (!in_content_list_) return kind::none;
         if (depth_ == 3 && !is_member) return kind::text;  // content as a list of strings
         return depth_ == 4 && is_member && key_ == member::text ? kind::text : kind::none;
     }
@@ -185,7 +199,10 @@ class canonical_reader {
   char key_buf_[8] = {};  // sizeof "content"
   std::size_t key_size_ = 0;
   member key_ = member::other;
-  std::size_t key_depth_ = static_cast<std::size_t>(-1);
+  static constexpr std::size_t no_key = static_cast<std::size_t>(-1);
+  std::size_t key_depth_ = no_key;
+  bool in_list_ = false;          // the member's value is an array
+  bool in_content_list_ = false;  // within a message's `content` array
   bool in_string_ = false;
   kind string_kind_ = kind::none;
   std::string role_;
@@ -197,8 +214,12 @@ class canonical_reader {
 std::size_t read_part(std::string_view value, prompt_part part, std::string& out,
                       std::size_t limit) {
   if (out.size() >= limit) return 0;
-  boost::json::basic_parser<canonical_reader> parser{boost::json::parse_options{}, &out, limit,
-                                                     part};
+  // The body passed the gateway's own depth limit (server.max_json_depth) when it was
+  // inspected: a limit of the parser's own (32 by default) would cut the prompt short at a
+  // deeply nested member and lose the records after it.
+  boost::json::parse_options options;
+  options.max_depth = static_cast<std::size_t>(-1);
+  boost::json::basic_parser<canonical_reader> parser{options, &out, limit, part};
   // Fed in pieces, so that a string longer than the prefix reaches the reader in parts and the
   // parse stops within a piece of where the prefix is complete.
   constexpr std::size_t piece = 1024;

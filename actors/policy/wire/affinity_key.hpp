@@ -6,7 +6,9 @@
 // its content parts, joined), a 0x1E byte; the system prompt (responses' `instructions`,
 // messages' `system`) comes first as a "system" record, a bare string prompt or input is a
 // "user" record. So the same conversation on chat, responses and messages has the same prefix
-// where its prompt is the same.
+// where its prompt is the same. A member repeated inside a message or a content part counts
+// each of its values, in order: the prompt is read as it comes and the read stops once the
+// prefix is full, before a later repeat could be seen.
 #pragma once
 
 #include <cstdint>

@@ -145,5 +145,56 @@ TEST(AffinityKeyTest, EscapedTextIsDecoded) {
       rec("system", "s\\") + rec("user", "end\\"));
 }
 
+// Found by tests/fuzz/affinity_key_fuzz.cpp. A list among the messages (or among a content's or
+// a system prompt's parts) right after an object is no member's value: its strings are neither
+// the last message's text nor its role, however short the prefix.
+TEST(AffinityKeyTest, AListAfterAnObjectIsNoMembersValue) {
+  const std::string body =
+      R"({"model":"m","messages":[{"role":"user","content":"a"},["stray"],)"
+      R"({"role":"tool","content":[{"type":"text","text":"b"},["not text"],"c"]}],)"
+      R"("system":[{"text":"s"},["not system"]]})";
+  const auto all = rec("system", "s") + rec("user", "a") + rec("tool", "bc");
+  EXPECT_EQ(canonical_prefix(surface::messages, body, whole), all);
+  for (std::uint32_t n = 1; n < all.size(); ++n)
+    EXPECT_EQ(canonical_prefix(surface::messages, body, n), all.substr(0, n)) << n;
+}
+
+// Found by tests/fuzz/affinity_key_fuzz.cpp. A body within the gateway's depth limit
+// (server.max_json_depth, 128 by default) is read whole: a member nested deeper than Boost.JSON's
+// own default of 32 does not end the prompt there.
+TEST(AffinityKeyTest, ADeeplyNestedMemberDoesNotEndThePrompt) {
+  const std::string deep = std::string(60, '[') + "1" + std::string(60, ']');
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"before","meta":)" +
+                           deep + R"(},{"role":"user","content":"after"}]})";
+  EXPECT_EQ(canonical_prefix(surface::chat, body, whole),
+            rec("user", "before") + rec("user", "after"));
+}
+
+// Found by tests/fuzz/affinity_key_fuzz.cpp. Text is a message's `content` or the `text` of its
+// content list's parts, never a `text` in a message's other lists; and a prompt that is not a
+// list (an object) has no messages or system blocks at all.
+TEST(AffinityKeyTest, OnlyTheContentListsPartsAreText) {
+  EXPECT_EQ(
+      canonical_prefix(
+          surface::responses,
+          R"({"input":[{"role":"assistant","contnt":[{"text":"not text"}],"x":["nor this"]}]})",
+          whole),
+      rec("assistant", ""));
+  EXPECT_EQ(canonical_prefix(surface::messages,
+                             R"({"system":{"a":{"text":"not a block"}},)"
+                             R"("messages":{"m":{"role":"user","content":"not a message"}}})",
+                             whole),
+            "");
+}
+
+// The prompt is read as it comes, so a member repeated inside a message counts each value.
+TEST(AffinityKeyTest, AMemberRepeatedInsideAMessageCountsEachValue) {
+  EXPECT_EQ(canonical_prefix(surface::chat,
+                             R"({"messages":[{"role":"a","content":"x","role":"b",)"
+                             R"("content":[{"text":"y","text":"z"}]}]})",
+                             whole),
+            rec("ab", "xyz"));
+}
+
 }  // namespace
 }  // namespace tether
