@@ -211,6 +211,20 @@ void check_usage(std::string_view body) {
   const auto completion =
       count("completion_tokens") ? count("completion_tokens") : count("output_tokens");
   TETHER_FUZZ_CHECK(found->completion == completion);
+  // The cached part: the first details object's cached_tokens there is, else Anthropic's count.
+  auto cached_in = [&](std::string_view details) -> std::optional<std::uint64_t> {
+    const auto* d = u->as_object().if_contains(details);
+    if (d == nullptr || !d->is_object()) return std::nullopt;
+    const auto* v = d->as_object().if_contains("cached_tokens");
+    if (v != nullptr && v->is_int64() && v->as_int64() >= 0)
+      return static_cast<std::uint64_t>(v->as_int64());
+    if (v != nullptr && v->is_uint64()) return v->as_uint64();
+    return std::nullopt;
+  };
+  auto cached = cached_in("prompt_tokens_details");
+  if (!cached) cached = cached_in("input_tokens_details");
+  if (!cached) cached = count("cache_read_input_tokens");
+  TETHER_FUZZ_CHECK(found->cached == cached);
 }
 
 }  // namespace
