@@ -16,6 +16,9 @@
 #include <iostream>
 #include <iterator>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/support/temp_dir.hpp"
@@ -196,18 +199,22 @@ TEST(LedgerStoreTest, FlushesAddToTheStoredRowsAndSurviveAReopen) {
   EXPECT_EQ(raw_sql(file, "SELECT version FROM tether_schema"), "1");
 }
 
-// A batch of 500 rows, each adding 1 request and `batch` prompt tokens to its row; after n whole
+// A batch of 2000 rows, each adding 1 request and `batch` prompt tokens to its row; after n whole
 // batches every row holds n requests and n(n+1)/2 prompt tokens.
 std::vector<aggregate_row> crash_batch(std::uint64_t batch) {
   std::vector<aggregate_row> rows;
-  for (int i = 0; i < 500; ++i) {
+  for (int i = 0; i < 2000; ++i) {
     rows.push_back(row("key-" + std::to_string(i), "m", "u1", feb_29_2024, tokens(batch, 0)));
   }
   return rows;
 }
 
 TEST(LedgerStoreTest, AProcessKilledMidFlushLeavesAPrefixOfWholeBatches) {
-  for (const std::uint64_t kill_after : {3u, 11u, 29u}) {
+  // Where in the next batch's add the kill lands varies from round to round: a batch takes a
+  // few milliseconds, so the delays after its start spread over it and past it.
+  const std::pair<std::uint64_t, std::chrono::microseconds> rounds[] = {
+      {3, 0us}, {7, 200us}, {11, 700us}, {17, 1500us}, {23, 3000us}, {29, 6000us}};
+  for (const auto& [kill_after, delay] : rounds) {
     test::temp_dir dir;
     const auto file = dir.path() / "ledger.db";
     int fds[2];
@@ -218,7 +225,9 @@ TEST(LedgerStoreTest, AProcessKilledMidFlushLeavesAPrefixOfWholeBatches) {
       try {
         ledger_store store(file);
         for (std::uint64_t b = 1; b <= 100000; ++b) {
-          store.add(crash_batch(b));
+          const auto batch = crash_batch(b);
+          write_text(fds[1], ">");  // batch b is being added
+          store.add(batch);
           write_text(fds[1], "+");  // batch b is committed
         }
       } catch (...) {
@@ -232,17 +241,22 @@ TEST(LedgerStoreTest, AProcessKilledMidFlushLeavesAPrefixOfWholeBatches) {
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     char buffer[256];
     for (;;) {
-      if (!killed && acknowledged >= kill_after) {
-        ::kill(pid, SIGKILL);  // somewhere in the next batch, most likely mid-transaction
-        killed = true;
-      }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       pollfd p{fds[0], POLLIN, 0};
       if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
       const auto n = ::read(fds[0], buffer, sizeof buffer);
       if (n <= 0) break;  // the child is gone
-      acknowledged += static_cast<std::uint64_t>(n);
+      for (const char c : std::string_view(buffer, static_cast<std::size_t>(n))) {
+        if (c == '+') ++acknowledged;
+        // The child has begun adding the batch after the kill_after-th: the kill lands inside
+        // its add, a transaction that must then leave no trace.
+        if (c == '>' && acknowledged >= kill_after && !killed) {
+          std::this_thread::sleep_for(delay);
+          ::kill(pid, SIGKILL);
+          killed = true;
+        }
+      }
     }
     ::close(fds[0]);
     if (!killed) ::kill(pid, SIGKILL);
@@ -253,10 +267,10 @@ TEST(LedgerStoreTest, AProcessKilledMidFlushLeavesAPrefixOfWholeBatches) {
 
     ledger_store reopened(file);
     const auto rows = reopened.query({.by = group_by::hour});
-    ASSERT_EQ(rows.size(), 500u);
+    ASSERT_EQ(rows.size(), 2000u);
     const auto n = rows[0].totals.requests;
-    std::cout << "[ figures  ] killed after " << acknowledged << " acknowledged batches: " << n
-              << " stored\n";
+    std::cout << "[ figures  ] killed after " << acknowledged << " acknowledged batches and "
+              << delay.count() << " us: " << n << " stored\n";
     // Every acknowledged batch is there, and at most the one the kill interrupted after it.
     EXPECT_GE(n, acknowledged);
     EXPECT_LE(n, acknowledged + 1);
