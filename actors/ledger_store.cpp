@@ -66,6 +66,11 @@ struct ledger_store::impl {
   [[noreturn]] void fail(std::string_view what, int rc) const {
     std::string message = "ledger " + path.string() + ": " + std::string(what) + ": ";
     message += db != nullptr && sqlite3_errcode(db) == rc ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    // A database in WAL mode is read through files next to it: a read-only directory makes even
+    // a read fail with SQLite's "attempt to write a readonly database".
+    if ((rc & 0xff) == SQLITE_READONLY) {
+      message += " (the file and its directory must be writable: WAL keeps files next to it)";
+    }
     throw store_error(message);
   }
 
@@ -110,14 +115,19 @@ struct ledger_store::impl {
     // briefly, then an error rather than a stall of the ledger.
     sqlite3_busy_timeout(db, 2000);
     // The first read of the file: a file that is not a database fails here.
-    if (single_text("PRAGMA journal_mode = WAL", "cannot use it") != "wal") {
+    single_text("SELECT COUNT(*) FROM sqlite_schema", "cannot read it");
+    if (single_text("PRAGMA journal_mode = WAL", "cannot switch it to WAL mode") != "wal") {
       throw store_error("ledger " + path.string() + ": cannot switch it to WAL mode");
     }
     // In WAL mode, NORMAL syncs at checkpoints only: a killed process loses nothing committed
     // (the WAL is in the file system); a power cut may lose the last transactions, whole.
     exec("PRAGMA synchronous = NORMAL", "cannot set synchronous");
-    const auto check = single_text("PRAGMA quick_check", "cannot check it");
+    auto check = single_text("PRAGMA quick_check", "cannot check it");
     if (check != "ok") {
+      // Its first finding, on one line: "*** in database main ***\nPage 23: …".
+      constexpr std::string_view header = "*** in database main ***\n";
+      if (check.starts_with(header)) check.erase(0, header.size());
+      check = check.substr(0, check.find('\n'));
       throw store_error("ledger " + path.string() + ": the file is corrupt (" + check + ")");
     }
     migrate();

@@ -313,7 +313,8 @@ TEST(LedgerStoreTest, ACorruptFileIsAClearErrorAtOpen) {
   }
   const auto error = open_error(file);
   EXPECT_NE(error.find(file.string()), std::string::npos) << error;
-  EXPECT_NE(error.find("corrupt"), std::string::npos) << error;
+  EXPECT_NE(error.find("the file is corrupt ("), std::string::npos) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
 }
 
 TEST(LedgerStoreTest, AFileWrittenByANewerTetherIsRefusedAndLeftAsItWas) {
@@ -392,12 +393,16 @@ TEST(LedgerStoreTest, AReadOnlyFileOrDirectoryIsAClearErrorNotASilentReadOnlyLed
   r = run_child([&](int fd) { return open_as_nobody(fd, file); });
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(file.string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("its directory must be writable: WAL keeps files next to it"),
+            std::string::npos)
+      << r.output;
 
   // No file, and a directory where it cannot be made.
   const auto missing = dir.path() / "new.db";
   r = run_child([&](int fd) { return open_as_nobody(fd, missing); });
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(missing.string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cannot open"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(missing));
   ASSERT_EQ(::chmod(dir.path().c_str(), 0700), 0);
   // What was stored is still there.
