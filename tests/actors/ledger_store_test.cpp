@@ -199,6 +199,29 @@ TEST(LedgerStoreTest, FlushesAddToTheStoredRowsAndSurviveAReopen) {
   EXPECT_EQ(raw_sql(file, "SELECT version FROM tether_schema"), "1");
 }
 
+TEST(LedgerStoreTest, AFlushWhileAnotherProgramHoldsTheWriteLockFailsClearlyAndTheNextOneWorks) {
+  test::temp_dir dir;
+  const auto file = dir.path() / "ledger.db";
+  ledger_store store(file);
+  store.add({row("alice", "m", "u1", feb_29_2024, tokens(1, 1))});
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(file.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  try {
+    store.add({row("alice", "m", "u1", feb_29_2024, tokens(100, 100))});
+    ADD_FAILURE() << "a flush went through another program's write lock";
+  } catch (const store_error& e) {
+    const std::string error = e.what();
+    EXPECT_NE(error.find(file.string()), std::string::npos) << error;
+    EXPECT_NE(error.find("locked"), std::string::npos) << error;
+  }
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  // The refused batch is not there; the next one is added to what was.
+  store.add({row("alice", "m", "u1", feb_29_2024, tokens(2, 2))});
+  EXPECT_EQ(store.query({})[0].totals, tokens(3, 3, 2));
+}
+
 // A batch of 2000 rows, each adding 1 request and `batch` prompt tokens to its row; after n whole
 // batches every row holds n requests and n(n+1)/2 prompt tokens.
 std::vector<aggregate_row> crash_batch(std::uint64_t batch) {
