@@ -24,7 +24,7 @@ done
 packages=(
   build-essential cmake ccache pkg-config openssl ca-certificates curl
   libcaf-dev libboost1.81-dev libboost-system1.81-dev libboost-json1.81-dev libboost-url1.81-dev
-  libspdlog-dev libtomlplusplus-dev libssl-dev libgtest-dev libgmock-dev
+  libspdlog-dev libtomlplusplus-dev libssl-dev libsqlite3-dev libgtest-dev libgmock-dev
   clang-format
 )
 # libFuzzer comes with clang's runtime libraries.

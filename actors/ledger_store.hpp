@@ -1,0 +1,79 @@
+// The ledger's storage (contract: "The ledger"): one SQLite file in WAL mode holding a row per
+// key × model × upstream × UTC hour. A flush adds a batch of aggregates to it in one transaction,
+// so a process killed at any point leaves the file with a prefix of the batches, each whole. Not
+// an actor: the ledger actor owns one and calls it off the request path; `tether usage` opens the
+// file directly. Every failure — a file that cannot be opened or written, one that is not a
+// database or not a ledger, a corrupt one, one written by a newer tether — is a store_error whose
+// message names the file, never a crash.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "actors/policy/ledger/usage_aggregator.hpp"
+#include "actors/policy/ledger/usage_record.hpp"
+
+namespace tether::ledger {
+
+class store_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class group_by { hour, day, model };
+
+// A row counts when its hour starts in [from, to): the store's resolution is the hour.
+struct usage_query {
+  std::optional<std::string> key{};
+  std::optional<std::string> model{};
+  std::int64_t from = std::numeric_limits<std::int64_t>::min();
+  std::int64_t to = std::numeric_limits<std::int64_t>::max();
+  group_by by = group_by::day;
+};
+
+struct usage_row {
+  // The hour's or day's start (unix seconds); grouped by model, the first hour with usage.
+  std::int64_t start = 0;
+  std::string key;
+  std::string model;
+  usage_totals totals;
+  bool operator==(const usage_row&) const = default;
+};
+
+class ledger_store {
+ public:
+  // The schema this build writes; a file at an older version is upgraded when opened.
+  static constexpr int schema_version = 1;
+
+  // Opens the file, creating it if missing, and checks it can be read and written.
+  explicit ledger_store(const std::filesystem::path& path);
+  ~ledger_store();
+  ledger_store(ledger_store&&) noexcept;
+  ledger_store& operator=(ledger_store&&) noexcept;
+
+  const std::filesystem::path& path() const;
+
+  // Adds each row's totals to what is stored for its key × model × upstream × hour, all rows
+  // or none.
+  void add(const std::vector<aggregate_row>& rows);
+
+  // Each key's totals over the rows whose hour starts in [from, to): a budget's settled usage.
+  std::map<std::string, usage_totals> totals_per_key(std::int64_t from, std::int64_t to) const;
+
+  // The rows the query selects, summed per key and model (across upstreams) and per hour, day
+  // or not at all; ordered by start, key, model.
+  std::vector<usage_row> query(const usage_query& q) const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace tether::ledger
