@@ -4,6 +4,8 @@
 #include <boost/json.hpp>
 #include <string>
 
+#include "actors/policy/wire/sse_event.hpp"
+
 namespace tether {
 namespace {
 
@@ -39,44 +41,6 @@ std::string_view value_after(std::string_view line, std::size_t name_length) {
   return value;
 }
 
-// One data line (every event of the streams tether relays) is viewed in place; only an event
-// of several is joined into `joined`.
-struct event_fields {
-  std::string_view name;
-  std::string_view data;
-  std::string joined;
-  bool has_data = false;
-};
-
-// The `event:` and `data:` fields of one SSE event (several data lines join with '\n'). Filled in
-// place: `data` may view `joined`, which a returned copy would move.
-void read_fields(std::string_view event, event_fields& f) {
-  std::size_t pos = 0;
-  while (pos < event.size()) {
-    std::size_t end = event.find_first_of("\r\n", pos);
-    if (end == std::string_view::npos) end = event.size();
-    const auto line = event.substr(pos, end - pos);
-    pos = end + (event.substr(end, 2) == "\r\n" ? 2 : 1);
-    if (line.empty() || line.front() == ':') continue;
-    const auto colon = line.find(':');
-    const auto field = line.substr(0, colon);
-    const auto value =
-        colon == std::string_view::npos ? std::string_view{} : value_after(line, field.size());
-    if (field == "event") {
-      f.name = value;
-    } else if (field == "data") {
-      if (f.has_data) {
-        if (f.joined.empty()) f.joined.assign(f.data);
-        f.joined.append("\n").append(value);
-        f.data = f.joined;
-      } else {
-        f.data = value;
-      }
-      f.has_data = true;
-    }
-  }
-}
-
 // The data's top-level `type` is one of `names`; parsed only when the data names one somewhere.
 bool typed_as_one_of(std::string_view data, const std::array<std::string_view, 3>& names) {
   if (!mentions_one_of(data, names)) return false;
@@ -89,11 +53,10 @@ bool typed_as_one_of(std::string_view data, const std::array<std::string_view, 3
 
 // The reading of all the event's fields: for the rare event whose first line does not decide.
 bool ends_answer_read_whole(surface s, std::string_view event) {
-  event_fields f;
-  read_fields(event, f);
-  if (s == surface::chat || s == surface::completions) return f.has_data && f.data == "[DONE]";
-  if (!f.name.empty()) return one_of(f.name, ends_of(s));
-  return f.has_data && typed_as_one_of(f.data, ends_of(s));
+  const auto e = parse_event(event);
+  if (s == surface::chat || s == surface::completions) return e.has_data && e.data == "[DONE]";
+  if (!e.name.empty()) return one_of(e.name, ends_of(s));
+  return e.has_data && typed_as_one_of(e.data, ends_of(s));
 }
 
 }  // namespace
