@@ -1,5 +1,7 @@
 #include "config/config.hpp"
 
+#include <filesystem>
+
 #include "config/settings.hpp"
 
 namespace tether::config {
@@ -63,6 +65,12 @@ request_config gateway_config::effective_request(const std::string& model_name) 
     if (m.name == model_name) return apply_overrides(m.overrides, request);
   }
   return request;
+}
+
+std::string gateway_config::ledger_file() const {
+  const std::filesystem::path written = ledger.path.empty() ? "tether-ledger.db" : ledger.path;
+  if (written.is_absolute()) return written.string();
+  return (std::filesystem::path(source_file).parent_path() / written).string();
 }
 
 }  // namespace tether::config

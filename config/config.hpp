@@ -184,6 +184,11 @@ struct model_config {
   // above the mean live work per weight a deployment may take its keys before they spill.
   std::uint32_t prefix_bytes = 2048;
   double prefix_load_factor = 1.25;
+  // The ledger's prices (docs/contract.md, "The ledger"), USD per million tokens; unset: the
+  // model's tokens cost nothing. Unset cached: cached prompt tokens cost the input price.
+  std::optional<double> price_input_per_mtok;
+  std::optional<double> price_output_per_mtok;
+  std::optional<double> price_cached_input_per_mtok;
   bool operator==(const model_config&) const = default;
 };
 
@@ -201,6 +206,14 @@ struct key_config {
   std::uint32_t weight = 1;
   // The highest X-Priority this key's requests may take; a higher one asked for is lowered to it.
   priority max_priority = priority::normal;
+  // The ledger's budgets (UTC periods; 0 = none): tokens are prompt + completion, spend is USD
+  // at the models' prices. Past one, a request is refused at admission.
+  std::uint64_t max_tokens_per_day = 0;
+  std::uint64_t max_tokens_per_month = 0;
+  double max_spend_per_day = 0;
+  double max_spend_per_month = 0;
+  // May read every key's usage (GET /v1/usage).
+  bool admin = false;
   bool retired = false;  // removed by a reload: kept in its place, matches no token
 };
 
@@ -221,6 +234,16 @@ struct cluster_config {
   bool operator==(const cluster_config&) const = default;
 };
 
+// The ledger (docs/contract.md, "The ledger"): per key × model × upstream × hour, in SQLite.
+struct ledger_config {
+  bool enabled = true;
+  std::string path;  // "" = tether-ledger.db next to the config file
+  millis flush_interval{1000};
+  // A cluster member cut off from its budget host keeps at most this many unsent rows.
+  std::uint32_t member_buffer_max = 100000;
+  bool operator==(const ledger_config&) const = default;
+};
+
 // At most this many upstreams, counting those a reload removed (each keeps its index while the
 // gateway runs): the per-upstream metrics are fixed arrays of this size.
 inline constexpr std::size_t max_upstreams = 1024;
@@ -235,12 +258,16 @@ struct gateway_config {
   std::vector<key_config> keys;
   telemetry_config telemetry;
   cluster_config cluster;
+  ledger_config ledger;
 
   const upstream_config* find_upstream(const std::string& name) const;
   // Whether model requests must carry a gateway key: some [[keys]] entry is in force.
   bool requires_keys() const;
   // The [request] settings with a model's overrides applied (first deployment of that name).
   request_config effective_request(const std::string& model_name) const;
+  // The ledger's file: [ledger] path, a relative one read from the config file's directory;
+  // unset, tether-ledger.db there (the working directory without a config file).
+  std::string ledger_file() const;
 };
 
 }  // namespace tether::config
