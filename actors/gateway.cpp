@@ -11,6 +11,8 @@
 #include "actors/messages.hpp"
 #include "actors/policy/admission/queue_priority.hpp"
 #include "actors/policy/admission/token_weight.hpp"
+#include "actors/policy/ledger/budget_check.hpp"
+#include "actors/policy/ledger/model_price.hpp"
 #include "actors/policy/request/call_identity.hpp"
 #include "actors/policy/request/deadline.hpp"
 #include "actors/policy/request/request_id.hpp"
@@ -428,6 +430,32 @@ request_spec gateway::make_request_spec(net::incoming_request&& req, std::string
     spec.check_rate = true;
     spec.rate_tokens = token_weight(spec.prompt_tokens, spec.max_output_tokens,
                                     here.routes->default_max_tokens(spec.model, where));
+  }
+  // A caller that names include_usage decides for itself; a false positive (the words in a
+  // prompt) only leaves the usage to the upstream's default.
+  if (here.ledger && spec.stream && (where == surface::chat || where == surface::completions) &&
+      std::string_view(spec.body).find("\"include_usage\"") == std::string_view::npos)
+    spec.ask_usage = true;
+  if (key >= 0 && here.ledger) {
+    const auto& k = here.cfg.keys[static_cast<std::size_t>(key)];
+    if (ledger::limits_of(k).any()) {
+      // Estimated as the rates are: the token weight on the model's first deployment, and what
+      // it would cost there.
+      const auto output =
+          spec.max_output_tokens.value_or(here.routes->default_max_tokens(spec.model, where));
+      spec.check_budget = true;
+      spec.budget_estimate.tokens = spec.prompt_tokens + output;
+      for (const auto& m : here.cfg.models) {
+        if (m.name != spec.model) continue;
+        if (const auto price = ledger::price_of(here.cfg, m.name, m.upstream)) {
+          ledger::usage_record r;
+          r.prompt = spec.prompt_tokens;
+          r.completion = output;
+          spec.budget_estimate.spend_nanousd = ledger::spend_of(r, *price);
+        }
+        break;
+      }
+    }
   }
   if (const auto* tp = net::find_header(req.headers, "traceparent")) spec.traceparent = *tp;
   if (where == surface::responses) {

@@ -23,6 +23,7 @@
 #include "actors/engine_metrics_actor.hpp"
 #include "actors/gateway.hpp"
 #include "actors/health_actor.hpp"
+#include "actors/ledger_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/reloader.hpp"
 #include "actors/runtime.hpp"
@@ -241,6 +242,8 @@ void configure_actors(caf::actor_system_config& sys_cfg,
 // per io thread; a supervisor per io thread and the drain actor, their one clock.
 struct core_actors {
   caf::actor local_budget;
+  // Opened before the actors start, so that a file the ledger cannot use stops the start.
+  std::shared_ptr<tether::ledger::ledger_store> ledger_store;
 
   // False (logged) when the shared budget cannot be published or an io thread's actors cannot be
   // started.
@@ -279,6 +282,15 @@ struct core_actors {
     // Last: it subscribes to the cluster's health news through rt.budget, the link on a member.
     rt.health_monitor = system.spawn(health_actor, shared);
     rt.engine_monitor = system.spawn(engine_metrics_actor, shared);
+    // On a thread of its own: its writes to the file must never stall an io thread's requests.
+    if (ledger_store) {
+      rt.ledger =
+          system.spawn<caf::detached>(ledger_actor, ledger_setup{std::move(ledger_store),
+                                                                 rt.cfg.ledger.flush_interval,
+                                                                 rt.stats.get(),
+                                                                 rt.timers.get(),
+                                                                 {}});
+    }
     // They serve every io thread: each runs where it is woken (actors/scheduler.hpp says why).
     for (const auto* a :
          {&local_budget, &rt.budget, &rt.drain, &rt.health_monitor, &rt.engine_monitor}) {
@@ -320,8 +332,8 @@ struct core_actors {
   // actor's first run reads the budget's), and a write from this thread would race that read.
   void stop(caf::actor_system& system, tether::gateway_runtime& rt) {
     std::vector<caf::actor> ending;
-    for (const auto* a :
-         {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor, &rt.engine_monitor}) {
+    for (const auto* a : {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor,
+                          &rt.engine_monitor, &rt.ledger}) {
       if (*a) ending.push_back(*a);
     }
     ending.insert(ending.end(), rt.supervisors.begin(), rt.supervisors.end());
@@ -343,7 +355,8 @@ struct core_actors {
                     caf::after(std::chrono::seconds(5)) >> [&timed_out] { timed_out = true; });
     }
     if (timed_out) tether::log_warn("a core actor did not end within 5 s of the stop");
-    for (auto* a : {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor, &rt.engine_monitor})
+    for (auto* a :
+         {&rt.budget, &local_budget, &rt.drain, &rt.health_monitor, &rt.engine_monitor, &rt.ledger})
       *a = nullptr;
     rt.supervisors.clear();
     rt.budget_shards.clear();
@@ -390,6 +403,14 @@ int serve(tether::config::gateway_config cfg) {
     system.reset();
     return 1;
   };
+  if (rt->cfg.ledger.enabled) {
+    try {
+      core.ledger_store = std::make_shared<ledger::ledger_store>(rt->cfg.ledger_file());
+    } catch (const ledger::store_error& e) {
+      log_error(e.what());  // names the file and what is wrong with it
+      return fail_start();
+    }
+  }
   if (!core.spawn(*system, rt, io)) return fail_start();
 
   gateway gw{*system, rt, io};

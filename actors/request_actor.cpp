@@ -20,13 +20,17 @@
 #include "actors/actor_timers.hpp"
 #include "actors/attempt_actor.hpp"
 #include "actors/budget_actor.hpp"
+#include "actors/ledger_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/one_way.hpp"
 #include "actors/policy/admission/queue_priority.hpp"
 #include "actors/policy/admission/token_weight.hpp"
+#include "actors/policy/ledger/model_price.hpp"
+#include "actors/policy/ledger/waste.hpp"
 #include "actors/policy/request/request_lifecycle.hpp"
 #include "actors/policy/routing/response_affinity.hpp"
 #include "actors/policy/wire/model_request.hpp"
+#include "actors/policy/wire/output_event.hpp"
 #include "actors/policy/wire/usage.hpp"
 #include "actors/request_trace.hpp"
 #include "actors/response_headers.hpp"
@@ -68,6 +72,9 @@ struct request_state {
   std::optional<std::int64_t> caller_left_ns;
   std::optional<std::int64_t> first_byte_ns;
   std::optional<std::int64_t> last_work_end_ns;
+  // When the last connection's slot went back: the engine's work ended (a cut attempt's release
+  // grace is over), for the ledger's waste.
+  std::int64_t last_release_ns = 0;
   std::optional<double> cancel_latency_ms;
   std::int64_t queue_wait_ns = 0;
   boost::container::small_vector<attempt_record, 2> attempts;
@@ -103,6 +110,15 @@ struct request_state {
   void rate_answered(bool admitted, bool never, std::int64_t retry_after_ms,
                      std::optional<std::int64_t> charged_second, std::string reason);
   void correct_rate_charge();
+  // The ledger (actors/ledger_actor.hpp): the estimate the key's budgets admitted the request
+  // with, the output events relayed (the completion when the upstream reports none), and the
+  // request's record, sent as it finishes.
+  std::optional<ledger::period_usage> budget_admitted;
+  std::uint64_t relayed_tokens = 0;
+  void ask_admission();
+  void ask_budget();
+  void budget_answered(bool admitted, std::int64_t retry_after_s, const std::string& limit);
+  void record_usage();
   const std::string* key_name() const {
     return spec.key >= 0 ? &rt->cfg.keys[static_cast<std::size_t>(spec.key)].name : nullptr;
   }
@@ -166,7 +182,7 @@ void request_state::execute(const command& c, const held_response* held) {
       timers->after(c.at - now(), deadline_atom::value);
       return;
     case kind::check_admission:
-      return ask_rate();
+      return ask_admission();
     case kind::start_attempt:
       return start_attempt(c);
     case kind::cancel_attempt:
@@ -240,6 +256,12 @@ void request_state::start_attempt(const command& c) {
                                   ? std::string_view(spec.body)
                                   : std::string_view(rewrite_model(spec.body, dep.upstream_model)),
                               with_usage);
+  } else if (spec.ask_usage && rt->ledger) {
+    // The ledger's count is the upstream's own: asked for, it arrives in the stream's last chunk.
+    req.body = ask_for_stream(dep.upstream_model == spec.model
+                                  ? std::string_view(spec.body)
+                                  : std::string_view(rewrite_model(spec.body, dep.upstream_model)),
+                              true);
   } else if (dep.upstream_model == spec.model) {
     req.body = spec.body;  // shared, not copied
   } else {
@@ -404,14 +426,67 @@ void request_state::note_usage(std::string_view text) {
 void request_state::relay_events(net::sse_events& events) {
   if (!life->relays_events() || events.empty()) return;
   if (spec.where == surface::responses) responses_events += events.size();
+  // The usage chunk asked for on the caller's behalf is read and kept from it (rare: one per
+  // stream, so the copy of the others is made only then).
+  std::optional<std::string> kept;
   for (std::size_t i = 0; i < events.size(); ++i) {
     const auto event = events[i];
     // The stream's first events carry the response object and its id.
     if (spec.where == surface::responses && !response_id_learned)
       learn_response_id(response_id_of_event(event));
     note_usage(event);  // one scan for "usage", none more without it
+    if (!rt->ledger) continue;
+    if (carries_output(spec.where, event)) ++relayed_tokens;
+    if (spec.ask_usage && is_usage_chunk(event)) {
+      if (!kept)
+        kept.emplace(std::string_view(events.text).substr(0, event.data() - events.text.data()));
+      continue;
+    }
+    if (kept) kept->append(event);
+  }
+  if (kept) {
+    if (kept->empty()) return;
+    events.text = std::move(*kept);
   }
   channel->send_chunk(std::move(events.text));
+}
+
+// The key's rates first (the budget host's), then its budgets (the ledger's).
+void request_state::ask_admission() {
+  if (spec.check_rate) {
+    ask_rate();
+  } else {
+    ask_budget();
+  }
+}
+
+// Bounded like the rates: a ledger that does not answer (its file stuck) must not hold the
+// request; without a verdict it is admitted, as a budget bounds spend, not service.
+void request_state::ask_budget() {
+  if (!rt->ledger) {
+    run(life->on_admission(true, outcome::ok, {}, std::nullopt, now()));
+    return;
+  }
+  self->request(rt->ledger, std::chrono::seconds(5), ledger_admit_atom::value, *key_name(),
+                ledger::limits_of(rt->cfg.keys[static_cast<std::size_t>(spec.key)]),
+                spec.budget_estimate)
+      .then([this](bool admitted, std::int64_t retry_after_s, std::string& limit,
+                   bool) { budget_answered(admitted, retry_after_s, limit); },
+            [this](caf::error&) { budget_answered(true, 0, {}); });
+}
+
+void request_state::budget_answered(bool admitted, std::int64_t retry_after_s,
+                                    const std::string& limit) {
+  // Counted in flight even when the caller is gone meanwhile: the record at the end takes it out.
+  if (admitted) budget_admitted = spec.budget_estimate;
+  if (!life->admitting()) return;
+  if (admitted) {
+    run(life->on_admission(true, outcome::ok, {}, std::nullopt, now()));
+    return;
+  }
+  run(life->on_admission(false, outcome::budget_exhausted,
+                         "the key's " + limit + " is used up until its period ends",
+                         milliseconds(retry_after_s * 1000), now()));
 }
 
 // Bounded: a budget host that never answers (lost with the message) must not hold the request;
@@ -434,6 +509,10 @@ void request_state::rate_answered(bool admitted, bool never, std::int64_t retry_
   // (to nothing used) comes at the end.
   if (admitted) rate_charged_second = charged_second;
   if (!life->admitting()) return;
+  if (admitted && spec.check_budget) {
+    ask_budget();
+    return;
+  }
   if (!admitted && !never) {
     rt->stats->rate_limited(*key_name());
   }
@@ -457,6 +536,49 @@ void request_state::correct_rate_charge() {
   if (!actual || *actual == spec.rate_tokens) return;
   self->send(rt->budget, rate_fix_atom::value, spec.key, *rate_charged_second, spec.rate_tokens,
              *actual);
+}
+
+// The request's record for the ledger: what the upstream reported, or, without a report from an
+// upstream that worked on it, the estimate of the prompt and the output relayed; a request no
+// upstream worked on used nothing and leaves no record. Sent one-way: the ledger aggregates it
+// and writes it later, off this path.
+void request_state::record_usage() {
+  if (!rt->ledger) return;
+  const bool worked = std::any_of(attempt_work.begin(), attempt_work.end(),
+                                  [](const attempt_slot& a) { return a.held_slot; });
+  if (!worked && !usage) {
+    if (budget_admitted) {
+      ledger::ledger_entry none;
+      if (const auto* name = key_name()) none.key = *name;
+      none.admitted = *budget_admitted;
+      none.worked = false;
+      self->send(rt->ledger, ledger_record_atom::value, std::move(none));
+    }
+    return;
+  }
+  ledger::ledger_entry e;
+  if (const auto* name = key_name()) e.key = *name;
+  e.model = spec.model;
+  const auto upstream = life->current_upstream();
+  if (upstream < rt->cfg.upstreams.size()) e.upstream = rt->cfg.upstreams[upstream].name;
+  if (usage) {
+    e.usage.prompt = usage->prompt.value_or(0);
+    e.usage.completion = usage->completion.value_or(0);
+    e.usage.cached = usage->cached.value_or(0);
+  } else {
+    e.usage.estimated = true;
+    e.usage.prompt = spec.prompt_tokens;
+    e.usage.completion = relayed_tokens;
+  }
+  if (caller_left_ns && first_byte_ns) {
+    e.usage.waste = ledger::waste_tokens(*first_byte_ns, *caller_left_ns,
+                                         std::max(last_release_ns, last_work_end_ns.value_or(0)),
+                                         relayed_tokens);
+  }
+  if (const auto price = ledger::price_of(rt->cfg, spec.model, e.upstream))
+    e.usage.spend_nanousd = ledger::spend_of(e.usage, *price);
+  if (budget_admitted) e.admitted = *budget_admitted;
+  self->send(rt->ledger, ledger_record_atom::value, std::move(e));
 }
 
 // Every attempt and connection has ended: count, log, trace, quit.
@@ -502,6 +624,7 @@ void request_state::finish() {
                            usage->prompt.value_or(0), usage->completion.value_or(0));
   }
   correct_rate_charge();
+  record_usage();
   r.attempts = {attempts.data(), attempts.size()};
   rt->stats->request_done(spec.model, result, r.duration_ms / 1000.0);
   write_access_log(r);
@@ -536,7 +659,7 @@ void request_state::begin(caf::event_based_actor* actor, runtime_ptr runtime,
     if (spec.call_spent) life->out_of_attempts(*spec.call_spent);
   }
   if (spec.affinity) life->set_affinity(*spec.affinity);
-  if (spec.check_rate) life->await_admission();
+  if (spec.check_rate || spec.check_budget) life->await_admission();
   rt->stats->requests_in_flight_add(1);
 }
 
@@ -594,6 +717,7 @@ void request_state::work_ended(std::uint64_t upstream, std::uint32_t attempt_ind
     attempts[attempt_index].engine_released_ms = ms_since_arrival(released_ns);
   queue_wait_ns += connection_queue_wait_ns;
   last_work_end_ns = std::max(last_work_end_ns.value_or(0), closed_ns);
+  last_release_ns = std::max(last_release_ns, released_ns);
   trace->event("work_ended", closed_ns);
   if (held_slot && cancel_decided_ns && closed_ns >= *cancel_decided_ns) {
     double latency = static_cast<double>(closed_ns - *cancel_decided_ns) / 1e9;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "actors/policy/ledger/budget_check.hpp"
 #include "actors/policy/wire/surface.hpp"
 #include "actors/runtime.hpp"
 #include "net/downstream.hpp"
@@ -56,6 +57,13 @@ struct request_spec {
   // `rate_tokens` (its token weight on the model's first deployment).
   bool check_rate = false;
   std::uint64_t rate_tokens = 0;
+  // The key has ledger budgets: after its rates, the ledger admits the request, estimated at
+  // `budget_estimate` (the token weight, and its spend at the first deployment's prices).
+  bool check_budget = false;
+  ledger::period_usage budget_estimate;
+  // A chat or completions stream whose body asks for no usage: with the ledger on, the upstream
+  // is asked for it (stream_options.include_usage) and its usage chunk kept from the caller.
+  bool ask_usage = false;
   // Where the attempts ask for their slots: the caller's io thread's budget shard (null: the
   // runtime's budget).
   caf::actor budget;

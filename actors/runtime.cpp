@@ -104,6 +104,7 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
   rt->drain = running.drain;
   rt->health_monitor = running.health_monitor;
   rt->engine_monitor = running.engine_monitor;
+  rt->ledger = running.ledger;
   return rt;
 }
 

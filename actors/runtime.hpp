@@ -61,6 +61,7 @@ struct gateway_runtime {
   caf::actor drain;
   caf::actor health_monitor;  // health_actor: announcements, ejection ends, active checks
   caf::actor engine_monitor;  // engine_metrics_actor: the engines' metrics polls
+  caf::actor ledger;          // ledger_actor; null when [ledger] enabled = false
 };
 
 using runtime_ptr = std::shared_ptr<gateway_runtime>;

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "actors/policy/ledger/model_price.hpp"
+
 namespace tether::ledger {
 
 namespace {
@@ -13,6 +15,11 @@ std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
 }
 
 }  // namespace
+
+budget_limits limits_of(const config::key_config& key) {
+  return {key.max_tokens_per_day, key.max_tokens_per_month, usd_to_nanousd(key.max_spend_per_day),
+          usd_to_nanousd(key.max_spend_per_month)};
+}
 
 std::string_view name_of(budget_limit l) {
   switch (l) {

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "actors/policy/ledger/utc_period.hpp"
+#include "config/config.hpp"
 
 namespace tether::ledger {
 
@@ -25,6 +26,9 @@ struct budget_limits {
   }
   bool operator==(const budget_limits&) const = default;
 };
+
+// A key's budgets as its [[keys]] entry writes them (spend in USD → nanousd).
+budget_limits limits_of(const config::key_config& key);
 
 struct period_usage {
   std::uint64_t tokens = 0;  // usage_totals::billed_tokens

@@ -40,4 +40,16 @@ std::uint64_t spend_of(const usage_record& r, const model_price& price) {
   return saturate(nano);
 }
 
+std::optional<model_price> price_of(const config::gateway_config& cfg, std::string_view model,
+                                    std::string_view upstream) {
+  for (const auto& m : cfg.models) {
+    if (m.name != model || m.upstream != upstream) continue;
+    const model_price p{m.price_input_per_mtok, m.price_output_per_mtok,
+                        m.price_cached_input_per_mtok};
+    if (p.priced()) return p;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 }  // namespace tether::ledger

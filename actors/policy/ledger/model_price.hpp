@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "actors/policy/ledger/usage_record.hpp"
+#include "config/config.hpp"
 
 namespace tether::ledger {
 
@@ -26,5 +28,9 @@ std::uint64_t usd_to_nanousd(double usd);
 // The prompt's uncached part at the input price, its cached part at the cached price, the
 // completion at the output price. Waste costs the key nothing (usage_totals::billed_tokens).
 std::uint64_t spend_of(const usage_record& r, const model_price& price);
+
+// The prices of the deployment of `model` on `upstream` (a [[models]] entry), if it has any.
+std::optional<model_price> price_of(const config::gateway_config& cfg, std::string_view model,
+                                    std::string_view upstream);
 
 }  // namespace tether::ledger

@@ -21,6 +21,14 @@ usage_totals usage_aggregator::unflushed(const std::string& key, std::int64_t fr
   return sum;
 }
 
+std::vector<aggregate_row> usage_aggregator::rows_in(std::int64_t from, std::int64_t to) const {
+  std::vector<aggregate_row> rows;
+  for (const auto& [k, totals] : rows_) {
+    if (k.hour >= from && k.hour < to) rows.push_back({k, totals});
+  }
+  return rows;
+}
+
 usage_batch usage_aggregator::take_batch() {
   usage_batch batch;
   batch.sequence = ++sequence_;

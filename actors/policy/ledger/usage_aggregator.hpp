@@ -38,6 +38,8 @@ class usage_aggregator {
   // What the records since the last batch add to `key` in [from, to): with the stored totals,
   // a budget's count before the flush.
   usage_totals unflushed(const std::string& key, std::int64_t from, std::int64_t to) const;
+  // The rows since the last batch whose hour starts in [from, to).
+  std::vector<aggregate_row> rows_in(std::int64_t from, std::int64_t to) const;
 
   // Everything merged since the last batch, in no particular order; the aggregator starts empty.
   usage_batch take_batch();

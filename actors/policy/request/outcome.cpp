@@ -25,6 +25,7 @@ constexpr std::array<outcome_info, outcome_count> infos{{
     {"client_disconnected", 499, "client_error"},
     {"overloaded", 503, "overloaded_error"},
     {"rate_limited", 429, "rate_limit_error"},
+    {"budget_exhausted", 429, "insufficient_quota"},
     {"headers_too_large", 431, "invalid_request_error"},
     {"bad_request", 400, "invalid_request_error"},
     {"unknown_model", 404, "invalid_request_error"},

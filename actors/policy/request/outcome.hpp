@@ -19,6 +19,7 @@ enum class outcome {
   client_disconnected,
   overloaded,
   rate_limited,
+  budget_exhausted,
   headers_too_large,
   bad_request,
   unknown_model,

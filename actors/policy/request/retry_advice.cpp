@@ -14,6 +14,10 @@ bool client_should_retry(outcome o, std::optional<std::chrono::milliseconds> ret
       // Without a deadline of its own the caller may wait as long as asked; with one, only a
       // wait that ends inside it is worth a retry (an unknown wait is not known to fit).
       return !caller_left || (retry_after && *retry_after <= *caller_left);
+    case outcome::budget_exhausted:
+      // The wait is to the end of a day or a month: worth a retry only to a caller whose own
+      // deadline outlasts it, never as a blind retry.
+      return caller_left && retry_after && *retry_after <= *caller_left;
     default:
       // Timeouts, deadlines and upstream failures have already had the retries the budget
       // allows: another try would be a second budget for the same call.

@@ -25,6 +25,13 @@ TEST(RetryAdviceTest, ARateLimitIsWorthARetryOnlyWhenItsWaitFitsTheCallersDeadli
   EXPECT_FALSE(client_should_retry(outcome::rate_limited, 30000ms, 10000ms));
 }
 
+TEST(RetryAdviceTest, AnExhaustedBudgetIsWorthARetryOnlyInsideTheCallersOwnDeadline) {
+  EXPECT_TRUE(client_should_retry(outcome::budget_exhausted, 2000ms, 5000ms));
+  EXPECT_FALSE(client_should_retry(outcome::budget_exhausted, 3600000ms, 10000ms));
+  // No deadline of its own: a wait to the end of a day is not a blind retry's.
+  EXPECT_FALSE(client_should_retry(outcome::budget_exhausted, 2000ms, std::nullopt));
+}
+
 TEST(RetryAdviceTest, EveryOtherOutcomeAdvisesAgainst) {
   for (int i = 0; i < outcome_count; ++i) {
     auto o = static_cast<outcome>(i);
