@@ -50,6 +50,8 @@ auto* table_of(G& cfg, section where) {
       return static_cast<ptr>(&cfg.cluster);
     case section::telemetry:
       return static_cast<ptr>(&cfg.telemetry);
+    case section::ledger:
+      return static_cast<ptr>(&cfg.ledger);
     case section::upstreams:
     case section::models:
     case section::keys:
