@@ -230,6 +230,36 @@ TEST(ReloadPlanTest, PricesAndBudgetsApplyWhileTheLedgerWaitsForARestart) {
   EXPECT_FALSE(back.next.keys.at(0).admin);
 }
 
+// A gateway started without its ledger cannot honour a budget until it restarts with one: the
+// file that turns the ledger on and gives a key a budget is refused, the running config stays.
+TEST(ReloadPlanTest, ABudgetForAGatewayRunningWithoutItsLedgerIsRefused) {
+  const auto base = upstream("a", 1) + model("m", "a") + "price_input_per_mtok = 1\n\n";
+  auto running = load("[ledger]\nenabled = false\n" + base + key("k", 'a'));
+  ASSERT_FALSE(running.ledger.enabled);
+  for (const std::string budget :
+       {"max_tokens_per_day = 5", "max_spend_per_day = 5", "max_tokens_per_month = 5",
+        "max_spend_per_month = 5", "admin = true"}) {
+    SCOPED_TRACE(budget);
+    auto plan = plan_reload(running, load(base + key("k", 'a') + budget + "\n"));
+    ASSERT_TRUE(plan.error);
+    EXPECT_EQ(*plan.error, "tether.toml: key \"k\": " + budget.substr(0, budget.find(' ')) +
+                               " needs the ledger, which is off in the running gateway until a "
+                               "restart (ledger.enabled); restart to apply");
+    EXPECT_THAT(plan.next.keys, IsEmpty());
+  }
+  // Turning it on alone is a restart's business, not an error.
+  auto plan = plan_reload(running, load(base + key("k", 'a')));
+  ASSERT_FALSE(plan.error);
+  EXPECT_THAT(plan.needs_restart, ElementsAre("ledger.enabled"));
+  EXPECT_FALSE(plan.next.ledger.enabled);
+  // Running with it, a file that turns it off keeps it on till the restart: budgets stay valid.
+  auto on = load(base + key("k", 'a') + "max_tokens_per_day = 5\n");
+  auto off = plan_reload(on, load("[ledger]\nenabled = false\n" + base + key("k", 'a')));
+  ASSERT_FALSE(off.error);
+  EXPECT_TRUE(off.next.ledger.enabled);
+  EXPECT_EQ(off.next.keys.at(0).max_tokens_per_day, 0U);
+}
+
 TEST(ReloadPlanTest, MoreUpstreamsThanTheMetricsHoldSinceTheStartIsRefused) {
   std::string many;
   for (std::size_t i = 0; i < max_upstreams; ++i) many += upstream("u" + std::to_string(i), 1);
