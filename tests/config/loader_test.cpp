@@ -452,6 +452,9 @@ TEST(LoaderTest, PricesBudgetsAdminAndTheLedgerAreRead) {
   const auto zero_price = expect_ok(minimal + "price_output_per_mtok = 0.0\n");
   EXPECT_EQ(zero_price.models.at(0).price_output_per_mtok, std::optional<double>(0.0));
   EXPECT_FALSE(zero_price.models.at(0).price_input_per_mtok.has_value());
+  // -0.0 is 0, printed so.
+  EXPECT_THAT(render_effective(expect_ok(minimal + "price_output_per_mtok = -0.0\n")),
+              HasSubstr("\nprice_output_per_mtok = 0\n"));
 }
 
 // Each deployment is its own upstream's price: two deployments of one name may differ, where
