@@ -39,6 +39,8 @@ enum class section : std::uint8_t {
   ledger
 };
 inline constexpr std::size_t section_count = 9;
+static_assert(static_cast<std::size_t>(section::ledger) + 1 == section_count);
+
 std::string_view name_of(section s);
 
 enum class setting_type : std::uint8_t {
