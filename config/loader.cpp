@@ -91,12 +91,14 @@ class loader {
       return finish();
     }
     cfg_.source_file = file_;
-    check_keys(
-        root, "",
-        {"server", "request", "budget", "upstreams", "models", "keys", "telemetry", "cluster"});
+    check_keys(root, "",
+               {"server", "request", "budget", "upstreams", "models", "keys", "telemetry",
+                "cluster", "ledger"});
     if (auto* t = table_at(root, "server", "")) read_server(*t);
     if (auto* t = table_at(root, "request", "")) read_request(*t);
     if (auto* t = table_at(root, "budget", "")) read_budget(*t);
+    // Before [[keys]]: a key's budgets are checked against it.
+    if (auto* t = table_at(root, "ledger", "")) read_ledger(*t);
     read_upstreams(root);
     read_models(root);
     read_keys(root);
@@ -195,6 +197,12 @@ class loader {
           taken = true;
         }
         break;
+      case setting_type::number:
+        if (auto v = read_number(t, prefix, s)) {
+          s.ops->set_number(owner, *v);
+          taken = true;
+        }
+        break;
       case setting_type::boolean:
         if (auto v = read_bool(t, s.key, prefix)) {
           s.ops->set_int(owner, *v ? 1 : 0);
@@ -267,6 +275,38 @@ class loader {
       return std::nullopt;
     }
     return v;
+  }
+
+  // A number within the declaration's bounds: a TOML float, or an integer (`price = 3` means
+  // 3.0). inf and nan are out of every bound.
+  std::optional<double> read_number(const toml::table& t, std::string_view prefix,
+                                    const setting& s) {
+    const toml::node* n = t.get(s.key);
+    if (n == nullptr) return std::nullopt;
+    std::optional<double> v;
+    if (const auto* f = n->as_floating_point()) v = f->get();
+    if (const auto* i = n->as_integer()) v = static_cast<double>(i->get());
+    const auto where = join_path(prefix, s.key);
+    if (!v) {
+      error(where, fmt::format("expected a number, got {}", type_name(n->type())), *n);
+      return std::nullopt;
+    }
+    const auto min = static_cast<double>(s.min);
+    const auto max = static_cast<double>(s.max);
+    const bool above = s.above_min ? *v > min : *v >= min;
+    if (above && *v <= max) return *v == 0 ? 0.0 : *v;  // -0.0 is printed as 0
+    std::string problem;
+    if (s.above_min) {
+      problem = fmt::format("must be above {} and at most {}, got {}", s.min, s.max, *v);
+    } else if (*v < 0 && s.min >= 0) {
+      problem = fmt::format("must not be negative, got {}", *v);
+    } else if (s.max == i64_max) {
+      problem = fmt::format("must be at least {}, got {}", s.min, *v);
+    } else {
+      problem = fmt::format("must be between {} and {}, got {}", s.min, s.max, *v);
+    }
+    error(where, problem, *n);
+    return std::nullopt;
   }
 
   std::optional<std::vector<std::string>> read_string_list(const toml::table& t,
@@ -681,7 +721,6 @@ class loader {
         }
       }
       read_declared(*t, p, section::models, &m);
-      read_load_factor(*t, p, m);
       for (const auto& s : settings_of(section::request)) {
         if (s.model_override && read_setting(*t, p, s, &m.overrides.values))
           mark_written(m.overrides, s);
@@ -690,24 +729,6 @@ class loader {
       entries.push_back(entry);
     }
     check_model_graph(entries);
-  }
-
-  // A float (an integer is taken too): above 1, or the bound would leave no room for a key's
-  // home to take it ahead of the mean; at most 100, past which it bounds nothing.
-  void read_load_factor(const toml::table& t, std::string_view prefix, model_config& m) {
-    const toml::node* n = t.get("prefix_load_factor");
-    if (n == nullptr) return;
-    std::optional<double> v;
-    if (const auto* f = n->as_floating_point()) v = f->get();
-    if (const auto* i = n->as_integer()) v = static_cast<double>(i->get());
-    const auto where = join_path(prefix, "prefix_load_factor");
-    if (!v) {
-      error(where, fmt::format("expected a number, got {}", type_name(n->type())), *n);
-    } else if (!(*v > 1.0 && *v <= 100.0)) {
-      error(where, fmt::format("must be above 1 and at most 100, got {}", *v), *n);
-    } else {
-      m.prefix_load_factor = *v;
-    }
   }
 
   // Deployments agree, fallbacks name real models, and the fallback graph has no cycle
@@ -880,7 +901,60 @@ class loader {
         error(p + ".models", "missing required key (use [\"*\"] for every model)", &t->source());
       }
       read_declared(*t, p, section::keys, &k);
+      check_ledger_use(*t, p, k);
       cfg_.keys.push_back(std::move(k));
+    }
+  }
+
+  // A key's budgets and admin need the ledger; a spend budget needs a price somewhere, since
+  // with none every request's spend is 0 and the budget is never reached. Prices may differ
+  // between deployments of one model: each is its upstream's (the ledger prices a request by
+  // the deployment that served it).
+  void check_ledger_use(const toml::table& t, const std::string& p, const key_config& k) {
+    const bool priced = std::any_of(cfg_.models.begin(), cfg_.models.end(), [](const auto& m) {
+      return m.price_input_per_mtok.value_or(0) > 0 || m.price_output_per_mtok.value_or(0) > 0 ||
+             m.price_cached_input_per_mtok.value_or(0) > 0;
+    });
+    for (const auto& s : settings_of(section::keys)) {
+      if (!s.needs_ledger || !in_use(s, &k)) continue;
+      const toml::node& at = *t.get(s.key);
+      if (!cfg_.ledger.enabled) {
+        error(p + "." + std::string(s.key),
+              fmt::format("{} needs the ledger: [ledger] enabled = false", s.key), at);
+      } else if (s.type == setting_type::number && !priced) {
+        error(p + "." + std::string(s.key),
+              "no [[models]] entry has a price above 0, so every request's spend is 0 and this "
+              "budget could never be reached (set price_input_per_mtok, price_output_per_mtok "
+              "or price_cached_input_per_mtok)",
+              at);
+      }
+    }
+  }
+
+  // [ledger]. The path is the SQLite file's; ledger_file() reads a relative one from the config
+  // file's directory.
+  void read_ledger(const toml::table& t) {
+    const std::string_view p = "ledger";
+    check_declared_keys(t, p, section::ledger);
+    auto& l = cfg_.ledger;
+    read_declared(t, p, section::ledger, &l);
+    auto path = read_string(t, "path", p);
+    if (!path) return;
+    const toml::node& at = *t.get("path");
+    const bool control = std::any_of(path->begin(), path->end(), [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+    });
+    if (control) {
+      error("ledger.path", "must not contain control characters", at);
+    } else if (!path->empty() && (path->back() == '/' || path->ends_with("/.") ||
+                                  path->ends_with("/..") || *path == "." || *path == "..")) {
+      error("ledger.path",
+            fmt::format("\"{}\" names a directory; name the database file (\"\" = "
+                        "tether-ledger.db next to the config file)",
+                        *path),
+            at);
+    } else {
+      l.path = *path;
     }
   }
 

@@ -50,6 +50,8 @@ auto* table_of(G& cfg, section where) {
       return static_cast<ptr>(&cfg.cluster);
     case section::telemetry:
       return static_cast<ptr>(&cfg.telemetry);
+    case section::ledger:
+      return static_cast<ptr>(&cfg.ledger);
     case section::upstreams:
     case section::models:
     case section::keys:
@@ -163,11 +165,33 @@ void arrange_keys(const gateway_config& running, gateway_config& loaded, reload_
   loaded.keys = std::move(arranged);
 }
 
+// The loader refuses budgets and admin keys with [ledger] off in the file; this catches the file
+// that turns the ledger on with them, which a running gateway without its ledger could not
+// honour until a restart.
+std::optional<std::string> ledger_off_for_keys(const gateway_config& next) {
+  if (next.ledger.enabled) return std::nullopt;
+  for (const auto& k : next.keys) {
+    for (const auto& s : settings_of(section::keys)) {
+      if (!s.needs_ledger || !in_use(s, &k)) continue;
+      return fmt::format(
+          "{}: key \"{}\": {} needs the ledger, which is off in the running gateway until a "
+          "restart (ledger.enabled); restart to apply",
+          next.source_file, k.name, s.key);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 reload_plan plan_reload(const gateway_config& running, gateway_config loaded) {
   reload_plan plan;
   keep_for_restart(running, loaded, plan.needs_restart);
+  if (auto refused = ledger_off_for_keys(loaded)) {
+    reload_plan out;
+    out.error = std::move(refused);
+    return out;
+  }
   // The log level applies at once.
   if (loaded.telemetry.log_level != running.telemetry.log_level)
     plan.changes.push_back("telemetry.log_level " + loaded.telemetry.log_level);

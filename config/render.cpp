@@ -18,11 +18,17 @@ namespace tether::config {
 namespace {
 
 // "key = value", or "key = 0  # note" where the declaration notes what zero or "" means; a
-// custom setting that prints nothing (an unset series) is left out.
+// setting that prints nothing (an unset price, an unset series) is a comment where the
+// declaration notes what unset means ("# key unset: note"), else left out.
 void print(std::string& o, const setting& s, const void* owner) {
   const auto value = s.ops->toml(owner);
-  if (value.empty()) return;
-  if (!s.unset_note.empty() && (value == "0" || value == "\"\"")) {
+  if (value.empty()) {
+    if (!s.unset_note.empty()) o += fmt::format("# {} unset: {}\n", s.key, s.unset_note);
+    return;
+  }
+  // Where the default is unset (a price), the note is about unset: a written 0 is a value.
+  const bool zero = value == "0" || value == "\"\"";
+  if (!s.unset_note.empty() && zero && !default_toml(s).empty()) {
     o += fmt::format("{} = {}  # {}\n", s.key, value, s.unset_note);
   } else {
     o += fmt::format("{} = {}\n", s.key, value);
@@ -74,6 +80,9 @@ std::string render_effective(const gateway_config& cfg) {
   print_section(o, section::telemetry, &cfg.telemetry);
   o += "\n[cluster]\n";
   print_section(o, section::cluster, &cfg.cluster);
+  o += "\n[ledger]\n";
+  print_section(o, section::ledger, &cfg.ledger);
+  if (cfg.ledger.enabled) o += fmt::format("# file: {}\n", cfg.ledger_file());
   return o;
 }
 

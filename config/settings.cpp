@@ -19,6 +19,7 @@ constexpr std::int64_t u32_max = std::numeric_limits<std::uint32_t>::max();
 constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 // Token counts (caps, per-minute limits): far beyond any model server, far from overflowing a sum.
 constexpr std::int64_t max_token_count = std::int64_t{1} << 48;
+constexpr std::int64_t max_spend_usd = 1000000000;
 
 // --- member pointers to field_ops ------------------------------------------------------------
 
@@ -64,6 +65,10 @@ template <>
 constexpr section section_of<cluster_config>() {
   return section::cluster;
 }
+template <>
+constexpr section section_of<ledger_config>() {
+  return section::ledger;
+}
 
 template <auto M>
 struct member {
@@ -73,6 +78,7 @@ struct member {
   static type& of(void* o) { return static_cast<owner*>(o)->*M; }
 
   static constexpr bool numeric = std::is_arithmetic_v<type> || std::is_same_v<type, millis>;
+  static constexpr bool optional_number = std::is_same_v<type, std::optional<double>>;
   static std::int64_t get_int(const void* o) {
     const auto& v = of(o);
     if constexpr (std::is_same_v<type, millis>) {
@@ -92,9 +98,24 @@ struct member {
       of(o) = static_cast<type>(v);
     }
   }
+  static std::optional<double> get_number(const void* o) {
+    if constexpr (std::is_same_v<type, double> || optional_number) {
+      return of(o);
+    } else {
+      return std::nullopt;
+    }
+  }
+  static void set_number(void* o, double v) {
+    if constexpr (std::is_same_v<type, double> || optional_number) of(o) = v;
+  }
   static std::string toml(const void* o) {
     const auto& v = of(o);
-    if constexpr (std::is_same_v<type, bool>) {
+    if constexpr (std::is_same_v<type, double>) {
+      return number_text(v);
+    } else if constexpr (optional_number) {
+      // Unset is no value at all (TOML has no null): `tether check` prints a comment instead.
+      return v ? number_text(*v) : std::string();
+    } else if constexpr (std::is_same_v<type, bool>) {
       return v ? "true" : "false";
     } else if constexpr (std::is_same_v<type, std::string>) {
       return quote(v);
@@ -128,7 +149,8 @@ struct member {
     }
   }
 
-  static constexpr field_ops ops{get_int, set_int, set_choice, toml, same, copy, nullptr};
+  static constexpr field_ops ops{get_int, set_int, get_number, set_number, set_choice,
+                                 toml,    same,    copy,       nullptr};
 };
 
 // One builder per type; the section comes from the member's struct.
@@ -157,6 +179,16 @@ constexpr setting duration(std::string_view key, std::int64_t min, std::string_v
                            std::int64_t max = max_duration_ms) {
   auto s = declare<M>(key, setting_type::duration, doc);
   s.unit = "ms";
+  s.min = min;
+  s.max = max;
+  return s;
+}
+// A double; `| above_min` refuses min itself.
+template <auto M>
+constexpr setting number(std::string_view key, std::string_view unit, std::int64_t min,
+                         std::int64_t max, std::string_view doc) {
+  auto s = declare<M>(key, setting_type::number, doc);
+  s.unit = unit;
   s.min = min;
   s.max = max;
   return s;
@@ -208,6 +240,8 @@ constexpr modifier restart{[](setting& s) { s.reload = on_reload::restart; }};
 constexpr modifier new_connections{[](setting& s) { s.reload = on_reload::new_connections; }};
 constexpr modifier model_override{[](setting& s) { s.model_override = true; }};
 constexpr modifier required{[](setting& s) { s.required = true; }};
+constexpr modifier above_min{[](setting& s) { s.above_min = true; }};
+constexpr modifier needs_ledger{[](setting& s) { s.needs_ledger = true; }};
 struct note {
   std::string_view text;
 };
@@ -237,6 +271,8 @@ const field_ops listen_ops{
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
     [](const void* o) {
       const auto& s = *static_cast<const server_config*>(o);
       return quote(host_port(s.listen_host, s.listen_port));
@@ -257,6 +293,8 @@ const field_ops listen_ops{
 
 // upstreams.base_url: as written and parsed; its path prefix goes into the request line only.
 const field_ops base_url_ops{
+    nullptr,
+    nullptr,
     nullptr,
     nullptr,
     nullptr,
@@ -290,6 +328,8 @@ const field_ops api_key_env_ops{
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
     [](const void* o) {
       const auto& u = *static_cast<const upstream_config*>(o);
       if (u.api_key_env.empty()) return std::string("\"\"  # no key sent");
@@ -314,6 +354,8 @@ const field_ops surfaces_ops{
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
     [](const void* o) {
       const auto& u = *static_cast<const upstream_config*>(o);
       std::vector<std::string> served;
@@ -334,6 +376,8 @@ const field_ops sha256_ops{
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
     [](const void*) { return quote("<masked>"); },
     member<&key_config::sha256_hex>::same,
     member<&key_config::sha256_hex>::copy,
@@ -346,25 +390,13 @@ const field_ops omitted_when_empty{
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
+    nullptr,
     [](const void* o) {
       return member<M>::of(o).empty() ? std::string() : quote(member<M>::of(o));
     },
     member<M>::same,
     member<M>::copy,
-    nullptr,
-};
-
-// [[models]] prefix_load_factor: a float, which the generic reader does not take (the loader's
-// read_models reads it).
-const field_ops load_factor_ops{
-    nullptr,
-    nullptr,
-    nullptr,
-    [](const void* o) {
-      return fmt::format("{}", static_cast<const model_config*>(o)->prefix_load_factor);
-    },
-    member<&model_config::prefix_load_factor>::same,
-    member<&model_config::prefix_load_factor>::copy,
     nullptr,
 };
 
@@ -395,12 +427,14 @@ using M = model_config;
 using K = key_config;
 using T = telemetry_config;
 using C = cluster_config;
+using L = ledger_config;
 
 // One declaration per line (the formatter would break them into fragments). Builders: integer,
-// duration, boolean, choice, text, list (member pointer, key, bounds, doc) and custom; then
-// `| restart`, `| new_connections`, `| model_override`, `| required`, `| note{..}` (what 0 or ""
-// means, in `tether check`), `| default_is{..}` and `| range_is{..}` (the reference's columns
-// where they are not generated).
+// duration, number, boolean, choice, text, list (member pointer, key, bounds, doc) and custom;
+// then `| restart`, `| new_connections`, `| model_override`, `| required`, `| above_min`,
+// `| needs_ledger`,
+// `| note{..}` (what 0, "" or unset means, in `tether check`), `| default_is{..}` and
+// `| range_is{..}` (the reference's columns where they are not generated).
 // clang-format off
 const setting table[] = {
     // [server]: read once at start. Sizes and counts of zero would refuse every request or
@@ -479,7 +513,14 @@ const setting table[] = {
     // tell agents apart; the bound keeps the per-request read of the prompt small.
     choice<&M::routing>("routing", routing_names, "how a deployment is chosen: least live work, or the prompt's prefix"),
     integer<&M::prefix_bytes>("prefix_bytes", "bytes", 16, 65536, "how much of the canonical prompt makes the affinity key"),
-    custom(section::models, "prefix_load_factor", "number, > 1, ≤ 100", load_factor_ops, "how far above the mean live work per weight a deployment keeps its keys"),
+    // prefix_load_factor: above 1, or the bound would leave no room for a key's home to take it
+    // ahead of the mean; at most 100, past which it bounds nothing.
+    number<&M::prefix_load_factor>("prefix_load_factor", "number", 1, 100, "how far above the mean live work per weight a deployment keeps its keys") | above_min,
+    // Prices: per deployment (each is its own upstream's price), so deployments may differ. A
+    // million dollars per million tokens is past any model sold; more is a typo.
+    number<&M::price_input_per_mtok>("price_input_per_mtok", "USD per million tokens", 0, 1000000, "the price of its prompt tokens; unset = they cost nothing") | default_is{"unset"} | note{"not priced: its prompt tokens cost nothing"},
+    number<&M::price_output_per_mtok>("price_output_per_mtok", "USD per million tokens", 0, 1000000, "the price of its completion tokens; unset = they cost nothing") | default_is{"unset"} | note{"not priced: its completion tokens cost nothing"},
+    number<&M::price_cached_input_per_mtok>("price_cached_input_per_mtok", "USD per million tokens", 0, 1000000, "the price of its prompt tokens read from the upstream's cache; unset = the input price") | default_is{"unset"} | note{"cached prompt tokens cost the input price"},
 
     // [[keys]]. A weight of 0 would never be served; the bound keeps one key's turn from dwarfing
     // the others' beyond what a ratio can mean.
@@ -491,6 +532,13 @@ const setting table[] = {
     integer<&K::tpm>("tpm", "tokens per minute", 0, max_token_count, "tokens per sliding minute; 0 = unlimited") | range_is{"tokens per minute, 0–2⁴⁸"},
     integer<&K::weight>("weight", "count", 1, 1000, "its share of the admission queue"),
     choice<&K::max_priority>("max_priority", priority_names, "the highest X-Priority it may take"),
+    // The ledger's budgets (UTC periods). A billion dollars a day is past any key's means; the
+    // bound keeps the sum in billionths of a dollar far from overflowing.
+    integer<&K::max_tokens_per_day>("max_tokens_per_day", "tokens", 0, max_token_count, "prompt + completion tokens per UTC day; 0 = no budget") | range_is{"tokens, 0–2⁴⁸"} | note{"no daily token budget"} | needs_ledger,
+    integer<&K::max_tokens_per_month>("max_tokens_per_month", "tokens", 0, max_token_count, "prompt + completion tokens per UTC month; 0 = no budget") | range_is{"tokens, 0–2⁴⁸"} | note{"no monthly token budget"} | needs_ledger,
+    number<&K::max_spend_per_day>("max_spend_per_day", "USD", 0, max_spend_usd, "spend at the models' prices per UTC day; 0 = no budget") | range_is{"USD, 0–10⁹"} | note{"no daily spend budget"} | needs_ledger,
+    number<&K::max_spend_per_month>("max_spend_per_month", "USD", 0, max_spend_usd, "spend at the models' prices per UTC month; 0 = no budget") | range_is{"USD, 0–10⁹"} | note{"no monthly spend budget"} | needs_ledger,
+    boolean<&K::admin>("admin", "may read every key's usage (GET /v1/usage)") | needs_ledger,
 
     // [cluster]: read once at start.
     text<&C::budget_listen>("budget_listen", a_host_port, "this node hosts the shared budget there") | restart,
@@ -502,6 +550,13 @@ const setting table[] = {
     choice<&T::log_level>("log_level", log_levels, "access lines are written at info"),
     text<&T::otlp_endpoint>("otlp_endpoint", "an `http://` or `https://` URL", "where traces go (OTLP/HTTP JSON)") | restart,
     text<&T::service_name>("service_name", "string, not empty", "the traces' service name") | restart,
+
+    // [ledger]: the actor and its file are made at start. Flushing more often than every 10 ms
+    // is a write per batch of a few requests; less often than a minute, a kill -9 loses that much.
+    boolean<&L::enabled>("enabled", "record every request's usage, and enforce the keys' budgets") | restart,
+    text<&L::path>("path", "a file path, not a directory", "the SQLite file; a relative path is read from the config file's directory") | note{"tether-ledger.db next to the config file"} | restart,
+    duration<&L::flush_interval>("flush_interval_ms", 10, "how often the gathered usage is written to the file", 60000) | restart,
+    integer<&L::member_buffer_max>("member_buffer_max", "rows", 1, 10000000, "a cluster member cut off from the budget host keeps at most this many unsent rows") | restart,
 };
 // clang-format on
 
@@ -523,6 +578,7 @@ const void* default_owner(section s) {
   static const key_config key;
   static const telemetry_config telemetry;
   static const cluster_config cluster;
+  static const ledger_config ledger;
   switch (s) {
     case section::server:
       return &server;
@@ -538,6 +594,8 @@ const void* default_owner(section s) {
       return &key;
     case section::telemetry:
       return &telemetry;
+    case section::ledger:
+      return &ledger;
     case section::cluster:
       break;
   }
@@ -567,6 +625,8 @@ std::string_view name_of(section s) {
       return "keys";
     case section::telemetry:
       return "telemetry";
+    case section::ledger:
+      return "ledger";
     case section::cluster:
       break;
   }
@@ -580,7 +640,7 @@ std::span<const setting> all_settings() {
 std::span<const setting> settings_of(section s) {
   // Found once: the table does not change.
   static const auto spans = [] {
-    std::array<std::span<const setting>, 8> out;
+    std::array<std::span<const setting>, section_count> out;
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = section_span(static_cast<section>(i));
     return out;
   }();
@@ -610,6 +670,21 @@ bool request_overrides::operator==(const request_overrides& other) const {
   return true;
 }
 
+bool in_use(const setting& s, const void* owner) {
+  switch (s.type) {
+    case setting_type::number: {
+      const auto v = s.ops->get_number(owner);
+      return v && *v != 0;
+    }
+    case setting_type::integer:
+    case setting_type::duration:
+    case setting_type::boolean:
+      return s.ops->get_int(owner) != 0;
+    default:
+      return false;
+  }
+}
+
 std::string default_toml(const setting& s) {
   return s.ops->toml(default_owner(s.where));
 }
@@ -630,6 +705,10 @@ std::string range_text(const setting& s) {
       if (unbounded) return fmt::format("{}, ≥ {}", s.unit, s.min);
       return fmt::format("{}, {}–{}", s.unit, s.min, s.max);
     }
+    case setting_type::number:
+      if (s.above_min) return fmt::format("{}, > {}, ≤ {}", s.unit, s.min, s.max);
+      if (s.max == i64_max) return fmt::format("{}, ≥ {}", s.unit, s.min);
+      return fmt::format("{}, {}–{}", s.unit, s.min, s.max);
     case setting_type::boolean:
       return "boolean";
     case setting_type::choice: {

@@ -9,7 +9,9 @@
 // stay cheap.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,13 +35,18 @@ enum class section : std::uint8_t {
   models,
   keys,
   cluster,
-  telemetry
+  telemetry,
+  ledger
 };
+inline constexpr std::size_t section_count = 9;
+static_assert(static_cast<std::size_t>(section::ledger) + 1 == section_count);
+
 std::string_view name_of(section s);
 
 enum class setting_type : std::uint8_t {
   integer,   // a whole number within [min, max]
   duration,  // milliseconds within [min, max] (the key ends in _ms)
+  number,    // a double within [min, max] (above min where above_min); TOML's integer or float
   boolean,
   choice,  // one of `choices`, exactly as written
   text,    // a string the loader checks by hand (a path, a name, a reference)
@@ -59,6 +66,9 @@ enum class on_reload : std::uint8_t {
 struct field_ops {
   std::int64_t (*get_int)(const void*) = nullptr;  // integer, duration, boolean
   void (*set_int)(void*, std::int64_t) = nullptr;
+  // number: an optional member reads as nullopt while unset; set_number sets it.
+  std::optional<double> (*get_number)(const void*) = nullptr;
+  void (*set_number)(void*, double) = nullptr;
   bool (*set_choice)(void*, std::string_view) = nullptr;  // false: not one of the choices
   std::string (*toml)(const void*) = nullptr;             // the value as TOML
   bool (*same)(const void*, const void*) = nullptr;
@@ -74,15 +84,20 @@ struct setting {
   setting_type type;
   std::int64_t min = 0;
   std::int64_t max = 0;
+  // number: min itself is refused (a load factor of 1 would bound nothing).
+  bool above_min = false;
   std::span<const std::string_view> choices;  // for choice: in the order a message lists them
   std::string_view unit;                      // the reference's "unit, range" column: "ms", ...
   on_reload reload = on_reload::applies;
   bool model_override = false;  // [request] only: a [[models]] entry may write it too
   bool required = false;
+  // Written as anything but 0 or false, it needs the ledger: refused while [ledger] is off.
+  bool needs_ledger = false;
   // The reference's columns where they are not generated from the value, type and bounds.
   std::string_view default_doc;
   std::string_view range_doc;
-  // `tether check` prints "key = 0  # note" (or = "") when the value is zero or empty.
+  // `tether check` prints "key = 0  # note" (or = "") when the value is zero or empty, and
+  // "# key unset: note" for an optional number that is not set.
   std::string_view unset_note;
   std::string_view doc;  // one line: what it does
   const field_ops* ops = nullptr;
@@ -97,6 +112,9 @@ request_config apply_overrides(const request_overrides& o, request_config base);
 // Marks `s` (a model_override setting) as written in `o`, its value already in o.values.
 void mark_written(request_overrides& o, const setting& s);
 bool is_written(const request_overrides& o, const setting& s);
+
+// Whether a number or boolean setting is written as anything but 0, false or unset.
+bool in_use(const setting& s, const void* owner);
 
 // The value of `s` in a default-constructed section, as TOML ("4194304", "\"json\"").
 std::string default_toml(const setting& s);

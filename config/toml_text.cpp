@@ -50,4 +50,8 @@ std::string host_port(const std::string& host, std::uint16_t port) {
   return fmt::format("{}:{}", host, port);
 }
 
+std::string number_text(double v) {
+  return fmt::format("{}", v);
+}
+
 }  // namespace tether::config

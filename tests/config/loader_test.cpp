@@ -391,6 +391,185 @@ TEST(LoaderTest, PrefixRoutingKeysAreReadBoundedAndAgreedOn) {
                "disagree on routing, prefix_bytes or prefix_load_factor");
 }
 
+// [ledger] and the ledger's settings of [[models]] and [[keys]], unwritten.
+TEST(LoaderTest, TheLedgerIsOnWithNoPricesNoBudgetsAndNoAdminByDefault) {
+  const auto cfg = expect_ok(minimal + "[[keys]]\nname = \"k\"\nsha256 = \"" +
+                             std::string(64, 'a') + "\"\nmodels = [\"*\"]\n");
+  EXPECT_TRUE(cfg.ledger.enabled);
+  EXPECT_EQ(cfg.ledger.path, "");
+  EXPECT_EQ(cfg.ledger.flush_interval, millis(1000));
+  EXPECT_EQ(cfg.ledger.member_buffer_max, 100000U);
+  const auto& m = cfg.models.at(0);
+  EXPECT_FALSE(m.price_input_per_mtok.has_value());
+  EXPECT_FALSE(m.price_output_per_mtok.has_value());
+  EXPECT_FALSE(m.price_cached_input_per_mtok.has_value());
+  const auto& k = cfg.keys.at(0);
+  EXPECT_EQ(k.max_tokens_per_day, 0U);
+  EXPECT_EQ(k.max_tokens_per_month, 0U);
+  EXPECT_EQ(k.max_spend_per_day, 0.0);
+  EXPECT_EQ(k.max_spend_per_month, 0.0);
+  EXPECT_FALSE(k.admin);
+}
+
+const std::string priced_key = R"(price_input_per_mtok = 3
+price_output_per_mtok = 15.5
+price_cached_input_per_mtok = 0.3
+[[keys]]
+name = "k"
+sha256 = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+models = ["*"]
+max_tokens_per_day = 1000000
+max_tokens_per_month = 20000000
+max_spend_per_day = 2.5
+max_spend_per_month = 40
+admin = true
+[ledger]
+enabled = true
+path = "/var/lib/tether/usage.db"
+flush_interval_ms = 250
+member_buffer_max = 5000
+)";
+
+// A number takes a float or an integer; a price is set where written (per deployment).
+TEST(LoaderTest, PricesBudgetsAdminAndTheLedgerAreRead) {
+  const auto cfg = expect_ok(minimal + priced_key);
+  const auto& m = cfg.models.at(0);
+  EXPECT_EQ(m.price_input_per_mtok, std::optional<double>(3.0));
+  EXPECT_EQ(m.price_output_per_mtok, std::optional<double>(15.5));
+  EXPECT_EQ(m.price_cached_input_per_mtok, std::optional<double>(0.3));
+  const auto& k = cfg.keys.at(0);
+  EXPECT_EQ(k.max_tokens_per_day, 1000000U);
+  EXPECT_EQ(k.max_tokens_per_month, 20000000U);
+  EXPECT_EQ(k.max_spend_per_day, 2.5);
+  EXPECT_EQ(k.max_spend_per_month, 40.0);
+  EXPECT_TRUE(k.admin);
+  EXPECT_TRUE(cfg.ledger.enabled);
+  EXPECT_EQ(cfg.ledger.path, "/var/lib/tether/usage.db");
+  EXPECT_EQ(cfg.ledger.flush_interval, millis(250));
+  EXPECT_EQ(cfg.ledger.member_buffer_max, 5000U);
+  EXPECT_EQ(cfg.ledger_file(), "/var/lib/tether/usage.db");
+  // A price of 0 is a price (the model is free), not unset.
+  const auto zero_price = expect_ok(minimal + "price_output_per_mtok = 0.0\n");
+  EXPECT_EQ(zero_price.models.at(0).price_output_per_mtok, std::optional<double>(0.0));
+  EXPECT_FALSE(zero_price.models.at(0).price_input_per_mtok.has_value());
+  // -0.0 is 0, printed so.
+  EXPECT_THAT(render_effective(expect_ok(minimal + "price_output_per_mtok = -0.0\n")),
+              HasSubstr("\nprice_output_per_mtok = 0\n"));
+}
+
+// Each deployment is its own upstream's price: two deployments of one name may differ, where
+// their routing and overrides must agree.
+TEST(LoaderTest, DeploymentsOfOneNameMayHaveDifferentPrices) {
+  const auto cfg = expect_ok(minimal + "price_input_per_mtok = 3\n" + R"(
+[[upstreams]]
+name = "b"
+base_url = "http://127.0.0.1:8001"
+[[models]]
+name = "m"
+upstream = "b"
+price_input_per_mtok = 0.25
+price_output_per_mtok = 1
+)");
+  ASSERT_EQ(cfg.models.size(), 2U);
+  EXPECT_EQ(cfg.models[0].price_input_per_mtok, std::optional<double>(3.0));
+  EXPECT_FALSE(cfg.models[0].price_output_per_mtok.has_value());
+  EXPECT_EQ(cfg.models[1].price_input_per_mtok, std::optional<double>(0.25));
+  EXPECT_EQ(cfg.models[1].price_output_per_mtok, std::optional<double>(1.0));
+}
+
+std::string key_writing(const std::string& lines) {
+  return "[[keys]]\nname = \"k\"\nsha256 = \"" + std::string(64, 'a') + "\"\nmodels = [\"*\"]\n" +
+         lines;
+}
+
+// Budgets and admin need the ledger; a spend budget needs a price above 0 somewhere. Written as
+// 0 or false they ask for nothing, and are taken either way.
+TEST(LoaderTest, BudgetsAndAdminWithoutTheLedgerOrASpendBudgetWithoutAPriceAreNamed) {
+  const std::string off = "[ledger]\nenabled = false\n";
+  const std::string priced = minimal + "price_input_per_mtok = 1\n";
+  for (const char* key :
+       {"max_tokens_per_day", "max_tokens_per_month", "max_spend_per_day", "max_spend_per_month"}) {
+    SCOPED_TRACE(key);
+    expect_error(priced + off + key_writing(fmt::format("{} = 5\n", key)),
+                 fmt::format("test.toml: keys[0].{0}: {0} needs the ledger: [ledger] enabled = "
+                             "false (line ",
+                             key));
+    expect_ok(priced + off + key_writing(fmt::format("{} = 0\n", key)));
+  }
+  expect_error(priced + off + key_writing("admin = true\n"),
+               "test.toml: keys[0].admin: admin needs the ledger: [ledger] enabled = false");
+  expect_ok(priced + off + key_writing("admin = false\n"));
+
+  // No model priced above 0: a spend budget is named, a token budget is fine.
+  for (const char* prices : {"", "price_input_per_mtok = 0\nprice_output_per_mtok = 0.0\n"}) {
+    SCOPED_TRACE(prices);
+    for (const char* key : {"max_spend_per_day", "max_spend_per_month"}) {
+      expect_error(minimal + prices + key_writing(fmt::format("{} = 10\n", key)),
+                   fmt::format("test.toml: keys[0].{}: no [[models]] entry has a price above 0, "
+                               "so every request's spend is 0 and this budget could never be "
+                               "reached",
+                               key));
+    }
+    expect_ok(minimal + prices + key_writing("max_tokens_per_day = 10\nadmin = true\n"));
+  }
+  // One priced deployment anywhere is enough, whichever price it is.
+  for (const char* price :
+       {"price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok"}) {
+    const auto cfg = expect_ok(minimal + "[[models]]\nname = \"n\"\nupstream = \"a\"\n" + price +
+                               " = 0.01\n" + key_writing("max_spend_per_day = 10\n"));
+    EXPECT_EQ(cfg.keys.at(0).max_spend_per_day, 10.0);
+  }
+}
+
+TEST(LoaderTest, ALedgerPathNamingADirectoryOrHoldingControlCharactersIsNamed) {
+  for (const char* dir : {"/var/lib/tether/", "data/.", "..", "."}) {
+    expect_error(minimal + "[ledger]\npath = \"" + dir + "\"\n",
+                 fmt::format("test.toml: ledger.path: \"{}\" names a directory; name the "
+                             "database file",
+                             dir));
+  }
+  expect_error(minimal + "[ledger]\npath = \"a\\tb.db\"\n",
+               "ledger.path: must not contain control characters");
+  expect_error(minimal + "[ledger]\npath = 3\n", "ledger.path: expected a string, got an integer");
+  EXPECT_EQ(expect_ok(minimal + "[ledger]\npath = \"..db\"\n").ledger.path, "..db");
+}
+
+// `tether check`: an unset price is a comment saying what unset means (no TOML value stands for
+// it), the budgets' zeros are noted, and the ledger's file is the one it resolves to.
+TEST(LoaderTest, TetherCheckPrintsUnsetPricesNotedAndTheLedgersFile) {
+  auto cfg = expect_ok(minimal + "price_output_per_mtok = 0.6\n" + key_writing(""));
+  cfg.source_file = "/etc/tether/tether.toml";
+  const auto out = render_effective(cfg);
+  EXPECT_THAT(out, HasSubstr("\n# price_input_per_mtok unset: not priced: its prompt tokens "
+                             "cost nothing\nprice_output_per_mtok = 0.6\n"
+                             "# price_cached_input_per_mtok unset: cached prompt tokens cost "
+                             "the input price\n"));
+  EXPECT_THAT(out, HasSubstr("\nmax_tokens_per_day = 0  # no daily token budget\n"
+                             "max_tokens_per_month = 0  # no monthly token budget\n"
+                             "max_spend_per_day = 0  # no daily spend budget\n"
+                             "max_spend_per_month = 0  # no monthly spend budget\n"
+                             "admin = false\n"));
+  EXPECT_THAT(out, HasSubstr("\n[ledger]\nenabled = true\n"
+                             "path = \"\"  # tether-ledger.db next to the config file\n"
+                             "flush_interval_ms = 1000\nmember_buffer_max = 100000\n"
+                             "# file: /etc/tether/tether-ledger.db\n"));
+  // Off: no file is named.
+  cfg.ledger.enabled = false;
+  EXPECT_THAT(render_effective(cfg),
+              AllOf(HasSubstr("\n[ledger]\nenabled = false\n"), Not(HasSubstr("# file:"))));
+  // A price written as 0 is a value (free), not unset: no note.
+  auto zero_price = cfg;
+  zero_price.models.at(0).price_cached_input_per_mtok = 0.0;
+  EXPECT_THAT(render_effective(zero_price), HasSubstr("\nprice_cached_input_per_mtok = 0\n"));
+  // The output reloads to the same prices: an unset one stays unset.
+  auto text = render_effective(cfg);
+  text.replace(text.find("<masked>"), 8, std::string(64, 'a'));
+  const auto again = expect_ok(text);
+  EXPECT_EQ(again.models.at(0).price_output_per_mtok, std::optional<double>(0.6));
+  EXPECT_FALSE(again.models.at(0).price_input_per_mtok.has_value());
+  EXPECT_FALSE(again.models.at(0).price_cached_input_per_mtok.has_value());
+}
+
 TEST(LoaderTest, ListenAcceptsPortZeroAndBracketedIpv6) {
   auto cfg = expect_ok(minimal + "[server]\nlisten = \"127.0.0.1:0\"\n");
   EXPECT_EQ(cfg.server.listen_port, 0);
@@ -724,11 +903,15 @@ upstream = "secure"
 upstream_model = "vendor/big \"quoted\""
 fallbacks = ["small"]
 attempt_timeout_ms = 999
+price_input_per_mtok = 2.5
+price_output_per_mtok = 10
+price_cached_input_per_mtok = 1.25
 [[models]]
 name = "big"
 upstream = "local"
 fallbacks = ["small"]
 attempt_timeout_ms = 999
+price_input_per_mtok = 0.000001
 [[models]]
 name = "small"
 upstream = "local"
@@ -736,10 +919,16 @@ upstream = "local"
 name = "team-a"
 sha256 = "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"
 models = ["big"]
+max_tokens_per_month = 90000000
+max_spend_per_day = 12.75
+admin = true
 [telemetry]
 otlp_endpoint = "http://127.0.0.1:4318/v1/traces"
 [cluster]
 budget_listen = "127.0.0.1:4242"
+[ledger]
+path = "ledger/usage.db"
+flush_interval_ms = 250
 )";
 
 const env_map full_env = {{"UPSTREAM_KEY", "sk-planted-secret-4f1c"},
@@ -785,6 +974,18 @@ TEST(LoaderTest, RenderEffectiveRoundTripsThroughTheLoader) {
   EXPECT_EQ(cfg2.keys.at(0).sha256_hex, digest);
   EXPECT_EQ(cfg2.server.listen_port, 0);
   EXPECT_EQ(cfg2.cluster.budget_listen, "127.0.0.1:4242");
+  EXPECT_EQ(cfg2.models.at(0).price_input_per_mtok, std::optional<double>(2.5));
+  EXPECT_EQ(cfg2.models.at(0).price_output_per_mtok, std::optional<double>(10.0));
+  EXPECT_EQ(cfg2.models.at(0).price_cached_input_per_mtok, std::optional<double>(1.25));
+  EXPECT_EQ(cfg2.models.at(1).price_input_per_mtok, std::optional<double>(0.000001));
+  EXPECT_FALSE(cfg2.models.at(1).price_output_per_mtok.has_value());
+  EXPECT_FALSE(cfg2.models.at(2).price_input_per_mtok.has_value());
+  EXPECT_EQ(cfg2.keys.at(0).max_tokens_per_month, 90000000U);
+  EXPECT_EQ(cfg2.keys.at(0).max_spend_per_day, 12.75);
+  EXPECT_TRUE(cfg2.keys.at(0).admin);
+  EXPECT_EQ(cfg2.ledger.path, "ledger/usage.db");
+  EXPECT_EQ(cfg2.ledger.flush_interval, millis(250));
+  EXPECT_EQ(cfg2.ledger_file(), "ledger/usage.db");
 }
 
 TEST(LoaderTest, DemoConfigLoadsCleanly) {
@@ -1096,6 +1297,58 @@ TEST(LoaderTest, EveryDeclaredNumberIsReadAtItsBoundsAndRefusedPastThem) {
   }
 }
 
+// Each declared number (a double): read as an integer or a float inside its bounds and at them,
+// printed as read; past them, infinite, not a number or not a number at all: refused, named.
+TEST(LoaderTest, EveryDeclaredFloatIsReadAsAnIntegerOrAFloatWithinItsBoundsAndNamedPastThem) {
+  std::vector<const setting*> numbers;
+  for (const auto& s : all_settings()) {
+    if (s.type == setting_type::number) numbers.push_back(&s);
+  }
+  ASSERT_GE(numbers.size(), 6U);  // the load factor, three prices, two spend budgets
+  for (const auto* s : numbers) {
+    const auto at = path_in(s->where, s->key);
+    SCOPED_TRACE(at);
+    // A spend budget is written beside a priced model (else it is refused for that).
+    const auto file = [&](const std::string& value) {
+      const auto line = fmt::format("{} = {}\n", s->key, value);
+      return s->where == section::keys ? minimal + "price_input_per_mtok = 1\n" + key_writing(line)
+                                       : file_with(s->where, line);
+    };
+    const auto min = static_cast<double>(s->min);
+    const auto max = static_cast<double>(s->max);
+    const std::vector<std::pair<std::string, std::string>> taken{
+        {fmt::format("{}", s->max), fmt::format("{}", s->max)},
+        {fmt::format("{}.0", s->max), fmt::format("{}", s->max)},
+        {fmt::format("{}", min + 0.5), fmt::format("{}", min + 0.5)},
+        {fmt::format("{}", min + 1e-7), fmt::format("{}", min + 1e-7)},
+    };
+    for (const auto& [written, printed] : taken) {
+      const auto cfg = expect_ok(file(written));
+      EXPECT_THAT(render_effective(cfg), HasSubstr(fmt::format("\n{} = {}\n", s->key, printed)))
+          << written;
+    }
+    const auto range = [&](double v) {
+      if (s->above_min)
+        return fmt::format("must be above {} and at most {}, got {}", s->min, s->max, v);
+      if (v < 0) return fmt::format("must not be negative, got {}", v);
+      return fmt::format("must be between {} and {}, got {}", s->min, s->max, v);
+    };
+    if (s->above_min) {
+      expect_error(file(fmt::format("{}", s->min)), at + ": " + range(min));
+    } else {
+      expect_ok(file(fmt::format("{}", s->min)));
+    }
+    expect_error(file(fmt::format("{}", min - 0.5)), at + ": " + range(min - 0.5));
+    expect_error(file(fmt::format("{}", max + 0.5)), at + ": " + range(max + 0.5));
+    for (const char* never : {"inf", "-inf", "nan"}) {
+      expect_error(file(never), fmt::format("{}: must ", at));
+      expect_error(file(never), fmt::format(", got {}", never));
+    }
+    expect_error(file("\"1.5\""), at + ": expected a number, got a string");
+    expect_error(file("true"), at + ": expected a number, got a boolean");
+  }
+}
+
 // Each declared choice and boolean: every value read and printed; another refused, named.
 TEST(LoaderTest, EveryDeclaredChoiceAndBooleanIsReadAndAnythingElseNamed) {
   for (const auto& s : all_settings()) {
@@ -1121,8 +1374,9 @@ TEST(LoaderTest, EveryDeclaredChoiceAndBooleanIsReadAndAnythingElseNamed) {
 
 // A key a section does not declare is named as unknown, in every section.
 TEST(LoaderTest, AKeyNoDeclarationNamesIsUnknownInEverySection) {
-  for (const auto where : {section::server, section::request, section::budget, section::upstreams,
-                           section::models, section::keys, section::telemetry, section::cluster}) {
+  for (const auto where :
+       {section::server, section::request, section::budget, section::upstreams, section::models,
+        section::keys, section::telemetry, section::cluster, section::ledger}) {
     expect_error(file_with(where, "no_such_key = 1\n"),
                  fmt::format("test.toml: {}: unknown key", path_in(where, "no_such_key")));
   }
@@ -1157,7 +1411,6 @@ TEST(LoaderTest, EveryHandReadSettingIsReadAndPrinted) {
       {section::models, "upstream_model", "\"vendor/m\"", "upstream_model = \"vendor/m\""},
       {section::models, "fallbacks", "[\"z\"]\n[[models]]\nname = \"z\"\nupstream = \"a\"",
        "fallbacks = [\"z\"]"},
-      {section::models, "prefix_load_factor", "1.5", "prefix_load_factor = 1.5"},
       {section::keys, "name", "\"team\"", "name = \"team\""},
       {section::keys, "sha256", "\"" + digest + "\"", "sha256 = \"<masked>\""},
       {section::keys, "models", "[\"m\"]", "models = [\"m\"]"},
@@ -1166,6 +1419,7 @@ TEST(LoaderTest, EveryHandReadSettingIsReadAndPrinted) {
       {section::telemetry, "otlp_endpoint", "\"http://c:4318/v1/traces\"",
        "otlp_endpoint = \"http://c:4318/v1/traces\""},
       {section::telemetry, "service_name", "\"edge\"", "service_name = \"edge\""},
+      {section::ledger, "path", "\"../usage.db\"", "path = \"../usage.db\""},
   };
   for (const auto& s : all_settings()) {
     if (s.type != setting_type::text && s.type != setting_type::list &&

@@ -194,6 +194,72 @@ TEST(ReloadPlanTest, RequestBudgetAndModelChangesAreNamedAndTheSameFileChangesNo
   EXPECT_EQ(plan.next.budget.queue_max, 3u);
 }
 
+// Prices (per deployment) and a key's budgets and admin apply on SIGHUP; [ledger] waits for a
+// restart, its running values kept.
+TEST(ReloadPlanTest, PricesAndBudgetsApplyWhileTheLedgerWaitsForARestart) {
+  const auto base = upstream("a", 1) + upstream("b", 2);
+  auto running = load(base + model("m", "a") + "price_input_per_mtok = 3\n\n" + model("m", "b") +
+                      model("n", "a") + key("k1", 'a') + key("k2", 'b'));
+  auto plan = plan_reload(
+      running, load(base + model("m", "a") + "price_input_per_mtok = 3\n\n" + model("m", "b") +
+                    "price_output_per_mtok = 0.5\n\n" + model("n", "a") + key("k1", 'a') +
+                    "max_tokens_per_day = 1000\nmax_spend_per_month = 7.5\nadmin = true\n\n" +
+                    key("k2", 'b') +
+                    "[ledger]\npath = \"/tmp/x.db\"\nflush_interval_ms = 50\n"
+                    "member_buffer_max = 7\n"));
+  ASSERT_FALSE(plan.error);
+  EXPECT_THAT(plan.changes, ElementsAre("key k1 changed", "model m changed"));
+  EXPECT_THAT(plan.needs_restart,
+              ElementsAre("ledger.path", "ledger.flush_interval_ms", "ledger.member_buffer_max"));
+  const auto& next = plan.next;
+  EXPECT_EQ(next.models.at(0).price_input_per_mtok, std::optional<double>(3.0));
+  EXPECT_EQ(next.models.at(1).price_output_per_mtok, std::optional<double>(0.5));
+  EXPECT_FALSE(next.models.at(2).price_output_per_mtok.has_value());
+  EXPECT_EQ(next.keys.at(0).max_tokens_per_day, 1000U);
+  EXPECT_EQ(next.keys.at(0).max_spend_per_month, 7.5);
+  EXPECT_TRUE(next.keys.at(0).admin);
+  EXPECT_EQ(next.ledger, running.ledger);
+
+  // And back: a price removed, a budget lowered to none.
+  auto back =
+      plan_reload(next, load(base + model("m", "a") + "price_input_per_mtok = 3\n\n" +
+                             model("m", "b") + model("n", "a") + key("k1", 'a') + key("k2", 'b')));
+  EXPECT_THAT(back.changes, ElementsAre("key k1 changed", "model m changed"));
+  EXPECT_FALSE(back.next.models.at(1).price_output_per_mtok.has_value());
+  EXPECT_EQ(back.next.keys.at(0).max_tokens_per_day, 0U);
+  EXPECT_FALSE(back.next.keys.at(0).admin);
+}
+
+// A gateway started without its ledger cannot honour a budget until it restarts with one: the
+// file that turns the ledger on and gives a key a budget is refused, the running config stays.
+TEST(ReloadPlanTest, ABudgetForAGatewayRunningWithoutItsLedgerIsRefused) {
+  const auto base = upstream("a", 1) + model("m", "a") + "price_input_per_mtok = 1\n\n";
+  auto running = load("[ledger]\nenabled = false\n" + base + key("k", 'a'));
+  ASSERT_FALSE(running.ledger.enabled);
+  for (const std::string budget :
+       {"max_tokens_per_day = 5", "max_spend_per_day = 5", "max_tokens_per_month = 5",
+        "max_spend_per_month = 5", "admin = true"}) {
+    SCOPED_TRACE(budget);
+    auto plan = plan_reload(running, load(base + key("k", 'a') + budget + "\n"));
+    ASSERT_TRUE(plan.error);
+    EXPECT_EQ(*plan.error, "tether.toml: key \"k\": " + budget.substr(0, budget.find(' ')) +
+                               " needs the ledger, which is off in the running gateway until a "
+                               "restart (ledger.enabled); restart to apply");
+    EXPECT_THAT(plan.next.keys, IsEmpty());
+  }
+  // Turning it on alone is a restart's business, not an error.
+  auto plan = plan_reload(running, load(base + key("k", 'a')));
+  ASSERT_FALSE(plan.error);
+  EXPECT_THAT(plan.needs_restart, ElementsAre("ledger.enabled"));
+  EXPECT_FALSE(plan.next.ledger.enabled);
+  // Running with it, a file that turns it off keeps it on till the restart: budgets stay valid.
+  auto on = load(base + key("k", 'a') + "max_tokens_per_day = 5\n");
+  auto off = plan_reload(on, load("[ledger]\nenabled = false\n" + base + key("k", 'a')));
+  ASSERT_FALSE(off.error);
+  EXPECT_TRUE(off.next.ledger.enabled);
+  EXPECT_EQ(off.next.keys.at(0).max_tokens_per_day, 0U);
+}
+
 TEST(ReloadPlanTest, MoreUpstreamsThanTheMetricsHoldSinceTheStartIsRefused) {
   std::string many;
   for (std::size_t i = 0; i < max_upstreams; ++i) many += upstream("u" + std::to_string(i), 1);

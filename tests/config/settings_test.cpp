@@ -39,7 +39,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 
 std::optional<section> section_named(std::string_view name) {
-  for (int i = 0; i < 8; ++i) {
+  for (std::size_t i = 0; i < section_count; ++i) {
     const auto s = static_cast<section>(i);
     if (name_of(s) == name) return s;
   }
@@ -205,10 +205,11 @@ TEST(SettingsDocsTest, TheContractsExampleWritesEveryDeclaredSettingAtItsDefault
   }
 }
 
-// "server.drain_timeout_ms", "request.deadline_ms": each names a declared setting.
+// "server.drain_timeout_ms", "request.deadline_ms": each names a declared setting. Not a file
+// name that ends like one ("tether-ledger.db").
 TEST(SettingsDocsTest, EverySettingTheDocsNameBySectionAndKeyIsDeclared) {
   static const std::regex named(
-      R"(\b(server|request|budget|telemetry|cluster)\.([a-z][a-z_0-9]*[a-z0-9])\b)");
+      R"((?:^|[^\w-])(server|request|budget|telemetry|cluster|ledger)\.([a-z][a-z_0-9]*[a-z0-9])\b)");
   for (const char* doc : {"cmake/debian/tether.1", "README.md", "docs/contract.md"}) {
     const auto text = read_doc(doc);
     std::set<std::string> seen;
@@ -217,10 +218,11 @@ TEST(SettingsDocsTest, EverySettingTheDocsNameBySectionAndKeyIsDeclared) {
       const auto where = section_named((*it)[1].str());
       const auto key = (*it)[2].str();
       const auto declared = settings_of(*where);
-      if (!seen.insert((*it)[0].str()).second) continue;
+      const auto name = (*it)[1].str() + "." + key;
+      if (!seen.insert(name).second) continue;
       EXPECT_TRUE(std::any_of(declared.begin(), declared.end(),
                               [&](const setting& s) { return s.key == key; }))
-          << doc << " names " << (*it)[0].str() << ", which is not declared";
+          << doc << " names " << name << ", which is not declared";
     }
   }
 }
@@ -251,6 +253,94 @@ TEST(SettingsTest, OnlyOneTableSectionsHaveSettingsThatNeedARestart) {
       EXPECT_NE(s.reload, on_reload::restart) << s.key;
     }
   }
+}
+
+// The ledger's actor and file are made at start; prices and budgets are read per request.
+TEST(SettingsTest, TheLedgerWaitsForARestartWhilePricesAndBudgetsApplyOnReload) {
+  const auto ledger = settings_of(section::ledger);
+  ASSERT_EQ(ledger.size(), 4U);
+  for (const auto& s : ledger) EXPECT_EQ(s.reload, on_reload::restart) << s.key;
+  std::set<std::string_view> applied;
+  for (const auto where : {section::models, section::keys}) {
+    for (const auto& s : settings_of(where)) {
+      if (s.key.starts_with("price_") || s.key.starts_with("max_tokens_per_") ||
+          s.key.starts_with("max_spend_per_") || s.key == "admin") {
+        EXPECT_EQ(s.reload, on_reload::applies) << s.key;
+        applied.insert(s.key);
+      }
+    }
+  }
+  EXPECT_EQ(applied.size(), 8U);
+}
+
+// What needs the ledger (refused while it is off): the keys' budgets and admin, nothing else.
+TEST(SettingsTest, TheKeysBudgetsAndAdminAreWhatNeedsTheLedger) {
+  std::set<std::string> needing;
+  for (const auto& s : all_settings()) {
+    if (s.needs_ledger) needing.insert(fmt::format("{}.{}", name_of(s.where), s.key));
+  }
+  EXPECT_EQ(needing, (std::set<std::string>{"keys.max_tokens_per_day", "keys.max_tokens_per_month",
+                                            "keys.max_spend_per_day", "keys.max_spend_per_month",
+                                            "keys.admin"}));
+  key_config k;
+  const auto settings = settings_of(section::keys);
+  const auto named = [&](std::string_view key) {
+    return *std::find_if(settings.begin(), settings.end(),
+                         [&](const setting& s) { return s.key == key; });
+  };
+  for (const char* key : {"max_tokens_per_day", "max_spend_per_month", "admin"}) {
+    EXPECT_FALSE(in_use(named(key), &k)) << key;
+  }
+  k.max_tokens_per_day = 1;
+  k.max_spend_per_month = 0.01;
+  k.admin = true;
+  for (const char* key : {"max_tokens_per_day", "max_spend_per_month", "admin"}) {
+    EXPECT_TRUE(in_use(named(key), &k)) << key;
+  }
+}
+
+// A number's own ops: a double member, and an optional one that reads unset until set.
+TEST(SettingsTest, ANumberIsReadAndWrittenThroughItsOwnOps) {
+  const auto models = settings_of(section::models);
+  const auto named = [&](std::string_view key) -> const setting& {
+    return *std::find_if(models.begin(), models.end(),
+                         [&](const setting& s) { return s.key == key; });
+  };
+  const auto& factor = named("prefix_load_factor");
+  const auto& price = named("price_cached_input_per_mtok");
+  ASSERT_EQ(factor.type, setting_type::number);
+  ASSERT_EQ(price.type, setting_type::number);
+  EXPECT_TRUE(factor.above_min);
+  EXPECT_FALSE(price.above_min);
+
+  model_config m;
+  EXPECT_EQ(factor.ops->get_number(&m), std::optional<double>(1.25));
+  EXPECT_EQ(factor.ops->toml(&m), "1.25");
+  factor.ops->set_number(&m, 2.5);
+  EXPECT_EQ(m.prefix_load_factor, 2.5);
+
+  EXPECT_EQ(price.ops->get_number(&m), std::nullopt);
+  EXPECT_EQ(price.ops->toml(&m), "");
+  EXPECT_FALSE(in_use(price, &m));
+  price.ops->set_number(&m, 0.0);
+  EXPECT_EQ(m.price_cached_input_per_mtok, std::optional<double>(0.0));
+  EXPECT_EQ(price.ops->toml(&m), "0");
+  EXPECT_FALSE(in_use(price, &m));
+  price.ops->set_number(&m, 0.075);
+  EXPECT_EQ(price.ops->get_number(&m), std::optional<double>(0.075));
+  EXPECT_EQ(price.ops->toml(&m), "0.075");
+  EXPECT_TRUE(in_use(price, &m));
+  // The other price members are untouched.
+  EXPECT_FALSE(m.price_input_per_mtok.has_value());
+
+  model_config copy;
+  EXPECT_FALSE(price.ops->same(&copy, &m));
+  price.ops->copy(&copy, &m);
+  EXPECT_TRUE(price.ops->same(&copy, &m));
+
+  EXPECT_EQ(range_text(factor), "number, > 1, ≤ 100");
+  EXPECT_EQ(range_text(price), "USD per million tokens, 0–1000000");
+  EXPECT_EQ(default_text(price), "unset");
 }
 
 TEST(SettingsTest, KeysAreUniqueWithinASectionAndSectionsAreContiguous) {
