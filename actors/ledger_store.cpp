@@ -2,7 +2,6 @@
 
 #include <sqlite3.h>
 
-#include <cctype>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -233,11 +232,12 @@ struct ledger_store::impl {
     std::string uri = "file://";
     constexpr char hex[] = "0123456789ABCDEF";
     for (const char c : absolute) {
-      const auto u = static_cast<unsigned char>(c);
-      if (std::isalnum(u) != 0 || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') {
+      const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+      if (plain || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') {
         uri += c;
       } else {
         uri += '%';
+        const auto u = static_cast<unsigned char>(c);
         uri += hex[u >> 4];
         uri += hex[u & 0xf];
       }
