@@ -558,6 +558,82 @@ TEST(LedgerStoreTest, AReaderSeesEachBatchAGatewayCommitsWhileItWrites) {
   EXPECT_EQ(reader.query({.key = "carol"}).at(0).totals, tokens(9, 9));
 }
 
+TEST(LedgerStoreTest, ReadersInAnotherProcessSeeWholeBatchesWhileAGatewayWritesOnAndIsNotHeldUp) {
+  test::temp_dir dir;
+  const auto file = dir.path() / "ledger.db";
+  { ledger_store(file).add({row("alice", "m", "u1", feb_29_2024, tokens(1, 0))}); }
+  // The gateway: another process adding batches as fast as it can, each adding 1 to two rows,
+  // until told to stop (its pipe closed); it reports how many it added.
+  int stop[2];
+  ASSERT_EQ(::pipe(stop), 0);
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(stop[1]);
+    ::close(report[0]);
+    int code = 0;
+    try {
+      ledger_store gateway(file);
+      std::uint64_t added = 0;
+      for (;;) {
+        pollfd p{stop[0], POLLIN, 0};
+        if (::poll(&p, 1, 0) != 0) break;
+        gateway.add({row("alice", "m", "u1", feb_29_2024, tokens(1, 0)),
+                     row("bob", "m", "u1", feb_29_2024 + 3600, tokens(1, 0))});
+        if (++added == 1) write_text(report[1], "started\n");
+      }
+      write_text(report[1], std::to_string(added) + "\n");
+    } catch (...) {
+      code = 4;
+    }
+    ::_exit(code);
+  }
+  ::close(stop[0]);
+  ::close(report[1]);
+  std::string reported;
+  const auto read_line = [&] {
+    char buffer[64];
+    pollfd p{report[0], POLLIN, 0};
+    while (reported.find('\n') == std::string::npos && ::poll(&p, 1, 30000) > 0) {
+      const auto n = ::read(report[0], buffer, sizeof buffer);
+      if (n <= 0) break;
+      reported.append(buffer, static_cast<std::size_t>(n));
+    }
+    const auto end = reported.find('\n');
+    auto line = reported.substr(0, end);
+    reported.erase(0, end == std::string::npos ? reported.size() : end + 1);
+    return line;
+  };
+  ASSERT_EQ(read_line(), "started");
+  // Readers opened and closed while the batches land, as `tether usage` runs: each sees whole
+  // batches (bob's row trails alice's by the one batch before the writer started) and never fewer
+  // than the reader before it.
+  std::uint64_t last = 0;
+  for (int i = 0; i < 40; ++i) {
+    const ledger_store reader(file, open_mode::read_only);
+    const auto rows = reader.query({.by = group_by::hour});
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0].totals.requests, rows[1].totals.requests + 1) << "read " << i;
+    EXPECT_GE(rows[1].totals.requests, last) << "read " << i;
+    last = rows[1].totals.requests;
+  }
+  ::close(stop[1]);
+  const auto added = read_line();
+  ::close(report[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::cout << "[ figures  ] the writer added " << added
+            << " batches during 40 reads; the last read saw " << last << "\n";
+  EXPECT_GT(last, 0u);
+  // Every batch the writer made is stored: no reader held one up or lost it.
+  const auto rows = ledger_store(file, open_mode::read_only).query({.by = group_by::hour});
+  EXPECT_EQ(std::to_string(rows.at(1).totals.requests), added);
+  EXPECT_EQ(rows.at(0).totals.requests, rows.at(1).totals.requests + 1);
+}
+
 TEST(LedgerStoreTest, AReaderSeesTheBatchesAKilledGatewayLeftInItsWal) {
   test::temp_dir dir;
   const auto file = dir.path() / "ledger.db";
