@@ -71,7 +71,15 @@ int run_usage_command(const std::vector<std::string>& args) {
   if (!config_file) return bad_arguments("--config FILE is required");
   if (ledger::check_usage_query(query)) return bad_arguments("--from must be before --to");
 
-  auto loaded = config::load_file(*config_file);
+  // The config names the ledger's file; the environment holds what serving needs and reading the
+  // ledger does not (the upstreams' keys, the deadline overrides): a shell without the gateway's
+  // secrets may still read its ledger. A variable that is not set reads as "1", which each of
+  // them accepts.
+  const config::env_lookup env = [real = config::process_env()](const std::string& name) {
+    auto value = real(name);
+    return value && !value->empty() ? value : std::optional<std::string>("1");
+  };
+  auto loaded = config::load_file(*config_file, env);
   if (!loaded.errors.empty()) {
     for (const auto& e : loaded.errors) std::fprintf(stderr, "config error: %s\n", e.c_str());
     return 1;

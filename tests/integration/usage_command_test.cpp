@@ -168,6 +168,28 @@ TEST(UsageCommandTest, ReadsWhatAGatewayCommitsWhileItHoldsTheFile) {
   EXPECT_EQ(gateway.query({.key = "bob"}).at(0).totals.requests, 8u);
 }
 
+TEST(UsageCommandTest, AShellWithoutTheGatewaysSecretsReadsItsLedger) {
+  temp_dir dir;
+  // The child's environment has no such variable (tests/support/process.hpp): `tether check`
+  // and serving refuse this config there; reading its ledger needs no key.
+  const auto config =
+      dir.write_file("tether.toml",
+                     "[[upstreams]]\nname = \"u1\"\nbase_url = \"http://127.0.0.1:9\"\n"
+                     "api_key_env = \"TETHER_USAGE_TEST_UPSTREAM_KEY\"\n"
+                     "[[models]]\nname = \"llama-3\"\nupstream = \"u1\"\n");
+  {
+    ledger::ledger_store store(dir.path() / "tether-ledger.db");
+    fill(store);
+  }
+  child_process check{TETHER_BINARY, {"check", "--config", config.string()}};
+  ASSERT_EQ(check.wait_exit(std::chrono::seconds(20)), std::optional<int>(1)) << check.output();
+  EXPECT_NE(check.output().find("TETHER_USAGE_TEST_UPSTREAM_KEY is not set"), std::string::npos)
+      << check.output();
+  const auto r = run_usage({"--config", config.string(), "--by", "model", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(boost::json::parse(r.output).at("data").as_array().size(), 3u) << r.output;
+}
+
 TEST(UsageCommandTest, AMissingOrUnreadableLedgerIsExitCodeOneNamingTheFile) {
   temp_dir dir;
   const auto config = write_config(dir);
