@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -54,6 +55,7 @@ std::uint64_t from_db(sqlite3_int64 v) {
 
 struct ledger_store::impl {
   std::filesystem::path path;
+  open_mode mode = open_mode::read_write;
   sqlite3* db = nullptr;
   sqlite3_stmt* upsert = nullptr;
 
@@ -101,7 +103,38 @@ struct ledger_store::impl {
     return text == nullptr ? std::string{} : std::string(reinterpret_cast<const char*>(text));
   }
 
+  [[noreturn]] void refuse(const std::string& why) const {
+    throw store_error("ledger " + path.string() + ": " + why);
+  }
+
+  // The schema version the file records; none for an empty database. A database with tables and
+  // no version is not a ledger.
+  std::optional<int> stored_version() const {
+    const bool versioned = !single_text(
+                                "SELECT name FROM sqlite_schema WHERE type = 'table'"
+                                " AND name = 'tether_schema'",
+                                "cannot read its schema")
+                                .empty();
+    if (versioned) {
+      const auto v = single_text("SELECT CAST(MAX(version) AS INTEGER) FROM tether_schema",
+                                 "cannot read its version");
+      return v.empty() ? 0 : std::stoi(v);
+    }
+    if (!single_text("SELECT name FROM sqlite_schema LIMIT 1", "cannot read its schema").empty()) {
+      refuse("the database is not a tether ledger (it has tables and no tether_schema)");
+    }
+    return std::nullopt;
+  }
+
+  void refuse_newer(int version) const {
+    if (version > schema_version) {
+      refuse("written by a newer tether (schema version " + std::to_string(version) +
+             ", this one knows up to " + std::to_string(schema_version) + ")");
+    }
+  }
+
   void open() {
+    if (mode == open_mode::read_only) return open_read_only();
     const int rc = sqlite3_open_v2(
         path.c_str(), &db,
         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE,
@@ -141,30 +174,13 @@ struct ledger_store::impl {
     // start-up, not at the first flush.
     exec("BEGIN IMMEDIATE", "cannot write it");
     try {
-      int version = 0;
-      const bool versioned = !single_text(
-                                  "SELECT name FROM sqlite_schema WHERE type = 'table'"
-                                  " AND name = 'tether_schema'",
-                                  "cannot read its schema")
-                                  .empty();
-      if (versioned) {
-        const auto v = single_text("SELECT CAST(MAX(version) AS INTEGER) FROM tether_schema",
-                                   "cannot read its version");
-        version = v.empty() ? 0 : std::stoi(v);
-      } else if (!single_text("SELECT name FROM sqlite_schema LIMIT 1", "cannot read its schema")
-                      .empty()) {
-        throw store_error("ledger " + path.string() +
-                          ": the database is not a tether ledger (it has tables and no "
-                          "tether_schema)");
-      } else {
+      const auto stored = stored_version();
+      if (!stored) {
         exec("CREATE TABLE tether_schema (version INTEGER NOT NULL)", "cannot create its schema");
         exec("INSERT INTO tether_schema (version) VALUES (0)", "cannot create its schema");
       }
-      if (version > schema_version) {
-        throw store_error("ledger " + path.string() +
-                          ": written by a newer tether (schema version " + std::to_string(version) +
-                          ", this one knows up to " + std::to_string(schema_version) + ")");
-      }
+      const int version = stored.value_or(0);
+      refuse_newer(version);
       for (int v = version; v < schema_version; ++v) {
         exec(migrations[v], "cannot upgrade its schema");
       }
@@ -177,6 +193,57 @@ struct ledger_store::impl {
       sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
       throw;
     }
+  }
+
+  // `tether usage`: reads what is committed, whether or not a gateway has the file open, and
+  // never makes or changes a file. SQLite reads a WAL database through the -wal and -shm files
+  // next to it, creating them when missing, and a read-only connection cannot remove them when
+  // it closes. While a gateway has the file open they exist (and after a crash, the -wal holds
+  // committed batches): they are used. Without a -wal, the file alone is the whole database and
+  // is read as immutable, which touches nothing else; a gateway starting meanwhile writes to a
+  // -wal of its own and changes the file only at a checkpoint, a thousand pages of flushes later.
+  void open_read_only() {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) throw store_error("no ledger at " + path.string());
+    const bool live = std::filesystem::exists(path.string() + "-wal", ec);
+    const int rc = sqlite3_open_v2(
+        read_only_uri(live).c_str(), &db,
+        SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE,
+        nullptr);
+    if (rc != SQLITE_OK) fail("cannot open", rc);
+    sqlite3_busy_timeout(db, 2000);
+    // The first read of the file: a file that is not a database fails here. The read-write open's
+    // quick_check is left out: it reads every page, and a corrupt page the query reaches is an
+    // error naming the file all the same.
+    single_text("SELECT COUNT(*) FROM sqlite_schema", "cannot read it");
+    const int version = stored_version().value_or(0);
+    refuse_newer(version);
+    if (version < oldest_readable_version) {
+      refuse("at schema version " + std::to_string(version) + ", older than this tether reads (" +
+             std::to_string(oldest_readable_version) +
+             "): start tether once with this file to upgrade it");
+    }
+  }
+
+  // The file as an SQLite URI (file:///abs/path?mode=ro), every byte of the path but the plainest
+  // percent-encoded so that none is read as the URI's own ('?', '#', '%').
+  std::string read_only_uri(bool live) const {
+    const auto absolute = std::filesystem::absolute(path).string();
+    std::string uri = "file://";
+    constexpr char hex[] = "0123456789ABCDEF";
+    for (const char c : absolute) {
+      const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+      if (plain || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') {
+        uri += c;
+      } else {
+        uri += '%';
+        const auto u = static_cast<unsigned char>(c);
+        uri += hex[u >> 4];
+        uri += hex[u & 0xf];
+      }
+    }
+    uri += live ? "?mode=ro" : "?mode=ro&immutable=1";
+    return uri;
   }
 
   static usage_totals totals_at(sqlite3_stmt* s, int first) {
@@ -192,8 +259,10 @@ struct ledger_store::impl {
   }
 };
 
-ledger_store::ledger_store(const std::filesystem::path& path) : impl_(std::make_unique<impl>()) {
+ledger_store::ledger_store(const std::filesystem::path& path, open_mode mode)
+    : impl_(std::make_unique<impl>()) {
   impl_->path = path;
+  impl_->mode = mode;
   impl_->open();
 }
 
@@ -206,8 +275,9 @@ const std::filesystem::path& ledger_store::path() const {
 }
 
 void ledger_store::add(const std::vector<aggregate_row>& rows) {
-  if (rows.empty()) return;
   auto& s = *impl_;
+  if (s.mode == open_mode::read_only) s.refuse("opened read-only: cannot add a batch");
+  if (rows.empty()) return;
   s.exec("BEGIN IMMEDIATE", "cannot write it");
   try {
     for (const auto& row : rows) {

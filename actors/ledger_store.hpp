@@ -9,15 +9,14 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <limits>
 #include <map>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "actors/policy/ledger/usage_aggregator.hpp"
+#include "actors/policy/ledger/usage_query.hpp"
 #include "actors/policy/ledger/usage_record.hpp"
 
 namespace tether::ledger {
@@ -27,33 +26,21 @@ class store_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class group_by { hour, day, model };
-
-// A row counts when its hour starts in [from, to): the store's resolution is the hour.
-struct usage_query {
-  std::optional<std::string> key{};
-  std::optional<std::string> model{};
-  std::int64_t from = std::numeric_limits<std::int64_t>::min();
-  std::int64_t to = std::numeric_limits<std::int64_t>::max();
-  group_by by = group_by::day;
-};
-
-struct usage_row {
-  // The hour's or day's start (unix seconds); grouped by model, the first hour with usage.
-  std::int64_t start = 0;
-  std::string key;
-  std::string model;
-  usage_totals totals;
-  bool operator==(const usage_row&) const = default;
-};
+// read_write: the gateway's ledger, which creates, checks, upgrades and writes the file.
+// read_only: `tether usage` beside a gateway that may own the file: it never creates, writes or
+// upgrades it (nor SQLite's files next to it when no gateway has them open).
+enum class open_mode { read_write, read_only };
 
 class ledger_store {
  public:
   // The schema this build writes; a file at an older version is upgraded when opened.
   static constexpr int schema_version = 1;
+  // The oldest schema a read-only open can answer queries from (version 1 made usage_hourly).
+  static constexpr int oldest_readable_version = 1;
 
-  // Opens the file, creating it if missing, and checks it can be read and written.
-  explicit ledger_store(const std::filesystem::path& path);
+  // Opens the file, creating it if missing, and checks it can be read and written. Read-only: a
+  // missing file, one at a schema too old to read or too new, is a store_error; add() is one too.
+  explicit ledger_store(const std::filesystem::path& path, open_mode mode = open_mode::read_write);
   ~ledger_store();
   ledger_store(ledger_store&&) noexcept;
   ledger_store& operator=(ledger_store&&) noexcept;

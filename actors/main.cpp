@@ -1,5 +1,6 @@
 // tether: `tether --config FILE` serves, `tether check --config FILE` validates and prints the
-// effective config, `tether --version`. The process owns its CLI: argv never reaches CAF.
+// effective config, `tether usage --config FILE …` prints the ledger, `tether --version`. The
+// process owns its CLI: argv never reaches CAF.
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
@@ -29,6 +30,7 @@
 #include "actors/runtime.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/supervisor_actor.hpp"
+#include "actors/usage_command.hpp"
 #include "config/loader.hpp"
 #include "net/downstream.hpp"
 #include "net/io_runtime.hpp"
@@ -65,6 +67,7 @@ int usage(int code) {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: tether --config FILE        serve\n"
                "       tether check --config FILE  validate and print the effective config\n"
+               "       tether usage --config FILE  print the ledger (tether usage --help)\n"
                "       tether --version\n");
   return code;
 }
@@ -465,6 +468,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args[0] == "--help" || args[0] == "-h") return usage(0);
+  if (args[0] == "usage") return tether::run_usage_command({args.begin() + 1, args.end()});
   bool check = false;
   if (args[0] == "check") {
     check = true;

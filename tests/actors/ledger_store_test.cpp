@@ -15,6 +15,7 @@
 #include <functional>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -430,6 +431,266 @@ TEST(LedgerStoreTest, AReadOnlyFileOrDirectoryIsAClearErrorNotASilentReadOnlyLed
   ASSERT_EQ(::chmod(dir.path().c_str(), 0700), 0);
   // What was stored is still there.
   EXPECT_EQ(ledger_store(file).query({})[0].totals, tokens(7, 7));
+}
+
+// The message of the store_error a read-only open of `p` throws.
+std::string read_only_error(const fs::path& p) {
+  try {
+    ledger_store store(p, open_mode::read_only);
+  } catch (const store_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "opened " << p << " read-only";
+  return {};
+}
+
+// Each file in the directory with its size and last write: what a read may not change.
+std::map<std::string, std::pair<std::uintmax_t, fs::file_time_type>> files_in(const fs::path& d) {
+  std::map<std::string, std::pair<std::uintmax_t, fs::file_time_type>> out;
+  for (const auto& e : fs::directory_iterator(d)) {
+    out[e.path().filename().string()] = {e.file_size(), e.last_write_time()};
+  }
+  return out;
+}
+
+TEST(LedgerStoreTest, AReadOnlyOpenReadsTheFileAndMakesOrChangesNoFile) {
+  test::temp_dir dir;
+  const auto file = dir.path() / "ledger.db";
+  {
+    ledger_store store(file);
+    store.add({row("alice", "m", "u1", feb_29_2024, tokens(3, 4)),
+               row("bob", "n", "u2", feb_29_2024 + 3600, tokens(5, 6))});
+  }
+  const auto before = files_in(dir.path());
+  ASSERT_EQ(before.size(), 1u);  // the gateway's close removed the WAL's files
+  const auto bytes = read_all(file);
+  {
+    const ledger_store reader(file, open_mode::read_only);
+    const auto rows = reader.query({.by = group_by::hour});
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0], (usage_row{feb_29_2024, "alice", "m", tokens(3, 4)}));
+    EXPECT_EQ(rows[1], (usage_row{feb_29_2024 + 3600, "bob", "n", tokens(5, 6)}));
+    EXPECT_EQ(reader.totals_per_key(feb_29_2024, feb_29_2024 + 86400).size(), 2u);
+    // Nothing next to it while it is open either (a -wal or -shm would be SQLite's, left behind).
+    EXPECT_EQ(files_in(dir.path()), before);
+  }
+  EXPECT_EQ(files_in(dir.path()), before);
+  EXPECT_EQ(read_all(file), bytes);
+
+  ledger_store reader(file, open_mode::read_only);
+  try {
+    reader.add({row("alice", "m", "u1", feb_29_2024, tokens(1, 1))});
+    ADD_FAILURE() << "a read-only store added a batch";
+  } catch (const store_error& e) {
+    EXPECT_NE(std::string(e.what()).find("opened read-only"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_all(file), bytes);
+}
+
+TEST(LedgerStoreTest, AReadOnlyOpenOfAMissingFileSaysSoAndCreatesNothing) {
+  test::temp_dir dir;
+  const auto file = dir.path() / "ledger.db";
+  EXPECT_EQ(read_only_error(file), "no ledger at " + file.string());
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+TEST(LedgerStoreTest, AReadOnlyOpenRefusesWhatItCannotReadAndLeavesItAsItWas) {
+  test::temp_dir dir;
+  // Version 0, as an older tether could leave it: no usage table yet.
+  const auto old_file = dir.path() / "old.db";
+  raw_sql(old_file,
+          "CREATE TABLE tether_schema (version INTEGER NOT NULL);"
+          "INSERT INTO tether_schema VALUES (0);");
+  auto error = read_only_error(old_file);
+  EXPECT_EQ(error, "ledger " + old_file.string() +
+                       ": at schema version 0, older than this tether reads (1): start tether "
+                       "once with this file to upgrade it");
+  EXPECT_EQ(raw_sql(old_file, "SELECT version FROM tether_schema"), "0");
+  EXPECT_EQ(raw_sql(old_file, "SELECT COUNT(*) FROM sqlite_schema"), "1");
+  // An empty file is an empty database: nothing a gateway wrote yet.
+  const auto empty_file = dir.write_file("empty.db", "");
+  error = read_only_error(empty_file);
+  EXPECT_NE(error.find("at schema version 0"), std::string::npos) << error;
+  EXPECT_EQ(fs::file_size(empty_file), 0u);
+
+  const auto new_file = dir.path() / "new.db";
+  {
+    ledger_store store(new_file);
+    store.add({row("alice", "m", "u1", feb_29_2024, tokens(7, 7))});
+  }
+  raw_sql(new_file, "UPDATE tether_schema SET version = 2");
+  error = read_only_error(new_file);
+  EXPECT_NE(error.find(new_file.string()), std::string::npos) << error;
+  EXPECT_NE(error.find("newer tether (schema version 2, this one knows up to 1)"),
+            std::string::npos)
+      << error;
+
+  const auto notes =
+      dir.write_file("notes.db", "these are someone's notes\n" + std::string(8192, 'x'));
+  error = read_only_error(notes);
+  EXPECT_NE(error.find(notes.string()), std::string::npos) << error;
+  EXPECT_NE(error.find("not a database"), std::string::npos) << error;
+
+  const auto app = dir.path() / "app.db";
+  raw_sql(app, "CREATE TABLE customers (name TEXT)");
+  error = read_only_error(app);
+  EXPECT_NE(error.find("not a tether ledger"), std::string::npos) << error;
+  EXPECT_EQ(files_in(dir.path()).size(), 5u);  // no -wal or -shm beside any of them
+}
+
+TEST(LedgerStoreTest, AReaderSeesEachBatchAGatewayCommitsWhileItWrites) {
+  test::temp_dir dir;
+  const auto file = dir.path() / "ledger.db";
+  ledger_store gateway(file);
+  gateway.add({row("alice", "m", "u1", feb_29_2024, tokens(1, 0))});
+  const ledger_store reader(file, open_mode::read_only);
+  for (std::uint64_t b = 2; b <= 50; ++b) {
+    // Each batch touches two rows: a reader sees both changed or neither.
+    gateway.add({row("alice", "m", "u1", feb_29_2024, tokens(1, 0)),
+                 row("bob", "m", "u1", feb_29_2024 + 3600, tokens(0, 1))});
+    const auto rows = reader.query({.by = group_by::hour});
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0].totals, tokens(b, 0, b)) << "after batch " << b;
+    EXPECT_EQ(rows[1].totals, tokens(0, b - 1, b - 1)) << "after batch " << b;
+  }
+  // The reader left the gateway's writing alone: nothing locked, nothing refused.
+  gateway.add({row("carol", "m", "u1", feb_29_2024, tokens(9, 9))});
+  EXPECT_EQ(reader.query({.key = "carol"}).at(0).totals, tokens(9, 9));
+}
+
+TEST(LedgerStoreTest, ReadersInAnotherProcessSeeWholeBatchesWhileAGatewayWritesOnAndIsNotHeldUp) {
+  test::temp_dir dir;
+  const auto file = dir.path() / "ledger.db";
+  { ledger_store(file).add({row("alice", "m", "u1", feb_29_2024, tokens(1, 0))}); }
+  // The gateway: another process adding batches as fast as it can, each adding 1 to two rows,
+  // until told to stop (its pipe closed); it reports how many it added.
+  int stop[2];
+  ASSERT_EQ(::pipe(stop), 0);
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(stop[1]);
+    ::close(report[0]);
+    int code = 0;
+    try {
+      ledger_store gateway(file);
+      std::uint64_t added = 0;
+      for (;;) {
+        pollfd p{stop[0], POLLIN, 0};
+        if (::poll(&p, 1, 0) != 0) break;
+        gateway.add({row("alice", "m", "u1", feb_29_2024, tokens(1, 0)),
+                     row("bob", "m", "u1", feb_29_2024 + 3600, tokens(1, 0))});
+        if (++added == 1) write_text(report[1], "started\n");
+      }
+      write_text(report[1], std::to_string(added) + "\n");
+    } catch (...) {
+      code = 4;
+    }
+    ::_exit(code);
+  }
+  ::close(stop[0]);
+  ::close(report[1]);
+  std::string reported;
+  const auto read_line = [&] {
+    char buffer[64];
+    pollfd p{report[0], POLLIN, 0};
+    while (reported.find('\n') == std::string::npos && ::poll(&p, 1, 30000) > 0) {
+      const auto n = ::read(report[0], buffer, sizeof buffer);
+      if (n <= 0) break;
+      reported.append(buffer, static_cast<std::size_t>(n));
+    }
+    const auto end = reported.find('\n');
+    auto line = reported.substr(0, end);
+    reported.erase(0, end == std::string::npos ? reported.size() : end + 1);
+    return line;
+  };
+  ASSERT_EQ(read_line(), "started");
+  // Readers opened and closed while the batches land, as `tether usage` runs: each sees whole
+  // batches (bob's row trails alice's by the one batch before the writer started) and never fewer
+  // than the reader before it.
+  std::uint64_t last = 0;
+  for (int i = 0; i < 40; ++i) {
+    const ledger_store reader(file, open_mode::read_only);
+    const auto rows = reader.query({.by = group_by::hour});
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0].totals.requests, rows[1].totals.requests + 1) << "read " << i;
+    EXPECT_GE(rows[1].totals.requests, last) << "read " << i;
+    last = rows[1].totals.requests;
+  }
+  ::close(stop[1]);
+  const auto added = read_line();
+  ::close(report[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::cout << "[ figures  ] the writer added " << added
+            << " batches during 40 reads; the last read saw " << last << "\n";
+  EXPECT_GT(last, 0u);
+  // Every batch the writer made is stored: no reader held one up or lost it.
+  const auto rows = ledger_store(file, open_mode::read_only).query({.by = group_by::hour});
+  EXPECT_EQ(std::to_string(rows.at(1).totals.requests), added);
+  EXPECT_EQ(rows.at(0).totals.requests, rows.at(1).totals.requests + 1);
+}
+
+TEST(LedgerStoreTest, AReaderSeesTheBatchesAKilledGatewayLeftInItsWal) {
+  test::temp_dir dir;
+  const auto file = dir.path() / "ledger.db";
+  auto r = run_child([&](int fd) {
+    ledger_store store(file);
+    store.add({row("alice", "m", "u1", feb_29_2024, tokens(11, 22))});
+    write_text(fd, "added");
+    ::kill(::getpid(), SIGKILL);
+    return 0;
+  });
+  ASSERT_EQ(r.output, "added");
+  // Committed, and still only in the WAL: no checkpoint happened.
+  ASSERT_TRUE(fs::exists(file.string() + "-wal"));
+  ASSERT_GT(fs::file_size(file.string() + "-wal"), 0u);
+  const ledger_store reader(file, open_mode::read_only);
+  const auto rows = reader.query({});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].totals, tokens(11, 22));
+}
+
+TEST(LedgerStoreTest, AReaderOpenedBeforeAGatewayStartsReadsTheFileAsItWas) {
+  test::temp_dir dir;
+  const auto file = dir.path() / "ledger.db";
+  { ledger_store(file).add({row("alice", "m", "u1", feb_29_2024, tokens(1, 1))}); }
+  const ledger_store reader(file, open_mode::read_only);
+  ledger_store gateway(file);
+  gateway.add({row("alice", "m", "u1", feb_29_2024, tokens(5, 5))});
+  // The gateway's batch is in its WAL; the file the reader reads is unchanged until a
+  // checkpoint, so the reader answers what was stored when it opened, whole.
+  EXPECT_EQ(reader.query({}).at(0).totals, tokens(1, 1));
+  EXPECT_EQ(ledger_store(file, open_mode::read_only).query({}).at(0).totals, tokens(6, 6, 2));
+}
+
+TEST(LedgerStoreTest, AReadOnlyOpenTakesAnyPathAndAFileItCannotWrite) {
+  test::temp_dir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  // Characters an SQLite URI gives a meaning to.
+  const auto file = dir.path() / "a ?#%&b=c.db";
+  { ledger_store(file).add({row("alice", "m", "u1", feb_29_2024, tokens(2, 3))}); }
+  EXPECT_EQ(ledger_store(file, open_mode::read_only).query({}).at(0).totals, tokens(2, 3));
+  // A user who may read the ledger and write nothing there: the file and directory read-only.
+  ASSERT_EQ(::chmod(file.c_str(), 0444), 0);
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0555), 0);
+  auto r = run_child([&](int fd) {
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return 5;
+    try {
+      const ledger_store reader(file, open_mode::read_only);
+      write_text(fd, std::to_string(reader.query({}).at(0).totals.completion));
+    } catch (const store_error& e) {
+      write_text(fd, e.what());
+      return 1;
+    }
+    return 0;
+  });
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0700), 0);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "3");
 }
 
 double ms_since(std::chrono::steady_clock::time_point start) {
