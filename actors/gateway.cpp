@@ -23,6 +23,7 @@
 #include "actors/request_actor.hpp"
 #include "actors/response_headers.hpp"
 #include "actors/supervisor_actor.hpp"
+#include "actors/usage_endpoint.hpp"
 
 namespace tether {
 namespace {
@@ -164,6 +165,10 @@ std::shared_ptr<net::exchange_observer> gateway::handle(
     answer_protocol_error(req, request_id, path, *channel);
     return nullptr;
   }
+  if (req.method == "GET" && path == "/v1/usage") {
+    answer_usage_request(req, request_id, std::move(channel));
+    return nullptr;
+  }
   if ((req.method == "GET" || req.method == "HEAD") &&
       answer_small_endpoint(req, request_id, path, *channel))
     return nullptr;
@@ -201,6 +206,28 @@ void gateway::answer_protocol_error(const net::incoming_request& req, const std:
     channel.send_full(status_of(o), error_headers(request_id, status_of(o), o),
                       error_body(o, message, request_id));
   }
+}
+
+// Every key's usage is an admin's to read: a key of its own is not enough.
+void gateway::answer_usage_request(const net::incoming_request& req, const std::string& request_id,
+                                   std::shared_ptr<net::response_channel> channel) {
+  const auto key = match_key(req);
+  if (key < 0) {
+    channel->send_full(
+        401, error_headers(request_id, 401, outcome::unauthorized),
+        error_body(outcome::unauthorized, "missing or invalid gateway key", request_id));
+    return;
+  }
+  if (!rt()->cfg.keys[static_cast<std::size_t>(key)].admin) {
+    channel->send_full(
+        403, error_headers(request_id, 403, outcome::forbidden),
+        error_body(outcome::forbidden, "GET /v1/usage needs an admin key ([[keys]] admin = true)",
+                   request_id));
+    return;
+  }
+  const auto q = req.target.find('?');
+  answer_usage(system_, rt()->ledger, q == std::string::npos ? "" : req.target.substr(q + 1),
+               request_id, std::move(channel));
 }
 
 // /healthz, /readyz, /metrics, /v1/models; false: not one of them.

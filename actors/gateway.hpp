@@ -34,6 +34,8 @@ class gateway {
  private:
   void answer_protocol_error(const net::incoming_request& req, const std::string& request_id,
                              const std::string& path, net::response_channel& channel);
+  void answer_usage_request(const net::incoming_request& req, const std::string& request_id,
+                            std::shared_ptr<net::response_channel> channel);
   bool answer_small_endpoint(const net::incoming_request& req, const std::string& request_id,
                              const std::string& path, net::response_channel& channel);
   std::shared_ptr<net::exchange_observer> start_model_request(
