@@ -7,10 +7,12 @@
 
 #include <memory>
 
+#include "actors/policy/ledger/model_price.hpp"
+
 namespace tether {
 
 namespace {
-std::string escape_label(const std::string& v) {
+std::string escape_label(std::string_view v) {
   std::string out;
   for (char c : v) {
     if (c == '\\' || c == '"') out.push_back('\\');
@@ -21,6 +23,16 @@ std::string escape_label(const std::string& v) {
     out.push_back(c);
   }
   return out;
+}
+
+// Billionths of a dollar as an exact decimal number of dollars ("1.5", "0.000000001"): a float
+// would print a sum of many small spends with a rounding error.
+std::string usd_of(std::uint64_t nanousd) {
+  constexpr std::uint64_t per_usd = 1'000'000'000;
+  auto text = fmt::format("{}.{:09}", nanousd / per_usd, nanousd % per_usd);
+  while (text.back() == '0') text.pop_back();
+  if (text.back() == '.') text.pop_back();
+  return text;
 }
 
 void header(std::string& out, const char* name, const char* type, const char* help) {
@@ -95,8 +107,7 @@ void metrics::tally::add_to(tally& sum) const {
   for (const auto& [k, h] : durations) sum.durations[k] += h;
   for (const auto& [k, t] : tokens) {
     auto& s = sum.tokens[k];
-    s[0] += t[0];
-    s[1] += t[1];
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] += t[i];
   }
   sum.queue_wait += queue_wait;
   for (const auto& [k, v] : attempts) sum.attempts[k] += v;
@@ -207,13 +218,41 @@ void metrics::rate_limited(const std::string& key) {
   ++rate_limited_[key];
 }
 
-void metrics::tokens_used(const std::string& key, std::size_t upstream, std::uint64_t prompt,
-                          std::uint64_t completion) {
+void metrics::tokens_used(const std::string& key, std::size_t upstream, const std::string& model,
+                          const ledger::usage_record& r) {
   auto& mine_now = mine();
   std::lock_guard lock{mine_now.mutex};
-  auto& t = mine_now.tokens[{key, upstream}];
-  t[0] += prompt;
-  t[1] += completion;
+  auto& series = mine_now.tokens;
+  const token_series_view at{key, model, upstream};
+  auto it = series.lower_bound(at);
+  if (it == series.end() || token_series_less{}(at, it->first))
+    it = series.emplace_hint(it, token_series{key, model, upstream}, token_counts{});
+  auto& t = it->second;
+  t[0] += r.prompt;
+  t[1] += r.completion;
+  t[2] += r.cached;
+  t[3] += r.waste;
+  t[4] += r.spend_nanousd;
+}
+
+void metrics::key_budgets_set(const std::vector<config::key_config>& keys) {
+  std::lock_guard lock{mutex_};
+  key_budgets_.clear();
+  for (const auto& k : keys) {
+    if (k.retired) continue;
+    const std::array<std::uint64_t, 4> b{k.max_tokens_per_day, k.max_tokens_per_month,
+                                         ledger::usd_to_nanousd(k.max_spend_per_day),
+                                         ledger::usd_to_nanousd(k.max_spend_per_month)};
+    if (b != std::array<std::uint64_t, 4>{}) key_budgets_[k.name] = b;
+  }
+}
+
+void metrics::key_usage_set(const std::string& key, bool month, std::uint64_t tokens,
+                            std::uint64_t spend_nanousd) {
+  std::lock_guard lock{mutex_};
+  auto it = key_usage_.find(key);
+  if (it == key_usage_.end()) it = key_usage_.emplace(key, std::array<period_usage, 2>{}).first;
+  it->second[month ? 1 : 0] = {tokens, spend_nanousd, true};
 }
 
 void metrics::queue_wait(double seconds) {
@@ -295,6 +334,7 @@ std::string metrics::render() const {
   tally sum;  // every thread's, each read under its own lock in turn
   sum_into(sum);
   render_requests(out, sum);
+  render_ledger(out, sum);
   render_attempts(out, sum);
   render_in_flight(out, sum);
   render_cluster(out);
@@ -340,16 +380,63 @@ void metrics::render_requests(std::string& out, const tally& sum) const {
   header(out, "tether_call_table_evictions_total", "counter",
          "Unsuccessful calls forgotten inside their call_window_ms: the table was full.");
   out += fmt::format("tether_call_table_evictions_total {}\n", call_evictions_.load());
+}
+
+// The ledger's view: what the requests used by key, upstream and model, what they cost, and the
+// keys' budgets beside what the ledger counts against them.
+void metrics::render_ledger(std::string& out, const tally& sum) const {
   header(out, "tether_tokens_total", "counter",
-         "Tokens the upstreams reported using (usage), by key name, upstream and kind.");
+         "Tokens requests used, by key name, upstream, model and kind: prompt, completion (what "
+         "the caller received), cached (the part of the prompt read from the upstream's cache), "
+         "waste (generated after the caller left).");
+  // A key and model's spend, whatever upstream served it.
+  std::map<std::pair<std::string_view, std::string_view>, std::uint64_t> spend;
   for (const auto& [k, t] : sum.tokens) {
-    if (k.second >= upstreams_.size()) continue;
-    const auto up = escape_label(upstreams_[k.second]);
-    const auto key = escape_label(k.first);
+    spend[{k.key, k.model}] += t[4];
+    if (k.upstream >= upstreams_.size()) continue;
+    const auto labels = fmt::format("key=\"{}\",upstream=\"{}\",model=\"{}\"", escape_label(k.key),
+                                    escape_label(upstreams_[k.upstream]), escape_label(k.model));
     out += fmt::format(
-        "tether_tokens_total{{key=\"{0}\",upstream=\"{1}\",kind=\"prompt\"}} {2}\n"
-        "tether_tokens_total{{key=\"{0}\",upstream=\"{1}\",kind=\"completion\"}} {3}\n",
-        key, up, t[0], t[1]);
+        "tether_tokens_total{{{0},kind=\"prompt\"}} {1}\n"
+        "tether_tokens_total{{{0},kind=\"completion\"}} {2}\n"
+        "tether_tokens_total{{{0},kind=\"cached\"}} {3}\n"
+        "tether_tokens_total{{{0},kind=\"waste\"}} {4}\n",
+        labels, t[0], t[1], t[2], t[3]);
+  }
+  header(out, "tether_spend_usd_total", "counter",
+         "What requests cost at their model's prices, in USD, by key name and model.");
+  for (const auto& [k, nanousd] : spend) {
+    out += fmt::format("tether_spend_usd_total{{key=\"{}\",model=\"{}\"}} {}\n",
+                       escape_label(k.first), escape_label(k.second), usd_of(nanousd));
+  }
+  header(out, "tether_key_budget", "gauge",
+         "A key's configured budget for the UTC day or month, in tokens (prompt + completion) or "
+         "USD; absent where the key has none.");
+  static constexpr std::array<std::pair<const char*, const char*>, 4> budget_labels{
+      {{"day", "tokens"}, {"month", "tokens"}, {"day", "usd"}, {"month", "usd"}}};
+  for (const auto& [key, b] : key_budgets_) {
+    const auto name = escape_label(key);
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      if (b[i] == 0) continue;
+      const auto value = i < 2 ? fmt::format("{}", b[i]) : usd_of(b[i]);
+      out += fmt::format("tether_key_budget{{key=\"{}\",period=\"{}\",unit=\"{}\"}} {}\n", name,
+                         budget_labels[i].first, budget_labels[i].second, value);
+    }
+  }
+  header(out, "tether_key_usage", "gauge",
+         "What the ledger counts against a key's budgets in the current UTC day or month: "
+         "tokens (prompt + completion) and USD.");
+  for (const auto& [key, periods] : key_usage_) {
+    const auto name = escape_label(key);
+    for (std::size_t i = 0; i < periods.size(); ++i) {
+      const auto& p = periods[i];
+      if (!p.set) continue;
+      const char* period = i == 0 ? "day" : "month";
+      out += fmt::format(
+          "tether_key_usage{{key=\"{0}\",period=\"{1}\",unit=\"tokens\"}} {2}\n"
+          "tether_key_usage{{key=\"{0}\",period=\"{1}\",unit=\"usd\"}} {3}\n",
+          name, period, p.tokens, usd_of(p.spend_nanousd));
+    }
   }
 }
 

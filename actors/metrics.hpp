@@ -9,8 +9,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
+#include "actors/policy/ledger/usage_record.hpp"
 #include "actors/policy/request/outcome.hpp"
 #include "actors/policy/routing/route_kind.hpp"
 #include "actors/policy/routing/upstream_health.hpp"
@@ -62,10 +65,19 @@ class metrics {
   // An attempt's deployment chosen on a model with routing = "prefix" (route_kind.hpp).
   void route_decided(const std::string& model, route_kind kind);
   // Per key name ("" for a gateway without keys): a request refused by the key's rpm or tpm,
-  // and the tokens an upstream reported using.
+  // and what a request used on an upstream for a model (its tokens by kind, its spend). Labels
+  // come from configuration only (key names, the models' public names), so the series stay
+  // few; once a series exists, counting in it allocates nothing.
   void rate_limited(const std::string& key);
-  void tokens_used(const std::string& key, std::size_t upstream, std::uint64_t prompt,
-                   std::uint64_t completion);
+  void tokens_used(const std::string& key, std::size_t upstream, const std::string& model,
+                   const ledger::usage_record& r);
+  // The keys' budgets (max_tokens_per_day, …, max_spend_per_month; 0 = none), from the config
+  // at start and at each reload; a retired key has none.
+  void key_budgets_set(const std::vector<config::key_config>& keys);
+  // What the ledger counts against a key's budgets in the current UTC day or month: its billed
+  // tokens and its spend. Set by the ledger's owner; exported once set.
+  void key_usage_set(const std::string& key, bool month, std::uint64_t tokens,
+                     std::uint64_t spend_nanousd);
   void queue_wait(double seconds);
   // stale: its pooled connection had been closed by the upstream (outcome "stale_connection").
   void attempt_done(std::size_t upstream, outcome o, bool stale = false);
@@ -135,13 +147,42 @@ class metrics {
   std::string render() const;
 
  private:
+  // A tokens_total series, looked up by views of its labels (token_series_less is transparent)
+  // so that a request's count copies no string once its series exists.
+  struct token_series {
+    std::string key;
+    std::string model;
+    std::size_t upstream = 0;
+  };
+  struct token_series_view {
+    std::string_view key;
+    std::string_view model;
+    std::size_t upstream = 0;
+  };
+  struct token_series_less {
+    using is_transparent = void;
+    static auto tied(const token_series& s) {
+      return std::tuple<std::string_view, std::string_view, std::size_t>{s.key, s.model,
+                                                                         s.upstream};
+    }
+    static auto tied(const token_series_view& s) {
+      return std::tuple<std::string_view, std::string_view, std::size_t>{s.key, s.model,
+                                                                         s.upstream};
+    }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return tied(a) < tied(b);
+    }
+  };
+  // prompt, completion, cached, waste tokens; spend in billionths of a dollar.
+  using token_counts = std::array<std::uint64_t, 5>;
+
   // A thread's share of the per-request series.
   struct tally {
     mutable std::mutex mutex;
     std::map<std::pair<std::string, outcome>, std::uint64_t> requests;
     std::map<std::pair<std::string, outcome>, histogram> durations;
-    // (key, upstream) → prompt, completion tokens
-    std::map<std::pair<std::string, std::size_t>, std::array<std::uint64_t, 2>> tokens;
+    std::map<token_series, token_counts, token_series_less> tokens;
     histogram queue_wait;
     std::map<std::pair<std::size_t, outcome>, std::uint64_t> attempts;
     std::map<std::size_t, std::uint64_t> stale_attempts;  // by upstream
@@ -156,6 +197,7 @@ class metrics {
   void render_requests(std::string& out, const tally& sum) const;
   void render_attempts(std::string& out, const tally& sum) const;
   void render_in_flight(std::string& out, const tally& sum) const;
+  void render_ledger(std::string& out, const tally& sum) const;
   void render_cluster(std::string& out) const;
   void render_health_and_reloads(std::string& out) const;
   void render_engines(std::string& out) const;
@@ -166,6 +208,15 @@ class metrics {
   mutable std::mutex mutex_;  // the rarer series below, and tallies_ (not what a tally holds)
   std::vector<std::unique_ptr<tally>> tallies_;  // one per bound thread; never shrinks
   std::map<std::string, std::uint64_t> rate_limited_;
+  // By key name: its budgets (tokens per day, per month; spend per day, per month in
+  // billionths of a dollar; 0 = none), and what the ledger counts against them, by period.
+  std::map<std::string, std::array<std::uint64_t, 4>, std::less<>> key_budgets_;
+  struct period_usage {
+    std::uint64_t tokens = 0;
+    std::uint64_t spend_nanousd = 0;
+    bool set = false;  // not exported until the ledger has told it
+  };
+  std::map<std::string, std::array<period_usage, 2>, std::less<>> key_usage_;  // day, month
   std::vector<std::array<std::uint64_t, 2>> retries_;  // per upstream: started, budget_exhausted
   std::vector<double> late_work_;
   histogram cancel_latency_;

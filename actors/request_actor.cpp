@@ -620,8 +620,12 @@ void request_state::finish() {
     r.prompt_tokens = usage->prompt;
     r.completion_tokens = usage->completion;
     r.cached_tokens = usage->cached;
+    ledger::usage_record used;
+    used.prompt = usage->prompt.value_or(0);
+    used.completion = usage->completion.value_or(0);
+    used.cached = usage->cached.value_or(0);
     rt->stats->tokens_used(key_name() ? *key_name() : std::string{}, life->current_upstream(),
-                           usage->prompt.value_or(0), usage->completion.value_or(0));
+                           spec.model, used);
   }
   correct_rate_charge();
   record_usage();

@@ -58,6 +58,7 @@ runtime_ptr build_runtime(config::gateway_config cfg, const net::io_group& io) {
   for (const auto& u : rt->cfg.upstreams) rt->upstreams.push_back(client_for(u, io));
   rt->decode_steps = decode_steps_for(rt->cfg, nullptr);
   rt->stats = std::make_shared<metrics>(names_of(rt->cfg));
+  rt->stats->key_budgets_set(rt->cfg.keys);
   rt->retries = std::make_shared<retry_budget>(rt->cfg.upstreams.size(),
                                                rt->cfg.request.min_retry_concurrency,
                                                rt->cfg.request.retry_budget_percent);
@@ -113,6 +114,7 @@ void share_limits_of(const gateway_runtime& next) {
   std::vector<bool> retired;
   for (const auto& u : next.cfg.upstreams) retired.push_back(u.retired);
   next.stats->retire_upstreams(std::move(retired));
+  next.stats->key_budgets_set(next.cfg.keys);
   next.retries->reshape(next.cfg.upstreams.size(), next.cfg.request.min_retry_concurrency,
                         next.cfg.request.retry_budget_percent);
   next.health->configure(next.cfg);

@@ -17,7 +17,7 @@ dash = json.load(open(sys.argv[1]))
 lines = ["groups:", "  - name: dashboard", "    rules:"]
 n = 0
 for panel in dash["panels"]:
-    for target in panel["targets"]:
+    for target in panel.get("targets", []):  # a row has none
         expr = target["expr"].replace("$__rate_interval", "5m").replace("$instance", ".*")
         n += 1
         lines.append(f"      - record: dashboard:query_{n}")

@@ -97,7 +97,7 @@ TEST_F(AttemptActorTest, TheEventsOfOneReadReachTheCallerAsOneChunkAndEachIsRead
                                       "chunk data: 2\n\n" + usage_event + "data: 3\n\n",
                                       "chunk data: 4\n\n", "end"}));
   const auto text = rt_->stats->render();
-  EXPECT_NE(text.find("tether_tokens_total{key=\"\",upstream=\"a\",kind=\"completion\"} 7"),
+  EXPECT_NE(text.find(R"(tether_tokens_total{key="",upstream="a",model="m",kind="completion"} 7)"),
             std::string::npos)
       << text;
   EXPECT_EQ(slots_held(), 0u);
@@ -150,7 +150,7 @@ TEST_F(AttemptActorAssemblyTest, ANonStreamingCallerGetsOneWholeAnswerAssembledF
   ASSERT_NE(type, nullptr);
   EXPECT_EQ(*type, "application/json");
   const auto text = rt_->stats->render();
-  EXPECT_NE(text.find("tether_tokens_total{key=\"\",upstream=\"a\",kind=\"completion\"} 7"),
+  EXPECT_NE(text.find(R"(tether_tokens_total{key="",upstream="a",model="m",kind="completion"} 7)"),
             std::string::npos)
       << text;
   EXPECT_EQ(slots_held(), 0u);

@@ -105,6 +105,10 @@ TEST(MetricsTest, ExpositionIsStrictPrometheusTextWithEveryContractMetric) {
       {"tether_queue_depth", "gauge"},
       {"tether_late_work_seconds_total", "counter"},
       {"tether_cancel_latency_seconds", "histogram"},
+      {"tether_tokens_total", "counter"},
+      {"tether_spend_usd_total", "counter"},
+      {"tether_key_budget", "gauge"},
+      {"tether_key_usage", "gauge"},
   };
   for (const auto& [name, type] : expected) {
     ASSERT_TRUE(e.types.count(name)) << name;
@@ -125,6 +129,29 @@ TEST(MetricsTest, ExpositionIsStrictPrometheusTextWithEveryContractMetric) {
   EXPECT_DOUBLE_EQ(buckets.back(), 600);
   EXPECT_EQ(previous, value_of(e, "tether_request_duration_seconds_count",
                                {{"model", "chat"}, {"outcome", "ok"}}));
+  // The request's usage, by key ("" without keys), upstream and the model's public name: a
+  // sample of each kind, and its spend (no prices: 0).
+  std::set<std::string> kinds;
+  bool spend = false;
+  for (const auto& s : e.samples) {
+    if (s.name == "tether_tokens_total") {
+      auto labels = s.labels;
+      kinds.insert(labels["kind"]);
+      labels.erase("kind");
+      EXPECT_EQ(labels, (std::map<std::string, std::string>{
+                            {"key", ""}, {"upstream", "mock"}, {"model", "chat"}}));
+    }
+    if (s.name == "tether_spend_usd_total") {
+      spend = true;
+      EXPECT_EQ(s.labels, (std::map<std::string, std::string>{{"key", ""}, {"model", "chat"}}));
+      EXPECT_EQ(s.value, 0);
+    }
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"prompt", "completion", "cached", "waste"}));
+  EXPECT_TRUE(spend);
+  EXPECT_GT(value_of(e, "tether_tokens_total",
+                     {{"key", ""}, {"upstream", "mock"}, {"model", "chat"}, {"kind", "prompt"}}),
+            0);
 }
 
 TEST(MetricsTest, EachLocallyProducibleOutcomeCountsExactlyOnce) {
