@@ -33,7 +33,9 @@ class ledger_state : public std::enable_shared_from_this<ledger_state> {
 
   void record(const ledger::ledger_entry& e) {
     try {
-      book_.record(e, setup_.wall_clock());
+      const auto now = setup_.wall_clock();
+      book_.record(e, now);
+      if (e.worked) show_usage(e.key, now);
     } catch (const ledger::store_error& err) {
       // Reading a new period's totals failed: the record is not lost, the period is read again
       // at the next one.
@@ -83,6 +85,25 @@ class ledger_state : public std::enable_shared_from_this<ledger_state> {
 
   std::uint64_t pending() const { return book_.unwritten_rows(); }
 
+  // tether_key_usage, for the alert on a key near its budget: set as each record lands, and for
+  // every key at each flush, so that a new day or month shows as it begins.
+  void show_usage(const std::string& key, std::int64_t now) {
+    if (!setup_.stats) return;
+    const auto day = book_.settled(key, ledger::period::day, now);
+    const auto month = book_.settled(key, ledger::period::month, now);
+    setup_.stats->key_usage_set(key, false, day.tokens, day.spend_nanousd);
+    setup_.stats->key_usage_set(key, true, month.tokens, month.spend_nanousd);
+  }
+  void show_all_usage() {
+    if (!setup_.stats) return;
+    try {
+      const auto now = setup_.wall_clock();
+      for (const auto& key : book_.keys(now)) show_usage(key, now);
+    } catch (const ledger::store_error& err) {
+      complain(err);
+    }
+  }
+
  private:
   // Once per streak of failures: a file that stays unwritable must not flood the log.
   void complain(const ledger::store_error& err) {
@@ -115,6 +136,7 @@ caf::behavior ledger_actor(caf::event_based_actor* self, ledger_setup setup) {
       [st](ledger_query_atom, const ledger::usage_query& q) { return st->query(q); },
       [st](ledger_tick_atom) {
         st->flush();
+        st->show_all_usage();
         st->arm();
       },
       [st](ledger_flush_atom) {

@@ -538,16 +538,15 @@ void request_state::correct_rate_charge() {
              *actual);
 }
 
-// The request's record for the ledger: what the upstream reported, or, without a report from an
-// upstream that worked on it, the estimate of the prompt and the output relayed; a request no
-// upstream worked on used nothing and leaves no record. Sent one-way: the ledger aggregates it
-// and writes it later, off this path.
+// The request's record for the ledger and the token metrics: what the upstream reported, or,
+// without a report from an upstream that worked on it, the estimate of the prompt and the output
+// relayed; a request no upstream worked on used nothing and leaves no record. Sent one-way: the
+// ledger aggregates it and writes it later, off this path.
 void request_state::record_usage() {
-  if (!rt->ledger) return;
   const bool worked = std::any_of(attempt_work.begin(), attempt_work.end(),
                                   [](const attempt_slot& a) { return a.held_slot; });
   if (!worked && !usage) {
-    if (budget_admitted) {
+    if (rt->ledger && budget_admitted) {
       ledger::ledger_entry none;
       if (const auto* name = key_name()) none.key = *name;
       none.admitted = *budget_admitted;
@@ -556,6 +555,8 @@ void request_state::record_usage() {
     }
     return;
   }
+  // Without the ledger the metrics count what the upstream reported, as before it.
+  if (!usage && !rt->ledger) return;
   ledger::ledger_entry e;
   if (const auto* name = key_name()) e.key = *name;
   e.model = spec.model;
@@ -577,6 +578,8 @@ void request_state::record_usage() {
   }
   if (const auto price = ledger::price_of(rt->cfg, spec.model, e.upstream))
     e.usage.spend_nanousd = ledger::spend_of(e.usage, *price);
+  rt->stats->tokens_used(e.key, upstream, spec.model, e.usage);
+  if (!rt->ledger) return;
   if (budget_admitted) e.admitted = *budget_admitted;
   self->send(rt->ledger, ledger_record_atom::value, std::move(e));
 }
@@ -620,12 +623,6 @@ void request_state::finish() {
     r.prompt_tokens = usage->prompt;
     r.completion_tokens = usage->completion;
     r.cached_tokens = usage->cached;
-    ledger::usage_record used;
-    used.prompt = usage->prompt.value_or(0);
-    used.completion = usage->completion.value_or(0);
-    used.cached = usage->cached.value_or(0);
-    rt->stats->tokens_used(key_name() ? *key_name() : std::string{}, life->current_upstream(),
-                           spec.model, used);
   }
   correct_rate_charge();
   record_usage();

@@ -31,8 +31,9 @@ const std::string bob_token = "sk-bob-ledger-test";
 const std::string ops_token = "sk-ops-ledger-test";
 
 std::string keys_toml(const std::string& alice_more = "") {
-  return "\n[[keys]]\nname = \"alice\"\nsha256 = \"" + sha256_hex(alice_token) + "\"\n" +
-         alice_more + "\n[[keys]]\nname = \"bob\"\nsha256 = \"" + sha256_hex(bob_token) + "\"\n";
+  return "\n[[keys]]\nname = \"alice\"\nsha256 = \"" + sha256_hex(alice_token) +
+         "\"\nmodels = [\"*\"]\n" + alice_more + "\n[[keys]]\nname = \"bob\"\nsha256 = \"" +
+         sha256_hex(bob_token) + "\"\nmodels = [\"*\"]\n";
 }
 
 std::string ledger_toml(const std::string& file, int flush_ms = 1000) {
@@ -68,7 +69,7 @@ TEST(LedgerTest, EachKeysUsageIsWhatTheUpstreamReportedAndACleanStopLosesNothing
   const auto file = (dir.path() / "ledger.db").string();
   // A long interval: only the stop's own flush can have written the records.
   gateway_process gw{
-      gateway_config(mock, "", model_entry("m", "mock") + keys_toml(), ledger_toml(file, 600000))};
+      gateway_config(mock, "", model_entry("m", "mock") + keys_toml(), ledger_toml(file, 60000))};
   std::map<std::string, reported> sent;
   for (int i = 0; i < 6; ++i) {
     const auto& [name, token] = i % 3 == 0 ? std::pair{std::string{"bob"}, bob_token}
@@ -102,7 +103,7 @@ TEST(LedgerTest, AStreamTheCallerLeftIsEstimatedFromWhatWasRelayedAndItsWasteCou
   temp_dir dir;
   const auto file = (dir.path() / "ledger.db").string();
   gateway_process gw{gateway_config(
-      mock, "", model_entry("slow", "mock-stream-40x50") + keys_toml(), ledger_toml(file, 600000))};
+      mock, "", model_entry("slow", "mock-stream-40x50") + keys_toml(), ledger_toml(file, 60000))};
   stream_options opts;
   std::size_t content_events = 0;
   opts.on_piece = [&](const stream_piece&) { return true; };
@@ -241,11 +242,11 @@ TEST(LedgerTest, UsageIsAnAdminsToReadAndCountsEveryRequestSoFar) {
   mock_server mock;
   temp_dir dir;
   const auto file = (dir.path() / "ledger.db").string();
-  const auto ops =
-      "\n[[keys]]\nname = \"ops\"\nsha256 = \"" + sha256_hex(ops_token) + "\"\nadmin = true\n";
+  const auto ops = "\n[[keys]]\nname = \"ops\"\nsha256 = \"" + sha256_hex(ops_token) +
+                   "\"\nmodels = [\"*\"]\nadmin = true\n";
   // A long interval: the query's own flush makes the records readable.
   gateway_process gw{gateway_config(mock, "", model_entry("m", "mock") + keys_toml() + ops,
-                                    ledger_toml(file, 600000))};
+                                    ledger_toml(file, 60000))};
   std::uint64_t prompt = 0;
   for (int i = 0; i < 3; ++i) {
     auto r =
@@ -264,7 +265,8 @@ TEST(LedgerTest, UsageIsAnAdminsToReadAndCountsEveryRequestSoFar) {
             std::string::npos);
   auto r = request("GET", gw.port(), "/v1/usage?key=alice&group_by=model", {}, bearer(ops_token));
   ASSERT_EQ(r.status, 200) << r.body;
-  const auto& data = r.json().as_object().at("data").as_array();
+  const auto body = r.json();
+  const auto& data = body.as_object().at("data").as_array();
   ASSERT_EQ(data.size(), 1u) << r.body;
   const auto& row = data[0].as_object();
   EXPECT_EQ(str(row.at("key")), "alice");

@@ -94,6 +94,12 @@ period_usage ledger_book::settled(const std::string& key, period p, std::int64_t
   return it == c.by_key.end() ? period_usage{} : it->second;
 }
 
+std::vector<std::string> ledger_book::keys(std::int64_t now_unix_s) {
+  std::vector<std::string> out;
+  for (const auto& [key, usage] : current(period::month, now_unix_s).by_key) out.push_back(key);
+  return out;
+}
+
 period_usage ledger_book::in_flight(const std::string& key) const {
   const auto it = in_flight_.find(key);
   return it == in_flight_.end() ? period_usage{} : it->second;

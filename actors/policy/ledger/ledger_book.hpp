@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "actors/policy/ledger/budget_check.hpp"
 #include "actors/policy/ledger/usage_aggregator.hpp"
@@ -49,6 +50,8 @@ class ledger_book {
   // What `key` has settled in the period `now` is in, and what it has in flight.
   period_usage settled(const std::string& key, period p, std::int64_t now_unix_s);
   period_usage in_flight(const std::string& key) const;
+  // The keys with usage in the month `now` is in.
+  std::vector<std::string> keys(std::int64_t now_unix_s);
 
   // The batch to write next: the oldest one not yet written, else the records since the last
   // batch (null when there are none). It stays the next one until written() says it is stored,

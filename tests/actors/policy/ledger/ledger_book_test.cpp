@@ -47,6 +47,7 @@ TEST(LedgerBookTest, WhatTheStoreHoldsForTheDayCountsFromTheStart) {
   EXPECT_EQ(book.settled("alice", period::day, noon).tokens, 700u);
   EXPECT_EQ(book.settled("alice", period::month, noon).tokens, 750u);
   EXPECT_EQ(book.settled("bob", period::day, noon).tokens, 0u);
+  EXPECT_EQ(book.keys(noon), std::vector<std::string>{"alice"});
 }
 
 TEST(LedgerBookTest, AKeyPastItsDailyTokensIsRefusedAndAnotherKeyIsNot) {
