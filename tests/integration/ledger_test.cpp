@@ -130,6 +130,45 @@ TEST(LedgerTest, AStreamTheCallerLeftIsEstimatedFromWhatWasRelayedAndItsWasteCou
   EXPECT_GT(t.waste, 0u);
 }
 
+TEST(LedgerTest, AStreamsUsageIsTheUpstreamsOwnAndOnlyACallerWhoAskedForItSeesIt) {
+  mock_server mock;
+  temp_dir dir;
+  const auto file = (dir.path() / "ledger.db").string();
+  gateway_process gw{gateway_config(mock, "", model_entry("five", "mock-stream-5x10") + keys_toml(),
+                                    ledger_toml(file, 60000))};
+  const auto usage_chunks = [](const stream_result& s) {
+    const auto data = s.sse_data();
+    return std::count_if(data.begin(), data.end(), [](const std::string& d) {
+      return d.find("\"usage\"") != std::string::npos;
+    });
+  };
+  stream_options opts;
+  auto plain = stream_request("POST", gw.port(), "/v1/chat/completions", chat_body("five", true),
+                              bearer(alice_token), opts);
+  ASSERT_EQ(plain.status, 200);
+  ASSERT_EQ(plain.end, stream_end::complete);
+  EXPECT_EQ(usage_chunks(plain), 0) << plain.body;
+  EXPECT_EQ(plain.sse_data().back(), "[DONE]");
+  const std::string asking =
+      R"({"model":"five","stream":true,"stream_options":{"include_usage":true},)"
+      R"("messages":[{"role":"user","content":"hello"}]})";
+  auto asked =
+      stream_request("POST", gw.port(), "/v1/chat/completions", asking, bearer(alice_token), opts);
+  ASSERT_EQ(asked.status, 200);
+  EXPECT_EQ(usage_chunks(asked), 1) << asked.body;
+  // Both bodies asked the mock for the usage: the one without it was asked on its behalf.
+  const auto log = mock_log(mock.stats());
+  ASSERT_EQ(log.size(), 2u);
+  ASSERT_TRUE(access_line(gw, *plain.header("x-request-id")).has_value());
+  ASSERT_TRUE(access_line(gw, *asked.header("x-request-id")).has_value());
+  ASSERT_TRUE(stop_cleanly(gw));
+  const auto t = stored(file).at("alice");
+  EXPECT_EQ(t.requests, 2u);
+  EXPECT_EQ(t.estimated_requests, 0u);
+  EXPECT_EQ(t.completion, 10u);  // the mock's count: a token per piece
+  EXPECT_EQ(t.waste, 0u);
+}
+
 // Seconds from now to the next UTC midnight.
 std::int64_t seconds_to_midnight() {
   const auto now = std::chrono::duration_cast<std::chrono::seconds>(
