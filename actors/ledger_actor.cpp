@@ -57,8 +57,22 @@ class ledger_state : public std::enable_shared_from_this<ledger_state> {
     }
   }
 
+  // The tally's rows join the book, counted in the hour they are taken in.
+  void collect() {
+    if (!setup_.tally) return;
+    const auto rows = setup_.tally->take();
+    if (rows.empty()) return;
+    try {
+      const auto now = setup_.wall_clock();
+      for (const auto& r : rows) book_.add(r.key, r.model, r.upstream, r.totals, now);
+    } catch (const ledger::store_error& err) {
+      complain(err);
+    }
+  }
+
   // Every batch waiting, oldest first; stops at the first that fails (it stays the next).
   void flush() {
+    collect();
     while (const auto* batch = book_.next_batch()) {
       try {
         setup_.store->add(batch->rows);

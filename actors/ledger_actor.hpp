@@ -1,9 +1,10 @@
 // The ledger actor (docs/contract.md, "The ledger"): the one owner of the ledger's file. Request
-// actors send it each request's usage as they end, one-way, and ask it at admission when their
-// key has budgets; it aggregates the records (actors/policy/ledger/ledger_book.hpp) and writes
-// them to the store in one transaction every flush interval, off every request's path. A write
-// that fails keeps its batch and is tried again at the next interval; an exit (the gateway's
-// stop) writes what is left first, so a clean stop loses nothing.
+// actors leave each request's usage in its tally as they end (a key with budgets sends it, one-way)
+// and ask it at admission when their key has budgets; it aggregates the records
+// (actors/policy/ledger/ledger_book.hpp) and writes them to the store in one transaction every
+// flush interval, off every request's path. A write that fails keeps its batch and is tried again
+// at the next interval; an exit (the gateway's stop) writes what is left first, so a clean stop
+// loses nothing.
 #pragma once
 
 #include <caf/all.hpp>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "actors/ledger_store.hpp"
+#include "actors/ledger_tally.hpp"
 #include "actors/metrics.hpp"
 #include "actors/policy/ledger/ledger_book.hpp"
 #include "net/timer_service.hpp"
@@ -51,6 +53,9 @@ struct ledger_setup {
   // Unix seconds: the hour a record counts in and the periods budgets count in. The system
   // clock unless a test's.
   std::function<std::int64_t()> wall_clock;
+  // Where request actors without budgets leave their records (null: every record comes as a
+  // message); taken at each flush.
+  std::shared_ptr<ledger::ledger_tally> tally;
 };
 
 caf::behavior ledger_actor(caf::event_based_actor* self, ledger_setup setup);

@@ -287,12 +287,14 @@ struct core_actors {
     rt.engine_monitor = system.spawn(engine_metrics_actor, shared);
     // On a thread of its own: its writes to the file must never stall an io thread's requests.
     if (ledger_store) {
-      rt.ledger =
-          system.spawn<caf::detached>(ledger_actor, ledger_setup{std::move(ledger_store),
-                                                                 rt.cfg.ledger.flush_interval,
-                                                                 rt.stats.get(),
-                                                                 rt.timers.get(),
-                                                                 {}});
+      rt.ledger_tally = std::make_shared<ledger::ledger_tally>();
+      ledger_setup setup{std::move(ledger_store),
+                         rt.cfg.ledger.flush_interval,
+                         rt.stats.get(),
+                         rt.timers.get(),
+                         {},
+                         rt.ledger_tally};
+      rt.ledger = system.spawn<caf::detached>(ledger_actor, std::move(setup));
     }
     // They serve every io thread: each runs where it is woken (actors/scheduler.hpp says why).
     for (const auto* a :

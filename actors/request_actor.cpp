@@ -580,8 +580,12 @@ void request_state::record_usage() {
     e.usage.spend_nanousd = ledger::spend_of(e.usage, *price);
   rt->stats->tokens_used(e.key, upstream, spec.model, e.usage);
   if (!rt->ledger) return;
-  if (budget_admitted) e.admitted = *budget_admitted;
-  self->send(rt->ledger, ledger_record_atom::value, std::move(e));
+  if (budget_admitted || !rt->ledger_tally) {
+    if (budget_admitted) e.admitted = *budget_admitted;
+    self->send(rt->ledger, ledger_record_atom::value, std::move(e));
+    return;
+  }
+  rt->ledger_tally->add(e.key, e.model, e.upstream, e.usage);
 }
 
 // Every attempt and connection has ended: count, log, trace, quit.

@@ -106,6 +106,7 @@ runtime_ptr next_runtime(const gateway_runtime& running, config::gateway_config 
   rt->health_monitor = running.health_monitor;
   rt->engine_monitor = running.engine_monitor;
   rt->ledger = running.ledger;
+  rt->ledger_tally = running.ledger_tally;
   return rt;
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/ledger_tally.hpp"
 #include "actors/metrics.hpp"
 #include "actors/policy/engine/decode_step.hpp"
 #include "actors/policy/request/call_table.hpp"
@@ -62,6 +63,7 @@ struct gateway_runtime {
   caf::actor health_monitor;  // health_actor: announcements, ejection ends, active checks
   caf::actor engine_monitor;  // engine_metrics_actor: the engines' metrics polls
   caf::actor ledger;          // ledger_actor; null when [ledger] enabled = false
+  std::shared_ptr<ledger::ledger_tally> ledger_tally;  // the ledger's, with it
 };
 
 using runtime_ptr = std::shared_ptr<gateway_runtime>;

@@ -19,6 +19,7 @@
 # touched again, which grows with PARALLEL where the instruction count does not).
 # SDK_HEADERS=1 sends the request headers the official OpenAI SDK for Node sends (18 fields in all,
 # against curl's 5): what a real caller's head costs.
+# LEDGER=0 turns the ledger off ([ledger] enabled = false): what recording every request costs.
 # PROMPT_BYTES=n pads the message to n bytes (a long prompt, as agents send): what a request's
 # body costs on its way through.
 # DHAT=1 runs valgrind's DHAT instead of callgrind and prints the heap allocations per request
@@ -68,6 +69,8 @@ pids+=($!)
 "$build/bench/tether-bench" --print-tether-config --listen "127.0.0.1:$port" \
   --mock "127.0.0.1:$mock_port" --cap 8 >"$work/tether.toml"
 if [ -z "${ACCESS_LOG:-}" ]; then sed -i 's/log_level = "info"/log_level = "warn"/' "$work/tether.toml"; fi
+# LEDGER=0: the ledger off, to see what it costs.
+if [ "${LEDGER:-1}" = 0 ]; then printf '\n[ledger]\nenabled = false\n' >>"$work/tether.toml"; fi
 parallel="${PARALLEL:-1}"
 if [ "$parallel" -gt 1 ] && [ $((n % (2 * parallel))) -ne 0 ]; then
   echo "callgrind.sh: N ($n) must be a multiple of 2 × PARALLEL ($parallel)" >&2

@@ -159,6 +159,24 @@ rm -f "$abandon_err"
 echo "test.sh: abandon bench scenario checked ($((SECONDS - started)) s)"
 
 started=$SECONDS
+# The ledger (issue #64), on the Release build: one ledger actor given 20,000 records a second
+# for 3 s, each as a message (every key with budgets: the worst case), writing its SQLite file
+# every second. Deciding: every record stored, and no probe behind the queue waited a flush
+# interval (bench/ledger/ledger_load.cpp).
+ledger_err="$(mktemp)"
+ledger_status=0
+timeout --kill-after=10 60 "$here/build-release/bench/tether-ledger-load" 20000 3 100 messages \
+  >/dev/null 2>"$ledger_err" || ledger_status=$?
+grep -E '^  (met|MISSED) ' "$ledger_err" || true
+if [ "$ledger_status" != 0 ]; then
+  echo "test.sh: the ledger bench scenario failed (exit $ledger_status)" >&2
+  tail -5 "$ledger_err" >&2
+  exit 1
+fi
+rm -f "$ledger_err"
+echo "test.sh: ledger bench scenario checked ($((SECONDS - started)) s)"
+
+started=$SECONDS
 # Scenario 13, prefix (issue #63), on the Release build: three llama-server replicas behind tether
 # routing by least work, tether routing by prefix and nginx round robin (bench/prefix.sh, ≈ 4 min
 # in its quick mode, bounded at 10). Deciding: on the shared-prefix agents prefix routing gives a 3x lower

@@ -64,9 +64,10 @@ class LedgerActorTest : protected ledger_clocks, public coordinator_fixture {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     store_ = std::make_shared<ledger::ledger_store>(dir_ / "ledger.db");
+    tally_ = std::make_shared<ledger::ledger_tally>(2);
     ledger_ =
         system_.spawn(ledger_actor, ledger_setup{store_, std::chrono::milliseconds(1000), nullptr,
-                                                 &timers_, [this] { return wall_; }});
+                                                 &timers_, [this] { return wall_; }, tally_});
     run();
   }
   ~LedgerActorTest() override {
@@ -105,6 +106,7 @@ class LedgerActorTest : protected ledger_clocks, public coordinator_fixture {
 
   std::filesystem::path dir_;
   std::shared_ptr<ledger::ledger_store> store_;
+  std::shared_ptr<ledger::ledger_tally> tally_;
   caf::actor ledger_;
   std::vector<caf::actor> helpers_;
 };
@@ -126,12 +128,30 @@ TEST_F(LedgerActorTest, RecordsReachTheFileAtTheFlushIntervalNotBefore) {
   EXPECT_EQ(stored_tokens("alice"), 20u);
 }
 
+TEST_F(LedgerActorTest, WhatRequestsLeftInTheTallyIsWrittenAtTheFlushAndCountsForBudgets) {
+  ledger::usage_record r;
+  r.prompt = 30;
+  r.completion = 20;
+  tally_->add("alice", "m", "u", r);
+  tally_->add("alice", "m", "u", r);
+  run();
+  EXPECT_EQ(stored_tokens("alice"), 0u);
+  timers_.advance(std::chrono::milliseconds(1000));
+  run();
+  EXPECT_EQ(stored_tokens("alice"), 100u);
+  const ledger::budget_limits limits{.tokens_per_day = 100};
+  EXPECT_EQ(admit("alice", limits, {1, 0})->admitted, false);
+}
+
 TEST_F(LedgerActorTest, TheActorsExitWritesWhatIsLeftSoACleanStopLosesNothing) {
+  ledger::usage_record r;
+  r.prompt = 8;
+  tally_->add("alice", "m", "u", r);
   record("alice", 40, 2);
   caf::anon_send_exit(ledger_, caf::exit_reason::user_shutdown);
   run();
   ledger_ = nullptr;
-  EXPECT_EQ(stored_tokens("alice"), 42u);
+  EXPECT_EQ(stored_tokens("alice"), 50u);
 }
 
 TEST_F(LedgerActorTest, AKeyPastItsDayIsRefusedUntilTheNextDayAndAnotherKeyIsNot) {

@@ -77,15 +77,20 @@ void ledger_book::record(const ledger_entry& e, std::int64_t now_unix_s) {
     }
   }
   if (!e.worked) return;
-  // The periods are brought to `now` before the record is aggregated, so that a period read
-  // from the store now does not count it twice.
-  auto& day = current(period::day, now_unix_s);
-  auto& month = current(period::month, now_unix_s);
   usage_totals one;
   one.add(e.usage);
-  add_to(day.by_key[e.key], one);
-  add_to(month.by_key[e.key], one);
-  aggregator_.add(e.key, e.model, e.upstream, now_unix_s, e.usage);
+  add(e.key, e.model, e.upstream, one, now_unix_s);
+}
+
+void ledger_book::add(const std::string& key, const std::string& model, const std::string& upstream,
+                      const usage_totals& totals, std::int64_t now_unix_s) {
+  // The periods are brought to `now` before the totals are aggregated, so that a period read
+  // from the store now does not count them twice.
+  auto& day = current(period::day, now_unix_s);
+  auto& month = current(period::month, now_unix_s);
+  add_to(day.by_key[key], totals);
+  add_to(month.by_key[key], totals);
+  aggregator_.add(key, model, upstream, now_unix_s, totals);
 }
 
 period_usage ledger_book::settled(const std::string& key, period p, std::int64_t now_unix_s) {

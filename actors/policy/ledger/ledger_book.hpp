@@ -46,6 +46,10 @@ class ledger_book {
                        const period_usage& estimate, std::int64_t now_unix_s);
 
   void record(const ledger_entry& e, std::int64_t now_unix_s);
+  // Totals of many requests of one key × model × upstream that ended by `now` (the requests
+  // without budgets, tallied where they ended and handed over at each flush).
+  void add(const std::string& key, const std::string& model, const std::string& upstream,
+           const usage_totals& totals, std::int64_t now_unix_s);
 
   // What `key` has settled in the period `now` is in, and what it has in flight.
   period_usage settled(const std::string& key, period p, std::int64_t now_unix_s);

@@ -12,6 +12,12 @@ void usage_aggregator::add(const std::string& key, const std::string& model,
   rows_[aggregate_key{key, model, upstream, hour_start(ended_unix_s)}].add(record);
 }
 
+void usage_aggregator::add(const std::string& key, const std::string& model,
+                           const std::string& upstream, std::int64_t ended_unix_s,
+                           const usage_totals& totals) {
+  rows_[aggregate_key{key, model, upstream, hour_start(ended_unix_s)}].add(totals);
+}
+
 usage_totals usage_aggregator::unflushed(const std::string& key, std::int64_t from,
                                          std::int64_t to) const {
   usage_totals sum;

@@ -32,6 +32,8 @@ class usage_aggregator {
  public:
   void add(const std::string& key, const std::string& model, const std::string& upstream,
            std::int64_t ended_unix_s, const usage_record& record);
+  void add(const std::string& key, const std::string& model, const std::string& upstream,
+           std::int64_t ended_unix_s, const usage_totals& totals);
 
   bool empty() const { return rows_.empty(); }
   std::size_t rows() const { return rows_.size(); }
