@@ -1,20 +1,8 @@
 #include "actors/policy/ledger/budget_check.hpp"
 
-#include <limits>
-
 #include "actors/policy/ledger/model_price.hpp"
 
 namespace tether::ledger {
-
-namespace {
-
-std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
-  return b > std::numeric_limits<std::uint64_t>::max() - a
-             ? std::numeric_limits<std::uint64_t>::max()
-             : a + b;
-}
-
-}  // namespace
 
 budget_limits limits_of(const config::key_config& key) {
   return {key.max_tokens_per_day, key.max_tokens_per_month, usd_to_nanousd(key.max_spend_per_day),

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string_view>
 
 #include "actors/policy/ledger/utc_period.hpp"
@@ -26,6 +27,13 @@ struct budget_limits {
   }
   bool operator==(const budget_limits&) const = default;
 };
+
+// Usage sums stop at the largest count rather than wrap: a key past it stays past every budget.
+inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+  return b > std::numeric_limits<std::uint64_t>::max() - a
+             ? std::numeric_limits<std::uint64_t>::max()
+             : a + b;
+}
 
 // A key's budgets as its [[keys]] entry writes them (spend in USD → nanousd).
 budget_limits limits_of(const config::key_config& key);

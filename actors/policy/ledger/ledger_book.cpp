@@ -7,12 +7,6 @@ namespace tether::ledger {
 
 namespace {
 
-std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
-  return b > std::numeric_limits<std::uint64_t>::max() - a
-             ? std::numeric_limits<std::uint64_t>::max()
-             : a + b;
-}
-
 std::uint64_t saturating_sub(std::uint64_t a, std::uint64_t b) {
   return b > a ? 0 : a - b;
 }
