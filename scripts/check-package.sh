@@ -21,11 +21,15 @@ dpkg-deb -R "$deb" "$root"
 grep -qx /etc/tether/tether.toml "$root/DEBIAN/conffiles" || fail "the config is not a conffile"
 unit="$root/usr/lib/systemd/system/tether.service"
 for line in "ExecStart=/usr/bin/tether --config /etc/tether/tether.toml" "Restart=on-failure" \
-  "DynamicUser=yes" "LimitNOFILE=65536" 'ExecReload=/bin/kill -HUP $MAINPID'; do
+  "DynamicUser=yes" "StateDirectory=tether" "LimitNOFILE=65536" \
+  'ExecReload=/bin/kill -HUP $MAINPID'; do
   grep -qxF "$line" "$unit" || fail "the unit lacks '$line'"
 done
 "$root/usr/bin/tether" check --config "$root/etc/tether/tether.toml" >/dev/null ||
   fail "the packaged tether rejects the packaged config"
+# The service may write only its StateDirectory: the ledger must be there.
+grep -qx 'path = "/var/lib/tether/tether-ledger.db"' "$root/etc/tether/tether.toml" ||
+  fail "the packaged config's ledger is not in the service's StateDirectory"
 "$root/usr/bin/tether" --version
 
 # The maintainer address is the publisher's to set (TETHER_PACKAGE_MAINTAINER); every other tag
