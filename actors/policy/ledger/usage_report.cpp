@@ -66,7 +66,11 @@ std::string name_for_message(std::string_view name) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                c == '_' || c == '-' || c == '.';
       });
-  return plain ? "'" + std::string(name) + "'" : std::string{"(not a plain name)"};
+  if (!plain) return "(not a plain name)";
+  std::string quoted{"'"};
+  quoted.append(name);
+  quoted += '\'';
+  return quoted;
 }
 
 std::string time_text(std::int64_t unix_s, group_by by) {
@@ -232,7 +236,11 @@ std::string nanousd_decimal(std::uint64_t nanousd) {
 
 std::string usage_json(const usage_query& q, const std::vector<usage_row>& rows) {
   const auto bound = [](std::int64_t t, std::int64_t open) {
-    return t == open ? std::string{"null"} : "\"" + utc_date_time(t) + "\"";
+    if (t == open) return std::string{"null"};
+    std::string quoted{"\""};
+    quoted += utc_date_time(t);
+    quoted += '"';
+    return quoted;
   };
   std::string out = "{\"object\":\"list\",\"group_by\":\"";
   out += group_by_name(q.by);
