@@ -10,12 +10,14 @@
 #include <vector>
 
 // Counts the calling thread's allocations while `counting` is on, for the test that a request's
-// count in an existing series allocates nothing.
+// count in an existing series allocates nothing. Not under the sanitizers: ASan owns operator new
+// there (and GCC then sees this delete's free as a mismatch).
 namespace {
 thread_local bool counting = false;
 thread_local std::size_t allocations = 0;
 }  // namespace
 
+#if !TETHER_SANITIZED
 void* operator new(std::size_t n) {
   if (counting) ++allocations;
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
@@ -27,6 +29,7 @@ void operator delete(void* p) noexcept {
 void operator delete(void* p, std::size_t) noexcept {
   std::free(p);
 }
+#endif
 
 namespace tether {
 namespace {
@@ -132,6 +135,7 @@ TEST(MetricsTest, TokensByKeyUpstreamModelAndKindAndSpendPerKeyAndModel) {
 // A request's count runs on the io thread once per request: in a series that exists it copies
 // no label (key and model names longer than a short string's inline buffer).
 TEST(MetricsTest, CountingInAnExistingSeriesAllocatesNothing) {
+  if (TETHER_SANITIZED) GTEST_SKIP() << "allocations are counted only without the sanitizers";
   metrics m{{"a"}};
   m.bind_this_thread();
   const std::string key = "a-key-name-longer-than-sso";
