@@ -471,7 +471,8 @@ request_spec gateway::make_request_spec(net::incoming_request&& req, std::string
       const auto output =
           spec.max_output_tokens.value_or(here.routes->default_max_tokens(spec.model, where));
       spec.check_budget = true;
-      spec.budget_estimate.tokens = spec.prompt_tokens + output;
+      // Saturating, as the rates' weight: an absurd max_tokens must not wrap to a light estimate.
+      spec.budget_estimate.tokens = token_weight(spec.prompt_tokens, output, output);
       for (const auto& m : here.cfg.models) {
         if (m.name != spec.model) continue;
         if (const auto price = ledger::price_of(here.cfg, m.name, m.upstream)) {
